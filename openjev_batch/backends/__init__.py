@@ -1,0 +1,31 @@
+"""Backends, chosen by name and imported lazily: the `hf` path never imports sglang (or CUDA)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from ..errors import BackendError
+from .base import Backend, BackendOptions, BranchResult
+
+_BACKENDS = {
+    "hf": "openjev_batch.backends.hf:HFBackend",
+    "sglang": "openjev_batch.backends.sglang:SGLangBackend",
+}
+NAMES = tuple(_BACKENDS)
+
+
+def default_backend() -> str:
+    """`sglang` where it is installed, else `hf`."""
+    return "sglang" if importlib.util.find_spec("sglang") is not None else "hf"
+
+
+def load_backend(name: str, opts: BackendOptions) -> Backend:
+    """Import and start the backend `name`. Raises BackendError for an unknown or uninstalled backend."""
+    if name not in _BACKENDS:
+        raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(NAMES)}")
+    module, cls = _BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(opts)
+
+
+__all__ = ["Backend", "BackendOptions", "BranchResult", "NAMES", "default_backend", "load_backend"]

@@ -1,0 +1,66 @@
+"""The backend interface: label logprobs for the branches of a window of rows that share prefixes.
+
+Contract (every backend):
+- `tokenizer` is the model's Hugging Face tokenizer; the prompt stage tokenizes with it.
+- `kv_budget_tokens()` is how many tokens a window may hold (the planner's budget).
+- `prefill(window)` runs one forward pass per branch (prefix ids + suffix ids) and returns, for
+  `window.rows[i].branches[j]`, `result[i][j]`: the natural-log probabilities (full-vocabulary
+  log-softmax at the last position) of that branch's `label_ids`, in the same order, read by token id.
+  A missing or non-finite logprob makes that branch's `error` set; it never raises for one branch.
+  No token is decoded. The prefix is computed once per distinct prefix and reused (KV / radix cache).
+- `close()` frees the model/engine; backends are context managers.
+Raises BackendError when the model cannot load or the engine dies.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plan import Window
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """What a backend needs to start. `engine_args` pass through to the engine (sglang) unchanged."""
+
+    model: str
+    device: str = "auto"  # auto | cpu | cuda
+    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16
+    tp_size: int = 1
+    dp_size: int = 1
+    mem_fraction_static: float | None = None
+    attention_backend: str | None = None
+    context_length: int | None = None
+    engine_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BranchResult:
+    """Label logprobs of one branch (aligned with its label_ids; NaN where missing) and its token counts."""
+
+    logprobs: tuple[float, ...]
+    prompt_tokens: int
+    cached_tokens: int
+    error: str | None = None
+
+
+class Backend(ABC):
+    name: str = "?"
+    tokenizer: Any
+
+    @abstractmethod
+    def kv_budget_tokens(self) -> int: ...
+
+    @abstractmethod
+    def prefill(self, window: Window) -> list[list[BranchResult]]: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

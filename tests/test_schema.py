@@ -1,0 +1,142 @@
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import write_jsonl
+
+from openjev_batch.errors import InputFileError
+from openjev_batch.io import read_rows
+from openjev_batch.schema import QuestionError, Row, RowError, parse_question, parse_row, parse_state
+
+Q = {"u": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "high"]}}
+
+
+def test_state_forms():
+    assert parse_state("hello")[1] is True
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    assert parse_state(msgs) == parse_state({"messages": msgs}) == parse_state(json.dumps({"messages": msgs}))
+    assert parse_state(json.dumps(msgs))[0][1].role == "assistant"
+
+
+@pytest.mark.parametrize(
+    "state,match",
+    [
+        ("", "empty conversation"),
+        ([], "empty conversation"),
+        ([{"role": "robot", "content": "x"}], r"messages\[0\].role: unknown role 'robot'"),
+        ([{"role": "user"}], r"messages\[0\]: needs 'role' and 'content'"),
+        ('{"messages": [', "malformed JSON"),
+        (42, "got int"),
+    ],
+)
+def test_bad_state(state, match):
+    with pytest.raises(ValueError, match=match):
+        parse_state(state)
+
+
+def test_question_errors_name_the_field():
+    e = parse_question("urgency", {"type": "score", "instructions": "x", "criteria": ["only"]})
+    assert isinstance(e, QuestionError)
+    assert e.error == "questions.urgency.criteria: score needs 2–64 levels, got 1"
+    e = parse_question("k", {"type": "rank", "instructions": "x"})
+    assert "questions.k.type: unknown question type 'rank'" in e.error
+    e = parse_question("k", {"type": "noul", "instructions": "x", "colour": 1})
+    assert "questions.k.colour" in e.error
+    e = parse_question(
+        "k", {"type": "choice", "instructions": "x", "criteria": {str(i): None for i in range(65)}}
+    )
+    assert "choice needs 2–64 options, got 65" in e.error
+
+
+def test_question_normal_forms():
+    n = parse_question("r", {"type": "noul", "instructions": "Refund?", "criteria": {"true": "wants money"}})
+    assert n.options == ("true", "false") and n.descriptions == ("wants money", "No")
+    c = parse_question("c", {"type": "choice", "instructions": "x", "criteria": [("a", None), ("b", "bee")]})
+    assert c.options == ("a", "b") and c.descriptions == (None, "bee")  # an Arrow map column
+    s = parse_question(
+        "s", json.dumps({"type": "score", "instructions": "x", "criteria": ["lo", "mid", "hi"]})
+    )
+    assert s.options == ("0", "1", "2")
+
+
+def test_row_level_errors_keep_row_id_and_questions():
+    r = parse_row(
+        3,
+        {
+            "id": "T7",
+            "state": "hi",
+            "questions": {**Q, "bad": {"type": "score", "instructions": "x", "criteria": ["a"]}},
+        },
+    )
+    assert isinstance(r, Row)
+    assert r.questions[1].error == "row T7: questions.bad.criteria: score needs 2–64 levels, got 1"
+    e = parse_row(4, {"state": [], "questions": Q})
+    assert (
+        isinstance(e, RowError)
+        and e.id == "4"
+        and e.error == "row 4: state: empty conversation"
+        and e.qids == ("u",)
+    )
+    too_many = {f"q{i}": Q["u"] for i in range(65)}
+    assert "65 questions; at most 64" in parse_row(0, {"state": "x", "questions": too_many}).error
+
+
+def test_jsonl_broken_lines_and_duplicates(tmp_path):
+    p = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"id": "a", "state": "x", "questions": Q},
+            "{broken",
+            {"id": "a", "state": "y", "questions": Q},
+            "[1, 2]",
+            {"id": "b", "state": "z", "questions": Q},
+        ],
+    )
+    with open(p, "ab") as f:
+        f.write(b'{"id": "c", "state": "\xff\xfe", "questions": {}}\n')
+    rows = [r for chunk in read_rows(p, chunk_rows=2) for r in chunk]
+    assert [type(r).__name__ for r in rows] == ["Row", "RowError", "RowError", "RowError", "Row", "RowError"]
+    assert "line 2: malformed JSON" in rows[1].error
+    assert rows[2].error == "row a: id: duplicate id (first at row 0)"
+    assert "line 4" in rows[3].error and "line 6: not valid UTF-8" in rows[5].error
+
+
+def test_parquet_nested_and_json_string_columns(tmp_path):
+    msgs = [{"role": "user", "content": "hi"}]
+    t = pa.table(
+        {
+            "id": ["n", "j"],
+            "state": pa.array([json.dumps(msgs), "plain text"]),
+            "questions": pa.array(
+                [[("u", json.dumps(Q["u"]))], [("u", json.dumps(Q["u"]))]],
+                type=pa.map_(pa.string(), pa.string()),
+            ),
+        }
+    )
+    pq.write_table(t, tmp_path / "a.parquet")
+    nested = pa.Table.from_pylist([{"id": "s", "state": msgs, "questions": Q}])
+    pq.write_table(nested, tmp_path / "b.parquet")
+    rows = [r for p in ("a", "b") for c in read_rows(tmp_path / f"{p}.parquet") for r in c]
+    assert all(isinstance(r, Row) for r in rows), rows
+    assert (
+        rows[1].plain and rows[2].messages[0].content == "hi" and rows[2].questions[0].options == ("0", "1")
+    )
+
+
+@pytest.mark.parametrize(
+    "name,content,match",
+    [
+        ("in.csv", "a,b", "unknown extension"),
+        ("none.jsonl", None, "no such file"),
+        ("e.jsonl", "", "empty"),
+        ("bad.parquet", "not parquet", "cannot read as Parquet"),
+        ("blank.jsonl", "\n\n", "no rows"),
+    ],
+)
+def test_whole_file_errors(tmp_path, name, content, match):
+    p = tmp_path / name
+    if content is not None:
+        p.write_text(content)
+    with pytest.raises(InputFileError, match=match):
+        [r for c in read_rows(p) for r in c]

@@ -1,0 +1,42 @@
+"""Build a tiny random Qwen3 causal LM around a real tokenizer folder (no hub, a few seconds)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+
+def make_tiny_qwen3(tokenizer_dir: Path, out: Path, seed: int = 0, num_labels: int | None = None) -> Path:
+    """Write a float32 random Qwen3 model (hidden 32, 2 layers) + the tokenizer files to `out`.
+    Weights are drawn with a wide normal so label logprobs are far from uniform."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in Path(tokenizer_dir).iterdir():
+        if f.is_file():
+            shutil.copy(f, out / f.name)
+    tok = AutoTokenizer.from_pretrained(out)
+    cfg = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=40960,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+    )
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.3)
+    model.save_pretrained(out, safe_serialization=True)
+    return out
