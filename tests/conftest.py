@@ -62,3 +62,30 @@ def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
         env=env,
         cwd=ROOT,
     )
+
+
+SHIMS = Path(__file__).parent / "shims"
+
+
+def sglang_cpu_env() -> dict[str, str]:
+    """Environment for sglang on a CPU: the test-only sgl_kernel shim on PYTHONPATH (so sglang's spawned
+    scheduler and detokenizer import it too) and sglang's CPU engine switch."""
+    pp = os.pathsep.join(p for p in (str(SHIMS), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": pp, "SGLANG_USE_CPU_ENGINE": "1"}
+
+
+@pytest.fixture(scope="session")
+def sglang_backend(tiny_model):
+    """One real sglang.Engine (CPU) for the whole test session."""
+    pytest.importorskip("sglang")
+    os.environ.update(sglang_cpu_env())
+    if str(SHIMS) not in sys.path:
+        sys.path.insert(0, str(SHIMS))
+    from openjev_batch.backends import BackendOptions, load_backend
+
+    b = load_backend(
+        "sglang",
+        BackendOptions(model=str(tiny_model), device="cpu", engine_args={"max_total_tokens": 200_000}),
+    )
+    yield b
+    b.close()

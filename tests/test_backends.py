@@ -1,0 +1,95 @@
+"""Backends against a plain full forward pass (no KV reuse), and sglang against hf, on the tiny model."""
+
+import math
+
+import pytest
+import torch
+
+from openjev_batch.plan import BranchSpec, RowPrompt, plan
+
+
+def make_rows(n_rows=4, n_q=3, shared=(), seed=0):
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n_rows):
+        prefix = tuple(shared) + tuple(rng.randrange(100, 5000) for _ in range(rng.randrange(5, 30)))
+        br = tuple(
+            BranchSpec(
+                f"q{j}",
+                tuple(rng.randrange(100, 5000) for _ in range(rng.randrange(3, 12))),
+                tuple(rng.sample(range(32, 90), 4)),
+            )
+            for j in range(n_q)
+        )
+        rows.append(RowPrompt(i, str(i), prefix, br))
+    return rows
+
+
+def full_forward(model, ids, label_ids):
+    with torch.no_grad():
+        lp = torch.log_softmax(model(torch.tensor([ids])).logits[0, -1].float(), -1)
+    return [lp[t].item() for t in label_ids]
+
+
+def test_hf_kv_reuse_equals_full_forward(hf_backend):
+    rows = make_rows(n_rows=3, shared=(500, 501, 502))
+    rows.append(RowPrompt(9, "dup", rows[0].prefix, rows[1].branches))  # a repeated prefix reuses the cache
+    (w,) = plan(rows, 10_000)
+    out = hf_backend.prefill(w)
+    worst = 0.0
+    for r, res in zip(w.rows, out, strict=True):
+        for b, br in zip(r.branches, res, strict=True):
+            ref = full_forward(hf_backend.model, r.prefix + b.suffix, b.label_ids)
+            worst = max(worst, max(abs(a - c) for a, c in zip(br.logprobs, ref, strict=True)))
+            assert br.prompt_tokens == len(r.prefix) + len(b.suffix) and br.cached_tokens == len(r.prefix)
+    assert worst <= 1e-5
+
+
+@pytest.mark.sglang
+def test_sglang_matches_hf_and_reuses_prefix(sglang_backend, hf_backend):
+    rows = make_rows(n_rows=5, n_q=4, shared=tuple(range(700, 740)))
+    (w,) = plan(rows, 100_000)
+    a, b = hf_backend.prefill(w), sglang_backend.prefill(w)
+    for r, ra, rb in zip(w.rows, a, b, strict=True):
+        for br, x, y in zip(r.branches, ra, rb, strict=True):
+            assert y.error is None
+            assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) <= 1e-4
+            assert y.prompt_tokens == len(r.prefix) + len(br.suffix)
+            assert y.cached_tokens >= len(r.prefix) - 1  # N+1: the prefix came from the radix cache
+
+
+@pytest.mark.sglang
+def test_sglang_every_request_carries_token_ids_logprob(sglang_backend, monkeypatch):
+    """Regression for sgl-project/sglang#34719: rows sharing no prefix, warm-ups included."""
+    calls = []
+    real = sglang_backend.engine.generate
+
+    def spy(**kw):
+        calls.append(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(sglang_backend.engine, "generate", spy)
+    rows = make_rows(n_rows=3, seed=5)  # no shared prefix at all
+    (w,) = plan(rows, 100_000)
+    out = sglang_backend.prefill(w)
+    assert len(calls) == 2  # prefixes, then branches
+    for kw in calls:
+        tl = kw["token_ids_logprob"]
+        assert len(tl) == len(kw["input_ids"]) and all(t for t in tl)
+        assert kw["return_logprob"] is True and kw["logprob_start_len"] == -1
+        assert kw["sampling_params"]["max_new_tokens"] == 0
+    assert all(math.isfinite(v) for res in out for br in res for v in br.logprobs)
+
+
+def test_read_label_logprobs_by_id_not_position():
+    from openjev_batch.backends.sglang import read_label_logprobs
+
+    meta = {"output_token_ids_logprobs": [[(-2.0, 40, None), (-1.0, 30, None)]]}
+    assert read_label_logprobs(meta, (30, 40)) == ((-1.0, -2.0), None)
+    vals, err = read_label_logprobs(meta, (30, 41))
+    assert math.isnan(vals[1]) and "41" in err
+    vals, err = read_label_logprobs({"output_token_ids_logprobs": [[(float("-inf"), 30, None)]]}, (30,))
+    assert "non-finite" in err
+    assert read_label_logprobs({}, (1,))[1] == "engine returned no label logprobs"
