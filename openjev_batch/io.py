@@ -80,14 +80,9 @@ def _records(path: Path, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, 
         pos += len(recs)
 
 
-def read_rows(
-    path: str | Path, questions: Any = None, keep: tuple[str, ...] = (), chunk_rows: int = 100_000
-) -> Iterator[list[Row | RowError]]:
-    """Yield chunks of parsed rows in input order. Duplicate ids become RowErrors (the first one wins).
-
-    Raises InputFileError for a missing, empty or wrong-extension file, or a `--keep` column that
-    does not exist (Parquet: checked against the schema up front).
-    """
+def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
+    """Whole-file checks done before any model loads. Raises InputFileError for a missing, empty or
+    wrong-extension file, or a `--keep` column missing from a Parquet schema."""
     path = Path(path)
     if path.suffix.lower() not in JSONL_EXT + PARQUET_EXT:
         raise InputFileError(f"{path}: unknown extension {path.suffix!r}; use .parquet or .jsonl")
@@ -102,6 +97,18 @@ def read_rows(
             raise InputFileError(f"{path}: cannot read as Parquet: {e}") from e
         if missing := [k for k in keep if k not in names]:
             raise InputFileError(f"{path}: --keep column(s) not in the input: {', '.join(missing)}")
+    return path
+
+
+def read_rows(
+    path: str | Path, questions: Any = None, keep: tuple[str, ...] = (), chunk_rows: int = 100_000
+) -> Iterator[list[Row | RowError]]:
+    """Yield chunks of parsed rows in input order. Duplicate ids become RowErrors (the first one wins).
+
+    Raises InputFileError for a missing, empty or wrong-extension file, or a `--keep` column that
+    does not exist (Parquet: checked against the schema up front).
+    """
+    path = check_input(path, keep)
     seen: dict[str, int] = {}
     any_rows = False
     for chunk in _records(path, chunk_rows):

@@ -13,9 +13,9 @@ from typing import Any
 
 from .backends import Backend, BackendOptions, BranchResult, load_backend
 from .config import RunConfig, load_questions
-from .io import ResultWriter, read_rows
+from .io import ResultWriter, check_input, read_rows
 from .plan import plan
-from .prompt import Failed, Prompter
+from .prompt import Prompter
 from .readout import read_out
 from .schema import QuestionSpec, Row, RowError
 
@@ -23,7 +23,7 @@ from .schema import QuestionSpec, Row, RowError
 @dataclass(frozen=True)
 class Summary:
     """Counts for one job. Tokens: logical = Σ branch lengths (what a no-reuse run computes);
-    computed = logical − cached (as reported by the backend)."""
+    computed = Σ (branch − cached) + prefix warm-up passes (as reported by the backend)."""
 
     rows: int
     questions: int
@@ -32,16 +32,18 @@ class Summary:
     prefix_tokens: int
     branch_tokens: int
     cached_tokens: int
+    warm_tokens: int
     wall_s: float
     output: str
 
     @property
     def computed_tokens(self) -> int:
-        return self.branch_tokens - self.cached_tokens
+        return self.branch_tokens - self.cached_tokens + self.warm_tokens
 
     @property
     def cache_hit_rate(self) -> float:
-        return self.cached_tokens / self.branch_tokens if self.branch_tokens else 0.0
+        """1 − computed/logical: the share of logical tokens the job did not have to compute."""
+        return 1 - self.computed_tokens / self.branch_tokens if self.branch_tokens else 0.0
 
 
 def _record(row_id: str, kept: dict, qid: str | None, qtype: str | None, **kw: Any) -> dict[str, Any]:
@@ -115,6 +117,8 @@ def run_job(
     Raises OpenjevError subclasses for job-level failures (input unreadable, model not loadable, ...).
     """
     t0 = time.perf_counter()
+    warm0 = backend.warm_tokens if backend is not None else 0
+    check_input(cfg.input, cfg.keep)
     shared = load_questions(cfg.questions_file) if cfg.questions_file else None
     own = backend is None
     if own:
@@ -139,18 +143,11 @@ def run_job(
         n_rows = n_q = n_ok = n_err = pre_tok = br_tok = cached = 0
         for chunk in read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows):
             prompts, failed = [], {}
-            for row in chunk:
-                if isinstance(row, Row):
-                    try:
-                        rp, fails = prompter.build(row)
-                    except Exception as e:  # tokenizer/template trouble on this row only
-                        rp, fails = (
-                            None,
-                            tuple(Failed(q.qid, f"row {row.id}: state: {e}") for q in row.questions),
-                        )
-                    if rp is not None:
-                        prompts.append(rp)
-                    failed.update({(row.pos, f.qid): f.error for f in fails})
+            rows = [r for r in chunk if isinstance(r, Row)]
+            for row, (rp, fails) in zip(rows, prompter.build_many(rows), strict=True):
+                if rp is not None:
+                    prompts.append(rp)
+                failed.update({(row.pos, f.qid): f.error for f in fails})
             results: dict[tuple[int, str], tuple[int, BranchResult]] = {}
             for window in plan(prompts, budget, cfg.max_branches_per_window):
                 for rp, outs in zip(window.rows, backend.prefill(window), strict=True):
@@ -195,4 +192,15 @@ def run_job(
     finally:
         if own:
             backend.close()
-    return Summary(n_rows, n_q, n_ok, n_err, pre_tok, br_tok, cached, time.perf_counter() - t0, str(out))
+    return Summary(
+        n_rows,
+        n_q,
+        n_ok,
+        n_err,
+        pre_tok,
+        br_tok,
+        cached,
+        backend.warm_tokens - warm0,
+        time.perf_counter() - t0,
+        str(out),
+    )

@@ -53,7 +53,7 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run the real `openjev-batch` command (the installed entry point's module) and capture its output."""
-    env = {**os.environ, "COLUMNS": "200"}
+    env = {**os.environ, "COLUMNS": "200", "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
         [sys.executable, "-m", "openjev_batch", *map(str, args)],
         capture_output=True,

@@ -16,8 +16,13 @@ NAMES = tuple(_BACKENDS)
 
 
 def default_backend() -> str:
-    """`sglang` where it is installed, else `hf`."""
-    return "sglang" if importlib.util.find_spec("sglang") is not None else "hf"
+    """`sglang` where it is installed and a GPU is present, else `hf` (sglang on a CPU needs a CPU build of
+    sgl-kernel that PyPI does not ship; the tests use a shim, users pass `--backend sglang` explicitly)."""
+    if importlib.util.find_spec("sglang") is None:
+        return "hf"
+    import torch
+
+    return "sglang" if torch.cuda.is_available() else "hf"
 
 
 def load_backend(name: str, opts: BackendOptions) -> Backend:

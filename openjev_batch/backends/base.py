@@ -8,6 +8,8 @@ Contract (every backend):
   log-softmax at the last position) of that branch's `label_ids`, in the same order, read by token id.
   A missing or non-finite logprob makes that branch's `error` set; it never raises for one branch.
   No token is decoded. The prefix is computed once per distinct prefix and reused (KV / radix cache).
+- `warm_tokens` counts the prefix tokens computed by warm-up passes (not part of any branch), so that
+  computed tokens = Σ (branch prompt − cached) + warm_tokens.
 - `close()` frees the model/engine; backends are context managers.
 Raises BackendError when the model cannot load or the engine dies.
 """
@@ -49,6 +51,7 @@ class BranchResult:
 class Backend(ABC):
     name: str = "?"
     tokenizer: Any
+    warm_tokens: int = 0
 
     @abstractmethod
     def kv_budget_tokens(self) -> int: ...

