@@ -28,7 +28,8 @@ out = Console()
 
 
 def _fail(e: OpenjevError) -> None:
-    err.print(f"[bold red]error:[/] {e}", highlight=False)
+    err.print("[bold red]error:[/] ", end="")
+    err.print(str(e), markup=False, highlight=False)
     raise typer.Exit(EXIT_FAILED)
 
 

@@ -1,0 +1,332 @@
+"""H200 benchmark and parity run for openjev-batch (sglang 0.5.17 kit from ../shared/gpu).
+
+Run on the device machine through `benchmarks/gpu.sh STAGE...` (it installs the kit and sets the env).
+Stages (results merge into $OUT/results.json and /tmp/bench/results.json across calls):
+  parity  CLI `openjev-batch run` with -b sglang and -b hf on the same random 0.6B-shaped bf16 weights and
+          the real Qwen3 tokenizer (32 W1 rows); max |Δ label logprob| via the library on the same window.
+  small   Qwen3-0.6B shape: W1 through the product vs naive N+1 / one-call / transformers batched; W2; W3.
+  big     Qwen3-8B shape (load_format=dummy): W1 through the product vs naive N+1.
+Timings exclude engine start (reported separately); the product's time is run_job end to end:
+read → render → tokenize → plan → prefill → read out → write Parquet.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+WORK = Path("/tmp/bench")
+OUT = Path(os.environ.get("OUT", "/tmp/out"))
+PEAK_TFLOPS = 788.0  # measured bf16 matmul rate on this H200 (../shared/gpu/README.md)
+ENGINE_ARGS = {"sampling_backend": "pytorch", "disable_cuda_graph": True}  # no decode: graphs buy nothing
+SHAPES = {
+    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128),
+    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128),
+}
+
+
+def log(*a):
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
+
+
+def save(results: dict) -> None:
+    p = WORK / "results.json"
+    old = json.loads(p.read_text()) if p.exists() else {}
+    old.update(results)
+    p.write_text(json.dumps(old, indent=1))
+    OUT.mkdir(parents=True, exist_ok=True)
+    shutil.copy(p, OUT / "results.json")
+
+
+def tokenizer_dir() -> Path:
+    d = WORK / "tok"
+    if not (d / "tokenizer.json").exists():
+        d.mkdir(parents=True, exist_ok=True)
+        src = ROOT / ".gpu" / "tok"
+        if not src.exists():
+            src = Path("/tmp/chunks/tok")
+        shutil.copy(src / "tokenizer_config.json", d)
+        with gzip.open(src / "tokenizer.json.gz", "rb") as f, open(d / "tokenizer.json", "wb") as g:
+            shutil.copyfileobj(f, g)
+    return d
+
+
+def make_model(shape: str, weights: bool) -> Path:
+    """A random Qwen3-shaped model folder with the real tokenizer; weights saved (bf16) or config only."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    d = WORK / shape
+    if (d / "config.json").exists():
+        return d
+    d.mkdir(parents=True, exist_ok=True)
+    tok_dir = tokenizer_dir()
+    for f in tok_dir.iterdir():
+        shutil.copy(f, d)
+    tok = AutoTokenizer.from_pretrained(d)
+    cfg = Qwen3Config(vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000, rms_norm_eps=1e-6,
+                      tie_word_embeddings=shape == "qwen3-0.6b", torch_dtype="bfloat16",
+                      eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), **SHAPES[shape])
+    if weights:
+        torch.manual_seed(0)
+        with torch.device("cuda"):
+            m = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+        m.save_pretrained(d)
+        del m
+        torch.cuda.empty_cache()
+    else:
+        cfg.architectures = ["Qwen3ForCausalLM"]
+        cfg.save_pretrained(d)
+    return d
+
+
+def non_embedding_params(shape: str) -> int:
+    s = SHAPES[shape]
+    h, i, n, q, kv, hd = (s[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                                         "num_attention_heads", "num_key_value_heads", "head_dim"))
+    attn = h * q * hd + 2 * h * kv * hd + q * hd * h
+    return n * (attn + 3 * h * i)
+
+
+def roofline_s(shape: str, unique_tokens: int) -> float:
+    """2 × non-embedding params × unique tokens / peak (attention FLOPs left out: short contexts)."""
+    return 2 * non_embedding_params(shape) * unique_tokens / (PEAK_TFLOPS * 1e12)
+
+
+def workloads(tok) -> dict:
+    import workloads as wl
+
+    d = WORK / "wl"
+    d.mkdir(parents=True, exist_ok=True)
+    if not (d / "w3.jsonl").exists():
+        t = time.time()
+        wl.w1(tok, d)
+        wl.w2(tok, d)
+        wl.w3(tok, d)
+        log("workloads built", round(time.time() - t, 1), "s")
+    return {"w1": (d / "w1.jsonl", d / "w1_questions.json"), "w2": (d / "w2.jsonl", None),
+            "w3": (d / "w3.jsonl", d / "w3_questions.json")}
+
+
+def prompts_for(tok, path, qpath):
+    """The product's own branch ids for a workload (for the baselines: identical tokens)."""
+    from openjev_batch.config import load_questions
+    from openjev_batch.io import read_rows
+    from openjev_batch.prompt import Prompter
+
+    pr = Prompter(tok)
+    rows = [r for c in read_rows(path, load_questions(qpath) if qpath else None) for r in c]
+    return [rp for rp, _ in pr.build_many(rows) if rp is not None]
+
+
+def run_product(backend, path, qpath, out) -> dict:
+    from openjev_batch.config import build_config
+    from openjev_batch.pipeline import run_job
+
+    cfg = build_config(input=path, output=out, model="-", backend="sglang", questions_file=qpath, progress=False)
+    t = time.perf_counter()
+    done = [0]
+
+    def tick(branches: int, tokens: int) -> None:
+        done[0] += branches
+        log(f"  {done[0]} branches, {time.perf_counter() - t:.1f} s")
+
+    s = run_job(cfg, backend=backend, on_progress=tick)
+    wall = time.perf_counter() - t
+    return {"s": round(wall, 3), "rows": s.rows, "questions": s.questions, "errors": s.errors,
+            "logical_tokens": s.branch_tokens, "computed_tokens": s.computed_tokens,
+            "cache_hit_rate": round(s.cache_hit_rate, 4)}
+
+
+def flush(engine) -> None:
+    """Empty the radix cache; sglang refuses while requests are still being retired, so retry."""
+    for _ in range(100):
+        r = engine.flush_cache()
+        if getattr(r, "success", True):
+            return
+        time.sleep(0.05)
+    raise RuntimeError("radix cache could not be flushed")
+
+
+def naive(engine, prompts, one_call=False) -> dict:
+    """The baseline the issue names: every prefix in one generate call, then every branch in one call
+    (max_new_tokens=0), token ids as the product builds them. `one_call`: branches only, no warm-up."""
+    pre = {rp.prefix: list(rp.branches[0].label_ids) for rp in prompts}
+    ids = [list(rp.prefix + b.suffix) for rp in prompts for b in rp.branches]
+    labels = [list(b.label_ids) for rp in prompts for b in rp.branches]
+
+    def gen(i, lab):
+        return engine.generate(input_ids=i, sampling_params={"max_new_tokens": 0, "temperature": 0},
+                               return_logprob=True, logprob_start_len=-1, token_ids_logprob=lab)
+
+    flush(engine)
+    t = time.perf_counter()
+    if not one_call:
+        gen([list(p) for p in pre], list(pre.values()))
+    outs = gen(ids, labels)
+    dt = time.perf_counter() - t
+    cached = sum(o["meta_info"]["cached_tokens"] for o in outs)
+    return {"s": round(dt, 3), "branches": len(ids), "cached_tokens": cached}
+
+
+def hf_batched(model_dir, prompts, bs=64) -> dict:
+    """transformers baseline: every branch padded in batches of 64, logits_to_keep=1, no prefix reuse."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
+    flat = [(rp.prefix + b.suffix, b.label_ids) for rp in prompts for b in rp.branches]
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    with torch.no_grad():
+        for i in range(0, len(flat), bs):
+            chunk = flat[i : i + bs]
+            n = max(len(x) for x, _ in chunk)
+            ids = torch.zeros(len(chunk), n, dtype=torch.long, device="cuda")
+            att = torch.zeros_like(ids)
+            for j, (x, _) in enumerate(chunk):  # left padding: the last position is real for every row
+                ids[j, n - len(x) :] = torch.tensor(x)
+                att[j, n - len(x) :] = 1
+            lp = torch.log_softmax(m(input_ids=ids, attention_mask=att, logits_to_keep=1).logits[:, -1].float(), -1)
+            lp.gather(1, torch.tensor([list(lab) for _, lab in chunk], device="cuda")).cpu()
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t
+    del m
+    torch.cuda.empty_cache()
+    return {"s": round(dt, 3), "branches": len(flat)}
+
+
+def start_sglang(model_dir, **extra):
+    from openjev_batch.backends import BackendOptions, load_backend
+
+    t = time.perf_counter()
+    b = load_backend("sglang", BackendOptions(model=str(model_dir), device="cuda", attention_backend="triton",
+                                              mem_fraction_static=0.8, engine_args={**ENGINE_ARGS, **extra}))
+    return b, round(time.perf_counter() - t, 1)
+
+
+def cli(*args) -> tuple[int, float, str]:
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "openjev_batch", *map(str, args)], capture_output=True, text=True)
+    return r.returncode, round(time.perf_counter() - t, 1), (r.stdout + r.stderr)[-2500:]
+
+
+def stage_parity() -> None:
+    """The product's CLI with both backends on the same bf16 weights; compare label logprobs."""
+    import math
+
+    import pyarrow.parquet as pq
+
+    m = make_model("qwen3-0.6b", weights=True)
+    from transformers import AutoTokenizer
+
+    w = workloads(AutoTokenizer.from_pretrained(m))
+    sub = WORK / "w1_32.jsonl"
+    sub.write_text("".join(open(w["w1"][0]).readlines()[:32]))
+    common = [sub, "-q", w["w1"][1], "-m", m, "--no-progress", "--dtype", "bfloat16"]
+    rc_h, t_h, log_h = cli("run", *common, "-b", "hf", "--device", "cuda", "-o", WORK / "hf.parquet")
+    rc_s, t_s, log_s = cli("run", *common, "-b", "sglang", "--attention-backend", "triton",
+                           "--mem-fraction-static", "0.8", "--engine-arg", "sampling_backend=pytorch",
+                           "--engine-arg", "disable_cuda_graph=true", "-o", WORK / "sg.parquet")
+    log("hf cli", rc_h, t_h, log_h[-800:])
+    log("sglang cli", rc_s, t_s, log_s[-800:])
+    res = {"hf_cli": {"rc": rc_h, "s": t_h}, "sglang_cli": {"rc": rc_s, "s": t_s}}
+    if rc_h == 0 and rc_s == 0:
+        a, b = pq.read_table(WORK / "hf.parquet").to_pylist(), pq.read_table(WORK / "sg.parquet").to_pylist()
+        # raw label logprob = log P_i (renormalised) + log label_mass
+        d = [abs(math.log(p) + math.log(x["label_mass"]) - math.log(q) - math.log(y["label_mass"]))
+             for x, y in zip(a, b, strict=True) for p, q in zip(x["probs"], y["probs"], strict=True)]
+        agree = sum(x["answer"] == y["answer"] for x, y in zip(a, b, strict=True)) / len(a)
+        res["parity"] = {"branches": len(a), "max_abs_logprob_diff": max(d), "mean_abs_logprob_diff": sum(d) / len(d),
+                         "answer_agreement": agree, "cached_tokens_sglang": sum(y["cached_tokens"] for y in b),
+                         "prefix_tokens": sum(y["prefix_tokens"] for y in b)}
+        log("parity", res["parity"])
+    (OUT / "parity_cli.log").write_text(f"== hf ==\n{log_h}\n== sglang ==\n{log_s}\n")
+    save(res)
+
+
+def bench_shape(shape: str, names: list[str], baselines: bool) -> None:
+    from transformers import AutoTokenizer
+
+    weights = shape == "qwen3-0.6b"
+    m = make_model(shape, weights=weights)
+    tok = AutoTokenizer.from_pretrained(m)
+    w = workloads(tok)
+    extra = {} if weights else {"load_format": "dummy"}
+    backend, start_s = start_sglang(m, **extra)
+    res: dict = {f"{shape}/engine_start_s": start_s}
+    log(shape, "engine start", start_s)
+    try:
+        # warm up kernels (triton autotune, flashinfer JIT) on a small slice, outside the timings
+        sub = WORK / "w1_32.jsonl"
+        sub.write_text("".join(open(w["w1"][0]).readlines()[:32]))
+        run_product(backend, sub, w["w1"][1], WORK / "warm.parquet")
+        for name in names:
+            path, q = w[name]
+            t = time.perf_counter()
+            prompts = prompts_for(tok, path, q)
+            host = time.perf_counter() - t
+            from openjev_batch.plan import plan
+
+            unique = sum(x.unique_tokens for x in plan(prompts, 1 << 40, 1 << 40))
+            flush(backend.engine)
+            prod = run_product(backend, path, q, WORK / f"{name}.parquet")
+            r = {"product": prod, "host_prompt_s": round(host, 3), "unique_tokens": unique,
+                 "roofline_s": round(roofline_s(shape, unique), 3)}
+            log(shape, name, "product", prod, "host", round(host, 2), "unique", unique)
+            if baselines:
+                r["naive_n_plus_1"] = naive(backend.engine, prompts)
+                log(shape, name, "naive N+1", r["naive_n_plus_1"])
+                if name == "w1":
+                    r["one_call"] = naive(backend.engine, prompts, one_call=True)
+                    log(shape, name, "one call", r["one_call"])
+            res[f"{shape}/{name}"] = r
+            save(res)
+    finally:
+        backend.close()
+    if weights and baselines and "w1" in names:
+        prompts = prompts_for(tok, *w["w1"])
+        res[f"{shape}/w1"]["transformers_batched"] = hf_batched(m, prompts)
+        log(shape, "w1 transformers", res[f"{shape}/w1"]["transformers_batched"])
+        save(res)
+
+
+def main() -> None:
+    import torch
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    import sglang
+
+    save({"meta": {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "gpu": torch.cuda.get_device_name(0),
+                   "sglang": sglang.__version__, "torch": torch.__version__, "peak_tflops": PEAK_TFLOPS}})
+    for stage in sys.argv[1:]:
+        t = time.time()
+        if stage == "parity":
+            stage_parity()
+        elif stage == "small":
+            bench_shape("qwen3-0.6b", ["w1", "w3", "w2"], baselines=True)
+        elif stage == "small2":
+            bench_shape("qwen3-0.6b", ["w2"], baselines=True)
+        elif stage == "small23":
+            bench_shape("qwen3-0.6b", ["w3", "w2"], baselines=True)
+        elif stage == "big":
+            bench_shape("qwen3-8b", ["w1"], baselines=True)
+        else:
+            raise SystemExit(f"unknown stage {stage}")
+        log("stage", stage, "done in", round(time.time() - t, 1), "s")
+
+
+if __name__ == "__main__":
+    main()
