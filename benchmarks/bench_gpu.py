@@ -29,10 +29,22 @@ OUT = Path(os.environ.get("OUT", "/tmp/out"))
 PEAK_TFLOPS = 788.0  # measured bf16 matmul rate on this H200 (../shared/gpu/README.md)
 ENGINE_ARGS = {"sampling_backend": "pytorch", "disable_cuda_graph": True}  # no decode: graphs buy nothing
 SHAPES = {
-    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                       num_key_value_heads=8, head_dim=128),
-    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-                     num_key_value_heads=8, head_dim=128),
+    "qwen3-0.6b": dict(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+    ),
+    "qwen3-8b": dict(
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+    ),
 }
 
 
@@ -75,9 +87,16 @@ def make_model(shape: str, weights: bool) -> Path:
     for f in tok_dir.iterdir():
         shutil.copy(f, d)
     tok = AutoTokenizer.from_pretrained(d)
-    cfg = Qwen3Config(vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000, rms_norm_eps=1e-6,
-                      tie_word_embeddings=shape == "qwen3-0.6b", torch_dtype="bfloat16",
-                      eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), **SHAPES[shape])
+    cfg = Qwen3Config(
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        rope_theta=1000000,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=shape == "qwen3-0.6b",
+        torch_dtype="bfloat16",
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        **SHAPES[shape],
+    )
     if weights:
         torch.manual_seed(0)
         with torch.device("cuda"):
@@ -93,8 +112,17 @@ def make_model(shape: str, weights: bool) -> Path:
 
 def non_embedding_params(shape: str) -> int:
     s = SHAPES[shape]
-    h, i, n, q, kv, hd = (s[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
-                                         "num_attention_heads", "num_key_value_heads", "head_dim"))
+    h, i, n, q, kv, hd = (
+        s[k]
+        for k in (
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+        )
+    )
     attn = h * q * hd + 2 * h * kv * hd + q * hd * h
     return n * (attn + 3 * h * i)
 
@@ -115,8 +143,11 @@ def workloads(tok) -> dict:
         wl.w2(tok, d)
         wl.w3(tok, d)
         log("workloads built", round(time.time() - t, 1), "s")
-    return {"w1": (d / "w1.jsonl", d / "w1_questions.json"), "w2": (d / "w2.jsonl", None),
-            "w3": (d / "w3.jsonl", d / "w3_questions.json")}
+    return {
+        "w1": (d / "w1.jsonl", d / "w1_questions.json"),
+        "w2": (d / "w2.jsonl", None),
+        "w3": (d / "w3.jsonl", d / "w3_questions.json"),
+    }
 
 
 def prompts_for(tok, path, qpath):
@@ -134,7 +165,9 @@ def run_product(backend, path, qpath, out) -> dict:
     from openjev_batch.config import build_config
     from openjev_batch.pipeline import run_job
 
-    cfg = build_config(input=path, output=out, model="-", backend="sglang", questions_file=qpath, progress=False)
+    cfg = build_config(
+        input=path, output=out, model="-", backend="sglang", questions_file=qpath, progress=False
+    )
     t = time.perf_counter()
     done = [0]
 
@@ -144,9 +177,15 @@ def run_product(backend, path, qpath, out) -> dict:
 
     s = run_job(cfg, backend=backend, on_progress=tick)
     wall = time.perf_counter() - t
-    return {"s": round(wall, 3), "rows": s.rows, "questions": s.questions, "errors": s.errors,
-            "logical_tokens": s.branch_tokens, "computed_tokens": s.computed_tokens,
-            "cache_hit_rate": round(s.cache_hit_rate, 4)}
+    return {
+        "s": round(wall, 3),
+        "rows": s.rows,
+        "questions": s.questions,
+        "errors": s.errors,
+        "logical_tokens": s.branch_tokens,
+        "computed_tokens": s.computed_tokens,
+        "cache_hit_rate": round(s.cache_hit_rate, 4),
+    }
 
 
 def flush(engine) -> None:
@@ -167,8 +206,13 @@ def naive(engine, prompts, one_call=False) -> dict:
     labels = [list(b.label_ids) for rp in prompts for b in rp.branches]
 
     def gen(i, lab):
-        return engine.generate(input_ids=i, sampling_params={"max_new_tokens": 0, "temperature": 0},
-                               return_logprob=True, logprob_start_len=-1, token_ids_logprob=lab)
+        return engine.generate(
+            input_ids=i,
+            sampling_params={"max_new_tokens": 0, "temperature": 0},
+            return_logprob=True,
+            logprob_start_len=-1,
+            token_ids_logprob=lab,
+        )
 
     flush(engine)
     t = time.perf_counter()
@@ -198,7 +242,9 @@ def hf_batched(model_dir, prompts, bs=64) -> dict:
             for j, (x, _) in enumerate(chunk):  # left padding: the last position is real for every row
                 ids[j, n - len(x) :] = torch.tensor(x)
                 att[j, n - len(x) :] = 1
-            lp = torch.log_softmax(m(input_ids=ids, attention_mask=att, logits_to_keep=1).logits[:, -1].float(), -1)
+            lp = torch.log_softmax(
+                m(input_ids=ids, attention_mask=att, logits_to_keep=1).logits[:, -1].float(), -1
+            )
             lp.gather(1, torch.tensor([list(lab) for _, lab in chunk], device="cuda")).cpu()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t
@@ -211,14 +257,24 @@ def start_sglang(model_dir, **extra):
     from openjev_batch.backends import BackendOptions, load_backend
 
     t = time.perf_counter()
-    b = load_backend("sglang", BackendOptions(model=str(model_dir), device="cuda", attention_backend="triton",
-                                              mem_fraction_static=0.8, engine_args={**ENGINE_ARGS, **extra}))
+    b = load_backend(
+        "sglang",
+        BackendOptions(
+            model=str(model_dir),
+            device="cuda",
+            attention_backend="triton",
+            mem_fraction_static=0.8,
+            engine_args={**ENGINE_ARGS, **extra},
+        ),
+    )
     return b, round(time.perf_counter() - t, 1)
 
 
 def cli(*args) -> tuple[int, float, str]:
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "openjev_batch", *map(str, args)], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "openjev_batch", *map(str, args)], capture_output=True, text=True
+    )
     return r.returncode, round(time.perf_counter() - t, 1), (r.stdout + r.stderr)[-2500:]
 
 
@@ -236,21 +292,42 @@ def stage_parity() -> None:
     sub.write_text("".join(open(w["w1"][0]).readlines()[:32]))
     common = [sub, "-q", w["w1"][1], "-m", m, "--no-progress", "--dtype", "bfloat16"]
     rc_h, t_h, log_h = cli("run", *common, "-b", "hf", "--device", "cuda", "-o", WORK / "hf.parquet")
-    rc_s, t_s, log_s = cli("run", *common, "-b", "sglang", "--attention-backend", "triton",
-                           "--mem-fraction-static", "0.8", "--engine-arg", "sampling_backend=pytorch",
-                           "--engine-arg", "disable_cuda_graph=true", "-o", WORK / "sg.parquet")
+    rc_s, t_s, log_s = cli(
+        "run",
+        *common,
+        "-b",
+        "sglang",
+        "--attention-backend",
+        "triton",
+        "--mem-fraction-static",
+        "0.8",
+        "--engine-arg",
+        "sampling_backend=pytorch",
+        "--engine-arg",
+        "disable_cuda_graph=true",
+        "-o",
+        WORK / "sg.parquet",
+    )
     log("hf cli", rc_h, t_h, log_h[-800:])
     log("sglang cli", rc_s, t_s, log_s[-800:])
     res = {"hf_cli": {"rc": rc_h, "s": t_h}, "sglang_cli": {"rc": rc_s, "s": t_s}}
     if rc_h == 0 and rc_s == 0:
         a, b = pq.read_table(WORK / "hf.parquet").to_pylist(), pq.read_table(WORK / "sg.parquet").to_pylist()
         # raw label logprob = log P_i (renormalised) + log label_mass
-        d = [abs(math.log(p) + math.log(x["label_mass"]) - math.log(q) - math.log(y["label_mass"]))
-             for x, y in zip(a, b, strict=True) for p, q in zip(x["probs"], y["probs"], strict=True)]
+        d = [
+            abs(math.log(p) + math.log(x["label_mass"]) - math.log(q) - math.log(y["label_mass"]))
+            for x, y in zip(a, b, strict=True)
+            for p, q in zip(x["probs"], y["probs"], strict=True)
+        ]
         agree = sum(x["answer"] == y["answer"] for x, y in zip(a, b, strict=True)) / len(a)
-        res["parity"] = {"branches": len(a), "max_abs_logprob_diff": max(d), "mean_abs_logprob_diff": sum(d) / len(d),
-                         "answer_agreement": agree, "cached_tokens_sglang": sum(y["cached_tokens"] for y in b),
-                         "prefix_tokens": sum(y["prefix_tokens"] for y in b)}
+        res["parity"] = {
+            "branches": len(a),
+            "max_abs_logprob_diff": max(d),
+            "mean_abs_logprob_diff": sum(d) / len(d),
+            "answer_agreement": agree,
+            "cached_tokens_sglang": sum(y["cached_tokens"] for y in b),
+            "prefix_tokens": sum(y["prefix_tokens"] for y in b),
+        }
         log("parity", res["parity"])
     (OUT / "parity_cli.log").write_text(f"== hf ==\n{log_h}\n== sglang ==\n{log_s}\n")
     save(res)
@@ -282,8 +359,12 @@ def bench_shape(shape: str, names: list[str], baselines: bool) -> None:
             unique = sum(x.unique_tokens for x in plan(prompts, 1 << 40, 1 << 40))
             flush(backend.engine)
             prod = run_product(backend, path, q, WORK / f"{name}.parquet")
-            r = {"product": prod, "host_prompt_s": round(host, 3), "unique_tokens": unique,
-                 "roofline_s": round(roofline_s(shape, unique), 3)}
+            r = {
+                "product": prod,
+                "host_prompt_s": round(host, 3),
+                "unique_tokens": unique,
+                "roofline_s": round(roofline_s(shape, unique), 3),
+            }
             log(shape, name, "product", prod, "host", round(host, 2), "unique", unique)
             if baselines:
                 r["naive_n_plus_1"] = naive(backend.engine, prompts)
@@ -309,8 +390,17 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     import sglang
 
-    save({"meta": {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "gpu": torch.cuda.get_device_name(0),
-                   "sglang": sglang.__version__, "torch": torch.__version__, "peak_tflops": PEAK_TFLOPS}})
+    save(
+        {
+            "meta": {
+                "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "gpu": torch.cuda.get_device_name(0),
+                "sglang": sglang.__version__,
+                "torch": torch.__version__,
+                "peak_tflops": PEAK_TFLOPS,
+            }
+        }
+    )
     for stage in sys.argv[1:]:
         t = time.time()
         if stage == "parity":

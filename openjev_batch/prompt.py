@@ -115,7 +115,12 @@ class Prompter:
                 rendered.append(self.split(self.render(self.body(row))))
             except Exception as e:  # noqa: BLE001 - a bad row never sinks the job
                 rendered.append(e)
-        prefixes = iter(self._encode([r[0] for r in rendered if not isinstance(r, Exception)]))
+        # Rows often share a whole prefix (a few-shot block, one conversation asked several question sets):
+        # tokenize each distinct prefix text once and share its ids.
+        texts = [r[0] for r in rendered if not isinstance(r, Exception)]
+        distinct_prefixes = list(dict.fromkeys(texts))
+        by_text = dict(zip(distinct_prefixes, self._encode(distinct_prefixes), strict=True))
+        prefixes = iter([by_text[t] for t in texts])
         suffix_text: list[dict[str, str]] = [{} for _ in rows]  # per row: qid → suffix text
         for texts, row, r in zip(suffix_text, rows, rendered, strict=True):
             if isinstance(r, Exception):
