@@ -64,6 +64,12 @@ def run(
     chunk_rows: int = typer.Option(100_000, help="Rows read, planned and written per chunk (bounds memory)."),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue from OUT.partial, skipping finished chunks."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Plan only (tokenizer, no model): print token counts."
+    ),
 ) -> None:
     """Answer every question of every row from the model's next-token label logprobs."""
     from .backends import default_backend
@@ -89,7 +95,13 @@ def run(
             chunk_rows=chunk_rows,
             max_branches_per_window=max_branches,
             progress=progress,
+            resume=resume,
         )
+        if dry_run:
+            from .pipeline import dry_run as plan_only
+
+            _print_plan(plan_only(cfg))
+            return
         with Progress(
             TextColumn("[bold]prefill"),
             BarColumn(bar_width=None),
@@ -111,7 +123,7 @@ def run(
     except OpenjevError as e:
         _fail(e)
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted[/]: no output written (the partial file is kept beside the target)")
+        err.print("[yellow]interrupted[/]: finished chunks are kept in OUT.partial; rerun with --resume")
         raise typer.Exit(130) from None
     t = Table(title="openjev-batch run", show_header=False)
     for k, v in [
@@ -131,6 +143,24 @@ def run(
     if s.errors:
         err.print(f"[yellow]{s.errors} question(s) have errors[/]: see the `error` column of {s.output}")
         raise typer.Exit(EXIT_ROW_ERRORS)
+
+
+def _print_plan(p) -> None:
+    t = Table(title="openjev-batch run --dry-run", show_header=False)
+    for k, v in [
+        ("rows", f"{p.rows:,}"),
+        ("questions", f"{p.questions:,}"),
+        ("row/question errors", f"{p.errors:,}"),
+        ("branches", f"{p.branches:,}"),
+        ("logical tokens", f"{p.logical_tokens:,}"),
+        ("unique tokens (computed with prefix reuse)", f"{p.unique_tokens:,}"),
+        ("expected cache hit rate", f"{p.expected_hit_rate:.1%}"),
+        ("windows", f"{p.windows:,}"),
+        ("wall time", f"{p.wall_s:.1f} s"),
+        ("peak RSS", f"{p.peak_rss_mb:,.0f} MiB"),
+    ]:
+        t.add_row(k, v)
+    out.print(t)
 
 
 @app.command()

@@ -21,7 +21,7 @@ class RunConfig(BaseModel):
     backend: str
     questions_file: Path | None = None
     keep: tuple[str, ...] = ()
-    chunk_rows: int = Field(100_000, gt=0)
+    chunk_rows: int = Field(20_000, gt=0)
     max_branches_per_window: int = Field(4096, gt=0)
     kv_budget_tokens: int | None = Field(None, gt=0)
     device: str = "auto"
@@ -33,6 +33,7 @@ class RunConfig(BaseModel):
     context_length: int | None = Field(None, gt=0)
     engine_args: dict[str, Any] = Field(default_factory=dict)
     progress: bool = True
+    resume: bool = False
 
     @field_validator("output")
     @classmethod

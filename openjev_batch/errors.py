@@ -31,3 +31,7 @@ class ModelFetchError(OpenjevError):
 
 class BackendError(OpenjevError):
     """A backend is unknown, not installed, or its model failed to load / the engine died."""
+
+
+class OutputCheckError(OpenjevError):
+    """The output does not hold exactly one row per input row × question; the partial output is kept."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,17 @@ OUTPUT_SCHEMA = pa.schema(
 )
 
 
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json object hook: plain json.loads keeps the last of two equal keys silently (two options with
+    one name would merge); raise instead, naming the key."""
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {dup!r} in a JSON object")
+    return d
+
+
 def _records(path: Path, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
     """Chunks of (position, record) or (position, error text for an unreadable line)."""
     suffix = path.suffix.lower()
@@ -54,14 +66,16 @@ def _records(path: Path, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, 
                 if not raw.strip():
                     continue
                 try:
-                    rec = json.loads(raw.decode("utf-8"))
+                    rec = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
                     if not isinstance(rec, dict):
                         raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
                     chunk.append((pos, rec))
                 except UnicodeDecodeError as e:
                     chunk.append((pos, f"line {lineno}: not valid UTF-8 (byte {e.start})"))
-                except ValueError as e:  # JSONDecodeError is a ValueError
+                except json.JSONDecodeError as e:
                     chunk.append((pos, f"line {lineno}: malformed JSON ({e})"))
+                except ValueError as e:
+                    chunk.append((pos, f"line {lineno}: {e}"))
                 pos += 1
                 if len(chunk) >= chunk_rows:
                     yield chunk
@@ -140,52 +154,100 @@ def questions_ids(questions: Any) -> tuple[str, ...]:
 
 
 class ResultWriter:
-    """Streams result records to ``<path>.partial`` in row groups; `close()` renames it to `path`.
+    """Writes results chunk by chunk so a job can be resumed, and the target appears only when complete.
 
-    Kept columns take the Arrow type inferred from the first chunk; a later value that does not fit
-    that type is written as its JSON text when the column is a string column, else raises ValueError.
+    Each input chunk's records go to ``<out>.partial/part-<chunk>.parquet`` (written to a temporary name,
+    then renamed, so a part is either complete or absent — a SIGKILL leaves no torn file). A manifest
+    records what produced the parts; `--resume` continues only when it matches. `close()` concatenates
+    the parts in chunk order into ``<out>`` (atomic rename) and removes the folder.
+    Kept columns keep the Arrow type of their first non-null values (unified across parts).
+    Raises ConfigError when resuming a partial output made by a different job.
     """
 
-    def __init__(self, path: str | Path, keep: tuple[str, ...] = ()):
+    def __init__(
+        self, path: str | Path, keep: tuple[str, ...] = (), manifest: dict | None = None, resume: bool = False
+    ):
+        from .errors import ConfigError
+
         self.path = Path(path)
         self.partial = self.path.with_name(self.path.name + ".partial")
         self.keep = keep
-        self.schema: pa.Schema | None = None
-        self._writer: pq.ParquetWriter | None = None
         self.rows_written = 0
+        manifest = {**(manifest or {}), "keep": list(keep)}
+        mpath = self.partial / "manifest.json"
+        if resume and mpath.exists():
+            old = json.loads(mpath.read_text())
+            if old != manifest:
+                diff = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
+                raise ConfigError(
+                    f"--resume: {self.partial} was made by a different job (differs in: "
+                    f"{', '.join(diff)}); delete it or rerun without --resume"
+                )
+        else:
+            if self.partial.exists():
+                shutil.rmtree(self.partial)
+            self.partial.mkdir(parents=True)
+            mpath.write_text(json.dumps(manifest))
+        for tmp in self.partial.glob("*.tmp"):
+            tmp.unlink()
 
-    def write(self, records: list[dict[str, Any]]) -> None:
-        if not records:
-            return
+    def part(self, chunk: int) -> Path:
+        return self.partial / f"part-{chunk:06d}.parquet"
+
+    def done(self, chunk: int) -> pa.Table | None:
+        """The finished part of `chunk` (resume), or None."""
+        p = self.part(chunk)
+        return pq.read_table(p) if p.exists() else None
+
+    def write(self, chunk: int, records: list[dict[str, Any]]) -> None:
         cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in OUTPUT_SCHEMA}
-        if self.schema is None:
-            fields = list(OUTPUT_SCHEMA)
-            for k in self.keep:
-                arr = pa.array([r[k] for r in records])
-                fields.append(pa.field(k, pa.string() if pa.types.is_null(arr.type) else arr.type))
-            self.schema = pa.schema(fields)
-            self.partial.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self.partial, self.schema)
         for k in self.keep:
-            t = self.schema.field(k).type
             vals = [r[k] for r in records]
             try:
-                cols[k] = pa.array(vals, type=t)
-            except (pa.ArrowInvalid, pa.ArrowTypeError):
-                if not pa.types.is_string(t):
-                    raise ValueError(f"kept column {k!r} changes type after the first chunk") from None
-                cols[k] = pa.array(
-                    [v if v is None or isinstance(v, str) else json.dumps(v) for v in vals], type=t
-                )
-        self._writer.write_table(pa.table(cols, schema=self.schema))
+                cols[k] = pa.array(vals)
+            except (
+                pa.ArrowInvalid,
+                pa.ArrowTypeError,
+            ):  # mixed types in a JSONL column: keep their JSON text
+                cols[k] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in vals])
+        tmp = self.part(chunk).with_suffix(".tmp")
+        pq.write_table(pa.table(cols), tmp)
+        os.replace(tmp, self.part(chunk))
         self.rows_written += len(records)
 
     def close(self) -> Path:
-        """Finish the file and atomically move it to the target path. Returns the path."""
-        if self._writer is None:  # nothing written: still produce a valid (empty) file
-            self.schema = pa.schema(list(OUTPUT_SCHEMA) + [pa.field(k, pa.string()) for k in self.keep])
-            self.partial.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = pq.ParquetWriter(self.partial, self.schema)
-        self._writer.close()
-        os.replace(self.partial, self.path)
+        """Concatenate the parts into the target path (atomically). Returns the path."""
+        parts = sorted(self.partial.glob("part-*.parquet"))
+        schemas = [pq.read_schema(p) for p in parts]
+        fields = list(OUTPUT_SCHEMA)
+        for k in self.keep:
+            types = [s.field(k).type for s in schemas if not pa.types.is_null(s.field(k).type)]
+            t = types[0] if types else pa.string()
+            if any(x != t for x in types):
+                t = pa.string()  # a column whose type changed between chunks: written as text
+            fields.append(pa.field(k, t))
+        schema = pa.schema(fields)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with pq.ParquetWriter(tmp, schema) as w:
+            for p in parts:
+                t = pq.read_table(p)
+                cols = []
+                for f in schema:
+                    c = t.column(f.name)
+                    if c.type != f.type:
+                        c = (
+                            c.cast(f.type)
+                            if not pa.types.is_string(f.type) or pa.types.is_null(c.type)
+                            else pa.array(
+                                [
+                                    None if v is None else (v if isinstance(v, str) else json.dumps(v))
+                                    for v in c.to_pylist()
+                                ],
+                                pa.string(),
+                            )
+                        )
+                    cols.append(c)
+                w.write_table(pa.Table.from_arrays(cols, schema=schema))
+        os.replace(tmp, self.path)
+        shutil.rmtree(self.partial)
         return self.path

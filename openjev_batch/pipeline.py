@@ -6,15 +6,21 @@ ran the rows in. Every input row × question appears exactly once, answered or w
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .backends import Backend, BackendOptions, BranchResult, load_backend
 from .config import RunConfig, load_questions
+from .errors import BackendError, OutputCheckError
 from .io import ResultWriter, check_input, read_rows
-from .plan import plan
+from .plan import Window, plan
 from .prompt import Prompter
 from .readout import read_out
 from .schema import QuestionSpec, Row, RowError
@@ -108,16 +114,77 @@ def _answer_record(row: Row, q: QuestionSpec, prefix_len: int, res: BranchResult
     )
 
 
+def prefill_window(backend: Backend, window: Window) -> list[list[BranchResult]]:
+    """`backend.prefill` with fault isolation: an engine error or out-of-memory on a window is retried on
+    its two halves, down to single rows; a row that still fails gets the error on each of its branches.
+    A dead engine (BackendError from `backend.check_alive()`) ends the job."""
+    try:
+        return backend.prefill(window)
+    except (BackendError, RuntimeError, ValueError) as e:  # torch's OutOfMemoryError is a RuntimeError
+        backend.check_alive()
+        if len(window.rows) == 1:
+            r = window.rows[0]
+            msg = f"{type(e).__name__}: {e}"[:500]
+            return [
+                [
+                    BranchResult((math.nan,) * len(b.label_ids), len(r.prefix) + len(b.suffix), 0, msg)
+                    for b in r.branches
+                ]
+            ]
+        return [res for half in window.halves() for res in prefill_window(backend, half)]
+
+
+def _chunk_records(
+    chunk,
+    prompter: Prompter,
+    backend: Backend,
+    cfg: RunConfig,
+    budget: int,
+    on_progress: Callable[[int, int], None] | None,
+) -> list[dict[str, Any]]:
+    """One input chunk → its output records, in input order (rows, then each row's questions)."""
+    prompts, failed = [], {}
+    rows = [r for r in chunk if isinstance(r, Row)]
+    for row, (rp, fails) in zip(rows, prompter.build_many(rows), strict=True):
+        if rp is not None:
+            prompts.append(rp)
+        failed.update({(row.pos, f.qid): f.error for f in fails})
+    results: dict[tuple[int, str], tuple[int, BranchResult]] = {}
+    for window in plan(prompts, budget, cfg.max_branches_per_window):
+        for rp, outs in zip(window.rows, prefill_window(backend, window), strict=True):
+            for b, res in zip(rp.branches, outs, strict=True):
+                results[(rp.pos, b.qid)] = (len(rp.prefix), res)
+        if on_progress:
+            on_progress(window.n_branches, window.logical_tokens)
+    records = []
+    for row in chunk:
+        if isinstance(row, RowError):
+            records.extend(
+                _record(row.id, row.kept, qid, None, error=row.error) for qid in row.qids or (None,)
+            )
+            continue
+        for q in row.questions:
+            key = (row.pos, q.qid)
+            if key in failed:
+                opts = list(q.options) if isinstance(q, QuestionSpec) else None
+                records.append(_record(row.id, row.kept, q.qid, q.type, error=failed[key], options=opts))
+            else:
+                plen, res = results[key]
+                records.append(_answer_record(row, q, plen, res))
+    return records
+
+
 def run_job(
     cfg: RunConfig, backend: Backend | None = None, on_progress: Callable[[int, int], None] | None = None
 ) -> Summary:
     """Run one job end to end and return its Summary. `backend` may be passed in (tests, eval) and is then
     not closed here. `on_progress(branches_done, tokens_done)` is called after each window.
+    With `cfg.resume`, chunks already in the partial output are not run again.
 
-    Raises OpenjevError subclasses for job-level failures (input unreadable, model not loadable, ...).
+    Raises OpenjevError subclasses for job-level failures (input unreadable, model not loadable, engine
+    dead, output count check failed); the partial output is then kept for `--resume`.
     """
     t0 = time.perf_counter()
-    warm0 = backend.warm_tokens if backend is not None else 0
     check_input(cfg.input, cfg.keep)
     shared = load_questions(cfg.questions_file) if cfg.questions_file else None
     own = backend is None
@@ -136,71 +203,118 @@ def run_job(
                 engine_args=dict(cfg.engine_args),
             ),
         )
+    warm0 = backend.warm_tokens
     try:
         prompter = Prompter(backend.tokenizer)
         budget = cfg.kv_budget_tokens or backend.kv_budget_tokens()
-        writer = ResultWriter(cfg.output, cfg.keep)
-        n_rows = n_q = n_ok = n_err = pre_tok = br_tok = cached = 0
-        for chunk in read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows):
-            prompts, failed = [], {}
-            rows = [r for r in chunk if isinstance(r, Row)]
-            for row, (rp, fails) in zip(rows, prompter.build_many(rows), strict=True):
-                if rp is not None:
-                    prompts.append(rp)
-                failed.update({(row.pos, f.qid): f.error for f in fails})
-            results: dict[tuple[int, str], tuple[int, BranchResult]] = {}
-            for window in plan(prompts, budget, cfg.max_branches_per_window):
-                for rp, outs in zip(window.rows, backend.prefill(window), strict=True):
-                    for b, res in zip(rp.branches, outs, strict=True):
-                        results[(rp.pos, b.qid)] = (len(rp.prefix), res)
-                if on_progress:
-                    on_progress(window.n_branches, window.logical_tokens)
-            records = []
-            for row in chunk:
-                n_rows += 1
-                if isinstance(row, RowError):
-                    for qid in row.qids or (None,):
-                        records.append(_record(row.id, row.kept, qid, None, error=row.error))
-                    continue
-                for q in row.questions:
-                    key = (row.pos, q.qid)
-                    if key in failed:
-                        records.append(
-                            _record(
-                                row.id,
-                                row.kept,
-                                q.qid,
-                                q.type,
-                                error=failed[key],
-                                options=list(q.options) if isinstance(q, QuestionSpec) else None,
-                            )
-                        )
-                    else:
-                        plen, res = results[key]
-                        records.append(_answer_record(row, q, plen, res))
-                        pre_tok += plen
-                        br_tok += res.prompt_tokens
-                        cached += res.cached_tokens
-            for r in records:
-                n_q += 1
-                if r["error"]:
-                    n_err += 1
-                else:
-                    n_ok += 1
-            writer.write(records)
+        st = Path(cfg.input).stat()
+        manifest = {
+            "input": str(Path(cfg.input).resolve()),
+            "input_size": st.st_size,
+            "input_mtime": st.st_mtime,
+            "questions": str(cfg.questions_file),
+            "model": cfg.model,
+            "backend": cfg.backend,
+            "chunk_rows": cfg.chunk_rows,
+        }
+        writer = ResultWriter(cfg.output, cfg.keep, manifest, resume=cfg.resume)
+        n_rows = expected = 0
+        tables = []
+        for i, chunk in enumerate(read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows)):
+            n_rows += len(chunk)
+            expected += sum(max(1, len(r.qids if isinstance(r, RowError) else r.questions)) for r in chunk)
+            done = writer.done(i) if cfg.resume else None
+            if done is None:
+                writer.write(i, _chunk_records(chunk, prompter, backend, cfg, budget, on_progress))
+                done = writer.done(i)
+            tables.append(done.select(["error", "prefix_tokens", "branch_tokens", "cached_tokens"]))
+        stats = pa.concat_tables(tables) if tables else None
+        if stats is None or stats.num_rows != expected:
+            got = 0 if stats is None else stats.num_rows
+            raise OutputCheckError(
+                f"count check failed: {n_rows} input rows need {expected} output rows, "
+                f"the partial output has {got}; rerun with --resume"
+            )
         out = writer.close()
     finally:
         if own:
             backend.close()
+    ok = pc.is_null(stats.column("error"))
+    answered = stats.filter(ok)
+    total = int(pc.sum(answered.column("branch_tokens")).as_py() or 0)
+    cached = int(pc.sum(answered.column("cached_tokens")).as_py() or 0)
     return Summary(
-        n_rows,
-        n_q,
-        n_ok,
-        n_err,
-        pre_tok,
-        br_tok,
-        cached,
-        backend.warm_tokens - warm0,
-        time.perf_counter() - t0,
-        str(out),
+        rows=n_rows,
+        questions=stats.num_rows,
+        answered=answered.num_rows,
+        errors=stats.num_rows - answered.num_rows,
+        prefix_tokens=int(pc.sum(answered.column("prefix_tokens")).as_py() or 0),
+        branch_tokens=total,
+        cached_tokens=cached,
+        warm_tokens=backend.warm_tokens - warm0,
+        wall_s=time.perf_counter() - t0,
+        output=str(out),
+    )
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """What `--dry-run` reports: token counts of the planned job (no model). Tokens in tokens, RSS in MiB."""
+
+    rows: int
+    questions: int
+    errors: int
+    branches: int
+    logical_tokens: int
+    unique_tokens: int
+    windows: int
+    wall_s: float
+    peak_rss_mb: float
+
+    @property
+    def expected_hit_rate(self) -> float:
+        return 1 - self.unique_tokens / self.logical_tokens if self.logical_tokens else 0.0
+
+
+def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
+    """Read → prompt → plan the whole job with the model's tokenizer only, chunk by chunk (memory stays
+    bounded by `chunk_rows`). Unique tokens are the planner's LCP count per window (see plan.py).
+    Raises the same job-level errors as `run_job` for bad input or an unloadable tokenizer."""
+    import resource
+
+    from transformers import AutoTokenizer
+
+    from .errors import BackendError as _BE
+
+    t0 = time.perf_counter()
+    check_input(cfg.input, cfg.keep)
+    shared = load_questions(cfg.questions_file) if cfg.questions_file else None
+    if tokenizer is None:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+        except Exception as e:
+            raise _BE(f"cannot load the tokenizer of {cfg.model!r}: {e}") from e
+    prompter = Prompter(tokenizer)
+    budget = cfg.kv_budget_tokens or 1 << 20
+    rows = questions = errors = branches = logical = unique = windows = 0
+    for chunk in read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows):
+        rows += len(chunk)
+        good = [r for r in chunk if isinstance(r, Row)]
+        for r in chunk:
+            n = max(1, len(r.qids)) if isinstance(r, RowError) else len(r.questions)
+            questions += n
+            errors += n if isinstance(r, RowError) else 0
+        prompts = []
+        for rp, fails in prompter.build_many(good):
+            errors += len(fails)
+            if rp is not None:
+                prompts.append(rp)
+        for w in plan(prompts, budget, cfg.max_branches_per_window):
+            windows += 1
+            branches += w.n_branches
+            logical += w.logical_tokens
+            unique += w.unique_tokens
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB → MiB
+    return PlanSummary(
+        rows, questions, errors, branches, logical, unique, windows, time.perf_counter() - t0, rss
     )

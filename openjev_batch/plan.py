@@ -53,6 +53,14 @@ class Window:
     def unique_tokens(self) -> int:
         return sum(self.new_prefix_tokens) + sum(len(b.suffix) for r in self.rows for b in r.branches)
 
+    def halves(self) -> tuple[Window, Window]:
+        """Split in two (for retrying a failed window); the second half's first row counts its whole prefix."""
+        h = len(self.rows) // 2
+        return (
+            Window(self.rows[:h], self.new_prefix_tokens[:h]),
+            Window(self.rows[h:], (len(self.rows[h].prefix),) + self.new_prefix_tokens[h + 1 :]),
+        )
+
     @property
     def n_branches(self) -> int:
         return sum(len(r.branches) for r in self.rows)

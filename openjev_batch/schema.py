@@ -153,7 +153,13 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
             c = raw["criteria"]
             if isinstance(c, str) and c[:1] in "[{":
                 c = json.loads(c)
-            if isinstance(c, list) and c and all(isinstance(p, tuple) for p in c):
+            if isinstance(c, list) and c and all(isinstance(p, tuple) for p in c):  # an Arrow map column
+                names = [p[0] for p in c]
+                if len(set(names)) != len(names):
+                    dup = next(n for n in names if names.count(n) > 1)
+                    return QuestionError(
+                        qid, raw.get("type"), f"{where}.criteria: duplicate option name {dup!r}"
+                    )
                 c = dict(c)
             raw = {**raw, "criteria": c}
         q = _Question.model_validate(raw)

@@ -59,6 +59,9 @@ class Backend(ABC):
     @abstractmethod
     def prefill(self, window: Window) -> list[list[BranchResult]]: ...
 
+    def check_alive(self) -> None:  # noqa: B027 - optional hook
+        """Raise BackendError when the engine is dead (called after a failed window)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         pass
 

@@ -159,6 +159,10 @@ class SGLangBackend(Backend):
             results.append(row)
         return results
 
+    def check_alive(self) -> None:
+        """A one-token request; raises BackendError when the engine no longer answers."""
+        self._generate([[self.tokenizer.eos_token_id or 0]], [[0]])
+
     def close(self) -> None:
         eng, self.engine = getattr(self, "engine", None), None
         if eng is not None:
