@@ -98,9 +98,11 @@ class Prompter:
     def _encode(self, texts: list[str]) -> list[tuple[int, ...]]:
         # One batched call: the Rust tokenizer spreads a batch over all cores (~5 ms per 1,000-token
         # prefix on one core would otherwise dominate the host side).
-        if not texts:
-            return []
-        return [tuple(x) for x in self.tok(texts, add_special_tokens=False)["input_ids"]]
+        # Slices of 1,000: a batch's intermediate encodings (offsets, token strings) cost ~50 KB a row.
+        out: list[tuple[int, ...]] = []
+        for i in range(0, len(texts), 1000):
+            out.extend(tuple(x) for x in self.tok(texts[i : i + 1000], add_special_tokens=False)["input_ids"])
+        return out
 
     def build(self, row: Row) -> tuple[RowPrompt | None, tuple[Failed, ...]]:
         """One row; see `build_many`."""
