@@ -1,7 +1,7 @@
-"""`sglang`: `sglang.Engine` in-process, prefill only, N+1 over the radix cache.
+"""`sglang`: `sglang.Engine` in-process, prefill only, each prefix computed once through the radix cache.
 
-Per window: one `generate` call with each distinct prefix (the warm-up that puts it in the radix cache),
-then one call with every branch (prefix + suffix ids), so each branch computes only its suffix.
+Per window: one `generate` call with the first branch of each distinct prefix (it puts the prefix in the
+radix cache and is answered too), then one call with every other branch, which computes only its suffix.
 Every request — warm-ups included — carries `token_ids_logprob`: a batch that mixes requests with and
 without it crashes the scheduler (sgl-project/sglang#34719, open). No token is decoded:
 `max_new_tokens=0` on sglang ≥ 0.5.17 (measured 25 % faster than 1 on an H200), else 1. Logprobs are
@@ -124,40 +124,29 @@ class SGLangBackend(Backend):
         return outs if isinstance(outs, list) else [outs]
 
     def prefill(self, window: Window) -> list[list[BranchResult]]:
-        # N+1, step 1: one request per distinct prefix (rows are prefix-sorted: repeats are adjacent).
-        # Each warm-up carries token_ids_logprob as well (#34719).
-        warm, warm_labels, last = [], [], None
-        for r in window.rows:
-            if r.prefix != last:
-                warm.append(list(r.prefix))
-                warm_labels.append(list(r.branches[0].label_ids))
-                last = r.prefix
-        for o in self._generate(warm, warm_labels):
-            m = o.get("meta_info", {})
-            self.warm_tokens += int(m.get("prompt_tokens", 0)) - int(m.get("cached_tokens", 0))
-        # Step 2: every branch in one call; the radix cache serves each prefix.
-        ids, labels, lens = [], [], []
-        for r in window.rows:
-            for b in r.branches:
-                ids.append(list(r.prefix + b.suffix))
-                labels.append(list(b.label_ids))
-        lens = [len(x) for x in ids]
-        outs = self._generate(ids, labels)
-        results: list[list[BranchResult]] = []
-        it = iter(zip(outs, labels, lens, strict=True))
-        for r in window.rows:
-            row = []
-            for _ in r.branches:
-                o, lab, n = next(it)
+        """Two `generate` calls per window. Call 1 carries, for each distinct prefix, the first branch
+        that uses it (its answer is read too, so a row with N questions costs N requests, not N+1: the
+        prefix is still prefilled once); call 2 carries every other branch, whose prefix is then in the
+        radix cache. Every request carries `token_ids_logprob` (#34719)."""
+        ids = [[list(r.prefix + b.suffix) for b in r.branches] for r in window.rows]
+        first, rest, last = [], [], None
+        for i, r in enumerate(window.rows):
+            for j in range(len(r.branches)):
+                (first if j == 0 and r.prefix != last else rest).append((i, j))
+            last = r.prefix
+        results: list[list[BranchResult | None]] = [[None] * len(r.branches) for r in window.rows]
+        for keys in (first, rest):
+            if not keys:
+                continue
+            outs = self._generate([ids[i][j] for i, j in keys],
+                                  [list(window.rows[i].branches[j].label_ids) for i, j in keys])
+            for (i, j), o in zip(keys, outs, strict=True):
                 meta = o.get("meta_info", {})
-                vals, err = read_label_logprobs(meta, tuple(lab))
-                row.append(
-                    BranchResult(
-                        vals, int(meta.get("prompt_tokens", n)), int(meta.get("cached_tokens", 0)), err
-                    )
-                )
-            results.append(row)
-        return results
+                vals, err = read_label_logprobs(meta, window.rows[i].branches[j].label_ids)
+                n = len(ids[i][j])
+                results[i][j] = BranchResult(vals, int(meta.get("prompt_tokens", n)),
+                                             int(meta.get("cached_tokens", 0)), err)
+        return results  # type: ignore[return-value]
 
     def check_alive(self) -> None:
         """A one-token request; raises BackendError when the engine no longer answers."""
