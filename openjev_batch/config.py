@@ -42,6 +42,15 @@ class RunConfig(BaseModel):
             raise ValueError(f"output must be a .parquet file, got {v}")
         return v
 
+    @field_validator("keep")
+    @classmethod
+    def _keep(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        from .io import OUTPUT_SCHEMA
+
+        if clash := [k for k in v if k in OUTPUT_SCHEMA.names]:
+            raise ValueError(f"{', '.join(clash)} already output column(s); rename the input column")
+        return v
+
     @field_validator("backend")
     @classmethod
     def _backend(cls, v: str) -> str:

@@ -73,8 +73,8 @@ def lcp(a: Sequence[int], b: Sequence[int]) -> int:
         return 0
     if a[:n] == b[:n]:
         return n
-    diff = np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64)
-    return int(diff.argmax())
+    diff = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
+    return int(diff[0]) if diff.size else n  # equal values in different sequence types (tuple vs list)
 
 
 def plan(rows: Iterable[RowPrompt], kv_budget_tokens: int, max_branches: int = 4096) -> list[Window]:

@@ -87,7 +87,7 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
     p = write_jsonl(
         tmp_path / "in.jsonl",
         [
-            {"id": "ok", "state": "fine", "questions": q},
+            {"id": "ok", "state": "fine", "questions": q, "src": "a"},
             {"id": "T7", "state": "x", "questions": bad_q},
             "{not json",
             {"id": "empty", "state": [], "questions": q},
@@ -95,8 +95,8 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
         ],
     )
     out = tmp_path / "o.parquet"
-    r = cli("run", p, "-o", out, "-m", tiny_model, "-b", "hf", "--no-progress")
-    assert r.returncode == 3, r.stderr
+    r = cli("run", p, "-o", out, "-m", tiny_model, "-b", "hf", "--no-progress", "--keep", "src")
+    assert r.returncode == 3, r.stderr  # --keep with an unreadable line: its kept cells are null
     df = pl.read_parquet(out)
     got = {(a, b): e for a, b, e in df.select("id", "question_id", "error").iter_rows()}
     assert got[("T7", "u")] == "row T7: questions.u.criteria: score needs 2–64 levels, got 1"
@@ -104,6 +104,7 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
     assert got[("2", None)].startswith("row 2: line 3: malformed JSON")
     assert got[("empty", "u")] == got[("empty", "c")] == "row empty: state: empty conversation"
     assert df.height == 2 + 2 + 1 + 2 + 2
+    assert df["src"].to_list()[:2] == ["a", "a"] and df["src"].null_count() == df.height - 2
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ def test_lcp():
     assert lcp((1, 2), (1, 2, 3)) == 2
     assert lcp((), (1,)) == 0
     assert lcp((5,), (6,)) == 0
+    assert lcp((1, 2, 3), [1, 2]) == 2 and lcp([7, 8], (7, 9)) == 1
 
 
 def test_shared_prefixes_become_adjacent_and_are_counted_once():
