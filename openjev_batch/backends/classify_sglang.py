@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import json
 import os
@@ -27,6 +26,8 @@ from ..errors import BackendError
 from ..plan import Window
 from ..sglang_models import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE
 from .base import BackendOptions
+from .sglang import engine_kwargs as engine_kwargs_base
+from .sglang import import_sglang
 
 ENV = "SGLANG_EXTERNAL_MODEL_PACKAGE"
 
@@ -58,37 +59,7 @@ def _import_error(submodule: str) -> str:
 def engine_kwargs(opts: BackendOptions, ckpt: Checkpoint) -> dict[str, Any]:
     """`sglang.Engine` arguments for a classifier: is_embedding, CPU defaults, user options, engine args, and
     for an overridden architecture whose engine name differs (Qwen3.5) the `architectures` override."""
-    device = opts.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    kw: dict[str, Any] = dict(
-        model_path=opts.model,
-        device=device,
-        tp_size=opts.tp_size,
-        dp_size=opts.dp_size,
-        log_level="warning",
-        random_seed=0,
-        skip_tokenizer_init=True,
-        is_embedding=True,
-    )
-    if device == "cpu":
-        # sglang's CPU path: native attention, no CUDA graphs, float32, a fixed KV pool.
-        os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-        kw.update(
-            attention_backend="torch_native",
-            disable_cuda_graph=True,
-            dtype="float32",
-            mem_fraction_static=0.05,
-            max_total_tokens=65_536,
-        )
-    for k in ("attention_backend", "mem_fraction_static", "context_length"):
-        if getattr(opts, k) is not None:
-            kw[k] = getattr(opts, k)
-    if opts.dtype != "auto":
-        kw["dtype"] = opts.dtype
-    kw.update(opts.engine_args)
+    kw = engine_kwargs_base(opts, is_embedding=True)
     override = OVERRIDES.get(ckpt.architecture)
     if override and override[2]:
         extra = kw.get("json_model_override_args") or {}
@@ -102,18 +73,9 @@ class SGLangClassifier(ClassifierBackend):
     warm_prefixes = True  # N+1 warm-up of shared prefixes (off: benchmarks' baseline)
 
     def __init__(self, opts: BackendOptions, ckpt: Checkpoint, batch_tokens: int = 16_384):
-        try:
-            import sglang
-            from sglang.srt.server_args import ServerArgs
-        except ImportError as e:
-            raise BackendError(
-                f"the sglang backend needs sglang installed ({e}); use --backend hf, or run scripts/install.sh"
-            ) from e
+        sglang = import_sglang()
         from transformers import AutoTokenizer
 
-        fields = {f.name for f in dataclasses.fields(ServerArgs)}
-        if unknown := sorted(set(opts.engine_args) - fields):
-            raise BackendError(f"unknown sglang engine arg(s): {', '.join(unknown)}")
         self.labels = ckpt.labels
         kw = engine_kwargs(opts, ckpt)
         override = OVERRIDES.get(ckpt.architecture)

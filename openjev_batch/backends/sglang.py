@@ -45,53 +45,68 @@ def read_label_logprobs(
     return vals, (f"missing or non-finite logprob for label token(s) {missing}" if missing else None)
 
 
+def import_sglang():
+    """Import sglang or raise BackendError saying how to get it."""
+    try:
+        import sglang
+    except ImportError as e:
+        raise BackendError(
+            f"the sglang backend needs sglang installed ({e}); use --backend hf, or run scripts/install.sh"
+        ) from e
+    return sglang
+
+
+def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
+    """`sglang.Engine` keyword arguments from the user's options: prefill-only defaults, sglang's CPU path
+    when there is no GPU, the named options, `extra` (e.g. is_embedding), then `--engine-arg`s, which win.
+    Raises BackendError for an engine arg that `ServerArgs` does not have (never silently ignored)."""
+    from sglang.srt.server_args import ServerArgs
+
+    fields = {f.name for f in dataclasses.fields(ServerArgs)}
+    if unknown := sorted(set(opts.engine_args) - fields):
+        raise BackendError(f"unknown sglang engine arg(s): {', '.join(unknown)}")
+    device = opts.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    kw: dict[str, Any] = dict(
+        model_path=opts.model,
+        device=device,
+        tp_size=opts.tp_size,
+        dp_size=opts.dp_size,
+        log_level="warning",
+        random_seed=0,
+        skip_tokenizer_init=True,
+    )
+    if device == "cpu":
+        # sglang's CPU path: native attention, no CUDA graphs, float32, a fixed KV pool (else sized from RAM).
+        os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+        kw.update(
+            attention_backend="torch_native",
+            disable_cuda_graph=True,
+            dtype="float32",
+            mem_fraction_static=0.05,
+            max_total_tokens=65_536,
+        )
+    for k in ("attention_backend", "mem_fraction_static", "context_length"):
+        if getattr(opts, k) is not None:
+            kw[k] = getattr(opts, k)
+    if opts.dtype != "auto":
+        kw["dtype"] = opts.dtype
+    kw.update(extra)
+    kw.update(opts.engine_args)
+    return kw
+
+
 class SGLangBackend(Backend):
     name = "sglang"
 
     def __init__(self, opts: BackendOptions):
-        try:
-            import sglang
-            from sglang.srt.server_args import ServerArgs
-        except ImportError as e:
-            raise BackendError(
-                f"the sglang backend needs sglang installed ({e}); use --backend hf, or run "
-                "scripts/install.sh"
-            ) from e
+        sglang = import_sglang()
         from transformers import AutoTokenizer
 
-        fields = {f.name for f in dataclasses.fields(ServerArgs)}
-        if unknown := sorted(set(opts.engine_args) - fields):
-            raise BackendError(f"unknown sglang engine arg(s): {', '.join(unknown)}")
-        device = opts.device
-        if device == "auto":
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        kw: dict[str, Any] = dict(
-            model_path=opts.model,
-            device=device,
-            tp_size=opts.tp_size,
-            dp_size=opts.dp_size,
-            log_level="warning",
-            random_seed=0,
-            skip_tokenizer_init=True,
-        )
-        if device == "cpu":
-            # sglang's CPU path: native attention, no CUDA graphs, float32, a fixed KV pool (else sized from RAM).
-            os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-            kw.update(
-                attention_backend="torch_native",
-                disable_cuda_graph=True,
-                dtype="float32",
-                mem_fraction_static=0.05,
-                max_total_tokens=65_536,
-            )
-        for k in ("attention_backend", "mem_fraction_static", "context_length"):
-            if getattr(opts, k) is not None:
-                kw[k] = getattr(opts, k)
-        if opts.dtype != "auto":
-            kw["dtype"] = opts.dtype
-        kw.update(opts.engine_args)
+        kw = engine_kwargs(opts)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(opts.model)
         except Exception as e:
@@ -138,14 +153,16 @@ class SGLangBackend(Backend):
         for keys in (first, rest):
             if not keys:
                 continue
-            outs = self._generate([ids[i][j] for i, j in keys],
-                                  [list(window.rows[i].branches[j].label_ids) for i, j in keys])
+            outs = self._generate(
+                [ids[i][j] for i, j in keys], [list(window.rows[i].branches[j].label_ids) for i, j in keys]
+            )
             for (i, j), o in zip(keys, outs, strict=True):
                 meta = o.get("meta_info", {})
                 vals, err = read_label_logprobs(meta, window.rows[i].branches[j].label_ids)
                 n = len(ids[i][j])
-                results[i][j] = BranchResult(vals, int(meta.get("prompt_tokens", n)),
-                                             int(meta.get("cached_tokens", 0)), err)
+                results[i][j] = BranchResult(
+                    vals, int(meta.get("prompt_tokens", n)), int(meta.get("cached_tokens", 0)), err
+                )
         return results  # type: ignore[return-value]
 
     def check_alive(self) -> None:
