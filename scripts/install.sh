@@ -21,7 +21,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   $PIP install -q "torch==2.13.0" || $PIP install -q --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0"
 fi
 $PIP install -q "transformers==5.12.1" "tokenizers==0.22.2"
-$PIP install -q -e "$HERE[dev,models]"
+$PIP install -q -e "$HERE[dev,models,ray]"
 if [ "$WITH_SGLANG" = 1 ]; then
   $PIP install -q --no-deps "sglang==0.5.19" "torchvision==0.28.0"
   $PIP install -q aiohttp einops fastapi interegular msgspec ninja orjson packaging \
