@@ -174,6 +174,15 @@ def _chunk_records(
     return records
 
 
+def job_manifest(cfg: RunConfig) -> dict[str, Any]:
+    """What identifies a job's partial output; `--resume` continues only a partial with the same manifest
+    (single-machine and Ray runs write the same one, so either can resume the other)."""
+    st = Path(cfg.input).stat()
+    return {"input": str(Path(cfg.input).resolve()), "input_size": st.st_size, "input_mtime": st.st_mtime,
+            "questions": str(cfg.questions_file), "model": cfg.model, "backend": cfg.backend,
+            "chunk_rows": cfg.chunk_rows}
+
+
 def run_job(
     cfg: RunConfig, backend: Backend | None = None, on_progress: Callable[[int, int], None] | None = None
 ) -> Summary:
@@ -207,17 +216,7 @@ def run_job(
     try:
         prompter = Prompter(backend.tokenizer)
         budget = cfg.kv_budget_tokens or backend.kv_budget_tokens()
-        st = Path(cfg.input).stat()
-        manifest = {
-            "input": str(Path(cfg.input).resolve()),
-            "input_size": st.st_size,
-            "input_mtime": st.st_mtime,
-            "questions": str(cfg.questions_file),
-            "model": cfg.model,
-            "backend": cfg.backend,
-            "chunk_rows": cfg.chunk_rows,
-        }
-        writer = ResultWriter(cfg.output, cfg.keep, manifest, resume=cfg.resume)
+        writer = ResultWriter(cfg.output, cfg.keep, job_manifest(cfg), resume=cfg.resume)
         n_rows = expected = 0
         tables = []
         for i, chunk in enumerate(read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows)):

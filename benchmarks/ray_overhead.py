@@ -1,0 +1,87 @@
+"""Overhead of `run --ray` against the plain single-machine path on the same workload (issue 8).
+
+Both timings are end to end and include the engine start: the plain path loads its backend in-process,
+the Ray path starts a local cluster, the CPU render actors and `--workers` engine actors. Each Ray output
+is checked to be the plain run's file, value for value.
+
+    # CPU, tiny model (numbers in docs/scale-out.md)
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/ray_overhead.py -m MODEL_DIR -b hf --device cpu --workload w3 --rows 300
+    # one H200 (not run yet): one GPU actor against the plain path, W1 and W3
+    .venv/bin/python benchmarks/ray_overhead.py -m Qwen/Qwen3-0.6B -b sglang --workload w1 --rows 256 --workers 1 \
+        --out benchmarks/results/ray-overhead-h200-w1.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from transformers import AutoTokenizer
+
+sys.path.insert(0, str(Path(__file__).parent))
+from workloads import w1, w3  # noqa: E402
+
+from openjev_batch.config import build_config  # noqa: E402
+from openjev_batch.pipeline import run_job  # noqa: E402
+from openjev_batch.scaleout import RayOptions, run_job_ray  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("-b", "--backend", default="sglang")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--workload", choices=["w1", "w3"], default="w3")
+    ap.add_argument("--rows", type=int, default=300)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1])
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/openjev-ray-overhead"))
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    a.dir.mkdir(parents=True, exist_ok=True)
+    tok = AutoTokenizer.from_pretrained(a.model)
+    inp, qs = (w1 if a.workload == "w1" else w3)(tok, a.dir, rows=a.rows)
+    cfg = build_config(
+        input=inp,
+        questions_file=qs,
+        output=a.dir / "plain.parquet",
+        model=a.model,
+        backend=a.backend,
+        device=a.device,
+        progress=False,
+    )
+    res: dict = {"workload": a.workload, "rows": a.rows, "model": a.model, "backend": a.backend}
+    res["load_avg_1min_before"] = os.getloadavg()[0]
+    t = time.perf_counter()
+    s = run_job(cfg)
+    res["plain_s"] = round(time.perf_counter() - t, 2)
+    res["plain_summary"] = {
+        "branch_tokens": s.branch_tokens,
+        "cached": s.cached_tokens,
+        "warm": s.warm_tokens,
+    }
+    ref = pq.read_table(cfg.output).to_pylist()
+    for w in a.workers:
+        out = a.dir / f"ray-{w}.parquet"
+        t = time.perf_counter()
+        s = run_job_ray(cfg.model_copy(update={"output": out}), RayOptions(workers=w))
+        res[f"ray_{w}_workers_s"] = round(time.perf_counter() - t, 2)
+        res[f"ray_{w}_workers_summary"] = {
+            "branch_tokens": s.branch_tokens,
+            "cached": s.cached_tokens,
+            "warm": s.warm_tokens,
+            "buckets": s.buckets,
+        }
+        res[f"ray_{w}_workers_same_file"] = pq.read_table(out).to_pylist() == ref
+    res["load_avg_1min_after"] = os.getloadavg()[0]
+    print(json.dumps(res, indent=1))
+    if a.out:
+        a.out.write_text(json.dumps(res, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,504 @@
+"""Scale-out on Ray Data: the job of `pipeline.run_job`, scored by a pool of engine actors.
+
+    driver       read_rows (input order, row errors, duplicate ids, --resume); bucket of each row =
+                 hash(its prefix text, input chunk) mod n ─▶ one object-store block per bucket
+    CPU actors   Prompter.build_many (render + tokenize), block by block
+    GPU actors   one backend each (one sglang.Engine); a block = a bucket → the single-machine chunk logic
+                 (plan → prefill_window → read_out)
+    driver       result blocks ─▶ <out>.partial/ray/*.parquet as they arrive ─▶ per input chunk, in input
+                 order, through io.ResultWriter (the same parts, manifest, count check and --resume as a
+                 single-machine run) ─▶ <out>
+
+A row's prefix is the chat template over the instructions and its conversation, so equal conversations
+⇔ equal prefixes: the driver keys rows without a tokenizer, and every row of a prefix (in one input
+chunk) is in one block, so on one engine, which prefills it once. A bucket holds many prefixes so the
+engine still gets full windows. `grouping="groupby"` does the same through
+`groupby(bucket).map_groups(...)` (a hash shuffle: no scoring starts before every row is rendered).
+The output file is the one the single-machine run writes. Ray is imported only when this runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import pickle
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import errors
+from .backends import BackendOptions, load_backend
+from .config import RunConfig, load_questions
+from .errors import BackendError, ConfigError, OpenjevError, OutputCheckError
+from .io import OUTPUT_SCHEMA, ResultWriter, check_input, read_rows
+from .pipeline import Summary, _chunk_records, job_manifest
+from .plan import RowPrompt
+from .prompt import Failed, Prompter
+from .schema import Row, RowError
+
+STAGE_DIR = "ray"  # under <out>.partial/
+_STATS = ["error", "prefix_tokens", "branch_tokens", "cached_tokens"]
+_EXTRA = [("_pos", pa.int64()), ("_qidx", pa.int32()), ("_kept", pa.binary()), ("_warm", pa.int64())]
+STAGE_SCHEMA = pa.schema(list(OUTPUT_SCHEMA) + [pa.field(n, t) for n, t in _EXTRA])
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """How the job spreads over a Ray cluster.
+
+    address: an existing cluster (`ray start --head` / KubeRay; "auto" finds the local one); None starts
+    a local cluster for this job. workers: engine actors, one backend (one `sglang.Engine`) each.
+    gpus_per_worker: None = tp_size×dp_size (sglang) or 1 (hf) when the cluster has GPUs and the device is
+    not cpu, else 0. render_workers: CPU actors that render + tokenize (None = workers).
+    bucket_rows: target rows per bucket (one planner call on one engine); an input chunk has at least
+    4 buckets per worker (or one per row). grouping: "blocks" (the driver ships one block per bucket;
+    rendering and scoring stream) or "groupby" (blocks of `ship_rows` rows, then
+    `groupby(bucket).map_groups`: a shuffle barrier). num_cpus: logical CPUs of a local cluster
+    (None = max(cores, what the actors and the shuffle need)).
+    """
+
+    address: str | None = None
+    workers: int = 1
+    gpus_per_worker: float | None = None
+    cpus_per_worker: float = 1.0
+    render_workers: int | None = None
+    bucket_rows: int = 2048
+    grouping: str = "blocks"
+    ship_rows: int = 1024
+    num_cpus: int | None = None
+
+
+@dataclass(frozen=True)
+class RaySummary(Summary):
+    """`Summary` plus what the Ray run did: rows taken from an earlier run (--resume), engine actors, and
+    the non-empty buckets it scored (one planner call on one engine each)."""
+
+    resumed_rows: int = 0
+    workers: int = 0
+    buckets: int = 0
+
+
+def n_records(row: Row | RowError) -> int:
+    """Output rows one input row produces (one per question; one for a row error without question ids)."""
+    return max(1, len(row.qids)) if isinstance(row, RowError) else len(row.questions)
+
+
+def bucket_of(row: Row | RowError, chunk: int, n_buckets: int) -> int:
+    """Bucket of a row within its input chunk, deterministic across processes and runs. Rows with the
+    same prefix share one: the prefix is the template over the fixed instructions and `Prompter.body(row)`.
+    The chunk number splits a prefix shared by several chunks, as the single-machine planner does (one
+    prefill per chunk). Row errors (nothing to prefill) are spread by position."""
+    if not isinstance(row, Row):
+        return row.pos % n_buckets
+    h = hashlib.blake2b(Prompter.body(row).encode("utf-8", "surrogatepass"), digest_size=8)
+    h.update(int(chunk).to_bytes(8, "little"))
+    return int.from_bytes(h.digest(), "little") % n_buckets
+
+
+def buckets_per_chunk(n_rows: int, workers: int, bucket_rows: int) -> int:
+    """Enough buckets to keep every worker busy (4 each) and to hold about `bucket_rows` rows each."""
+    return max(math.ceil(n_rows / bucket_rows), min(n_rows, 4 * workers), 1)
+
+
+def backend_options(cfg: RunConfig) -> BackendOptions:
+    return BackendOptions(
+        model=cfg.model,
+        device=cfg.device,
+        dtype=cfg.dtype,
+        tp_size=cfg.tp_size,
+        dp_size=cfg.dp_size,
+        mem_fraction_static=cfg.mem_fraction_static,
+        attention_backend=cfg.attention_backend,
+        context_length=cfg.context_length,
+        engine_args=dict(cfg.engine_args),
+    )
+
+
+def _tokenizer(model: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(model)
+    except Exception as e:
+        raise BackendError(f"cannot load the tokenizer of {model!r}: {e}") from e
+
+
+# -- Ray stages (run in actors; plain classes so Ray imports this module by name) ----------------------
+class RenderStage:
+    """CPU actor: render + tokenize a block of rows with the product's Prompter (block in, block out)."""
+
+    def __init__(self, model: str):
+        self.prompter = Prompter(_tokenizer(model))
+
+    def __call__(self, block: pa.Table) -> pa.Table:
+        rows = [pickle.loads(b) for b in block.column("row").to_pylist()]
+        good = [r for r in rows if isinstance(r, Row)]
+        built = {r.pos: b for r, b in zip(good, self.prompter.build_many(good), strict=True)}
+        payload = [
+            pickle.dumps((row, *built.get(row.pos, (None, ()))), protocol=pickle.HIGHEST_PROTOCOL)
+            for row in rows
+        ]
+        return pa.table(
+            {
+                "bucket": block.column("bucket"),
+                "pos": block.column("pos"),
+                "payload": pa.array(payload, pa.binary()),
+            }
+        )
+
+
+class _Prebuilt:
+    """Stands in for the Prompter in `pipeline._chunk_records`: the render stage already built the prompts."""
+
+    def __init__(self, built: dict[int, tuple[RowPrompt | None, tuple[Failed, ...]]]):
+        self.built = built
+
+    def build_many(self, rows: list[Row]) -> list[tuple[RowPrompt | None, tuple[Failed, ...]]]:
+        return [self.built[r.pos] for r in rows]
+
+
+class ScoreStage:
+    """Engine actor: one backend for its lifetime; each call scores one bucket (a block, or a group) with
+    the single-machine chunk logic (plan → prefill with fault isolation → read out) → staged output rows."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.backend = load_backend(cfg.backend, backend_options(cfg))
+        self.budget = cfg.kv_budget_tokens or self.backend.kv_budget_tokens()
+
+    def __call__(self, group: pa.Table) -> pa.Table:
+        items = sorted(
+            (pickle.loads(b) for b in group.column("payload").to_pylist()), key=lambda it: it[0].pos
+        )
+        rows = [it[0] for it in items]
+        warm0 = self.backend.warm_tokens
+        records = _chunk_records(
+            rows,
+            _Prebuilt({it[0].pos: (it[1], it[2]) for it in items}),
+            self.backend,
+            self.cfg,
+            self.budget,
+            None,
+        )
+        return stage_table(records, rows, self.cfg.keep, self.backend.warm_tokens - warm0)
+
+    def __del__(self):
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+
+
+def stage_table(records: list[dict[str, Any]], rows: list, keep: tuple[str, ...], warm: int) -> pa.Table:
+    """Records of `rows` (in their order) → a staged table: the output columns, input position and
+    question index (to restore input order), kept values (pickled: any type survives until the final
+    writer infers it, as in a single-machine run) and the backend's warm-up tokens (on the first row)."""
+    pos = [r.pos for r in rows for _ in range(n_records(r))]
+    qidx = [i for r in rows for i in range(n_records(r))]
+    if len(pos) != len(records):
+        raise RuntimeError(f"{len(records)} records for {len(rows)} rows that need {len(pos)}")
+    cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in OUTPUT_SCHEMA}
+    cols["_pos"] = pa.array(pos, pa.int64())
+    cols["_qidx"] = pa.array(qidx, pa.int32())
+    cols["_kept"] = pa.array([pickle.dumps({k: r[k] for k in keep}) for r in records], pa.binary())
+    cols["_warm"] = pa.array([warm if i == 0 else 0 for i in range(len(records))], pa.int64())
+    return pa.table(cols, schema=STAGE_SCHEMA)
+
+
+# -- staging (<out>.partial/ray/r<run>-<seq>.parquet) ----------------------------------------------------
+def _stage_files(stage: Path) -> list[tuple[int, Path]]:
+    out = []
+    for p in sorted(stage.glob("r*-*.parquet")):
+        try:
+            out.append((int(p.name[1:].split("-")[0]), p))
+        except ValueError:
+            continue
+    return out
+
+
+def read_stage(stage: Path, columns: list[str] | None = None) -> pa.Table:
+    """Staged rows of every earlier run with a `_run` column; for each input position only the rows of
+    the latest run that has it (an older, partial attempt at a row is superseded)."""
+    cols = None if columns is None else sorted(set(columns) | {"_pos"})
+    tables = []
+    for run, p in _stage_files(stage):
+        t = pq.read_table(p, columns=cols)
+        tables.append(t.append_column("_run", pa.array(np.full(t.num_rows, run, np.int64))))
+    if not tables:
+        schema = STAGE_SCHEMA if cols is None else pa.schema([STAGE_SCHEMA.field(c) for c in cols])
+        return schema.empty_table().append_column("_run", pa.array([], pa.int64()))
+    t = pa.concat_tables(tables)
+    pos, runs = t.column("_pos").to_numpy(), t.column("_run").to_numpy()
+    latest = np.zeros(int(pos.max()) + 1, np.int64)
+    np.maximum.at(latest, pos, runs)
+    return t.filter(pa.array(runs == latest[pos]))
+
+
+def _write_stage(stage: Path, run: int, seq: int, table: pa.Table) -> None:
+    p = stage / f"r{run:04d}-{seq:06d}.parquet"
+    tmp = p.with_suffix(".tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, p)  # a staged file is complete or absent
+
+
+def _records_of(table: pa.Table) -> list[dict[str, Any]]:
+    recs = table.select([f.name for f in OUTPUT_SCHEMA] + ["_kept"]).to_pylist()
+    for r in recs:
+        r.update(pickle.loads(r.pop("_kept")))
+    return recs
+
+
+# -- driver ----------------------------------------------------------------------------------------------
+@dataclass
+class _Chunk:
+    index: int
+    start: int
+    expected: np.ndarray  # output rows per input row
+    done: bool  # its part is already in <out>.partial (resume)
+
+
+def _connect(ray, opts: RayOptions, render_workers: int) -> bool:
+    """Join `opts.address` or start a local cluster (True: this call started it and must shut it down).
+    A local cluster declares enough logical CPUs that the actors and the shuffle all get one: with as
+    many as cores, two 1-CPU actors on 2 cores leave the read task none and the job hangs."""
+    if ray.is_initialized():
+        return False
+    kw: dict[str, Any] = dict(logging_level=logging.WARNING, log_to_driver=True)
+    if opts.address:
+        ray.init(address=opts.address, **kw)
+    else:
+        need = math.ceil(opts.workers * opts.cpus_per_worker) + render_workers + 4
+        ray.init(num_cpus=opts.num_cpus or max(os.cpu_count() or 1, need), include_dashboard=False, **kw)
+    return True
+
+
+def _gpus(ray, cfg: RunConfig, opts: RayOptions) -> float:
+    if opts.gpus_per_worker is not None:
+        g = opts.gpus_per_worker
+    elif cfg.device == "cpu" or not ray.cluster_resources().get("GPU", 0):
+        g = 0
+    else:
+        g = cfg.tp_size * cfg.dp_size if cfg.backend == "sglang" else 1
+    if g < 0:
+        raise ConfigError("--gpus-per-worker must be ≥ 0")
+    have = ray.cluster_resources().get("GPU", 0)
+    if g and opts.workers * g > have:
+        raise ConfigError(
+            f"--workers {opts.workers} × --gpus-per-worker {g:g} needs {opts.workers * g:g} GPUs; "
+            f"the Ray cluster has {have:g}"
+        )
+    if g and cfg.backend == "sglang" and cfg.tp_size * cfg.dp_size > g:
+        raise ConfigError(
+            f"sglang with tp_size {cfg.tp_size} × dp_size {cfg.dp_size} needs "
+            f"{cfg.tp_size * cfg.dp_size} GPUs per worker; --gpus-per-worker is {g:g}"
+        )
+    if not g and cfg.device == "cuda":
+        raise ConfigError(
+            "--device cuda with 0 GPUs per worker (the Ray cluster has none, or --gpus-per-worker 0)"
+        )
+    return g
+
+
+def _iter_results(ray, refs: list, cfg: RunConfig, opts: RayOptions, n_buckets: int, gpus: float) -> Iterator:
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    render = opts.render_workers or opts.workers
+    actor_cfg = cfg if gpus else cfg.model_copy(update={"device": "cpu"})  # no GPU reserved: never touch one
+    ds = ray.data.from_arrow_refs(refs).map_batches(
+        RenderStage,
+        fn_constructor_kwargs={"model": cfg.model},
+        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=render),
+        batch_size=None,
+        batch_format="pyarrow",
+        num_cpus=1,
+    )
+    score = dict(
+        fn_constructor_kwargs={"cfg": actor_cfg},
+        compute=ray.data.ActorPoolStrategy(size=opts.workers),
+        batch_format="pyarrow",
+        num_cpus=opts.cpus_per_worker,
+        num_gpus=gpus,
+    )
+    if opts.grouping == "groupby":
+        parts = min(n_buckets, 4 * opts.workers)
+        ds = ds.groupby("bucket", num_partitions=parts).map_groups(ScoreStage, **score)
+    else:  # a block is a bucket: it stays whole from the driver through both actor pools
+        ds = ds.map_batches(ScoreStage, batch_size=None, **score)
+    return ds.iter_batches(batch_size=None, batch_format="pyarrow")
+
+
+def _domain_error(e: Exception) -> OpenjevError:
+    """The OpenjevError an actor raised, recovered from Ray's wrapper (which keeps only its text),
+    else a BackendError with the wrapper's last line."""
+    text = str(e)
+    found = re.findall(r"openjev_batch\.errors\.(\w+): (.*)", text)
+    if found and isinstance(getattr(errors, found[-1][0], None), type):
+        cls = getattr(errors, found[-1][0])
+        if issubclass(cls, OpenjevError):
+            return cls(f"{found[-1][1]} (in a Ray worker; finished rows are kept for --resume)")
+    last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), type(e).__name__)
+    return BackendError(f"the Ray job failed: {type(e).__name__}: {last[:1000]}")
+
+
+def run_job_ray(
+    cfg: RunConfig, opts: RayOptions | None = None, on_progress: Callable[[int, int], None] | None = None
+) -> RaySummary:
+    """Run one job on Ray and return its summary; the output file equals `run_job`'s for the same config.
+    `on_progress(branches_done, tokens_done)` is called as each bucket's results arrive. With
+    `cfg.resume`, chunks finished by any earlier run (single-machine or Ray) and rows staged by an earlier
+    Ray run are not run again. Uses the connected Ray session when there is one (and leaves it open).
+
+    Raises OpenjevError subclasses for job-level failures (Ray missing, bad options, input unreadable,
+    an engine actor that cannot start, output count check failed); the partial output is kept for --resume.
+    """
+    opts = opts or RayOptions()
+    t0 = time.perf_counter()
+    try:
+        import ray
+        import ray.data  # noqa: F401 - the [data] extra
+    except ImportError as e:
+        raise ConfigError(f"--ray needs Ray Data: pip install 'openjev-batch[ray]' ({e})") from None
+    if opts.workers < 1 or opts.bucket_rows < 1 or opts.ship_rows < 1 or opts.cpus_per_worker < 0:
+        raise ConfigError("--workers, bucket_rows and ship_rows must be ≥ 1, cpus_per_worker ≥ 0")
+    if opts.grouping not in ("blocks", "groupby"):
+        raise ConfigError(f"grouping must be blocks or groupby, got {opts.grouping!r}")
+    check_input(cfg.input, cfg.keep)
+    shared = load_questions(cfg.questions_file) if cfg.questions_file else None
+    Prompter(_tokenizer(cfg.model))  # fail here, not in an actor: tokenizer loads and gives its labels
+    writer = ResultWriter(cfg.output, cfg.keep, job_manifest(cfg), resume=cfg.resume)
+    stage = writer.partial / STAGE_DIR
+    stage.mkdir(exist_ok=True)
+    for tmp in stage.glob("*.tmp"):
+        tmp.unlink()
+    old = read_stage(stage, ["_pos"])
+    run = 1 + max((r for r, _ in _stage_files(stage)), default=0)
+    staged = np.bincount(old.column("_pos").to_numpy(), minlength=0) if old.num_rows else np.zeros(0, int)
+
+    chunks: list[_Chunk] = []
+    refs: list = []
+    n_rows = resumed = warm = n_buckets = 0
+    used: set[int] = set()  # non-empty buckets
+    started = _connect(ray, opts, opts.render_workers or opts.workers)
+    try:
+        gpus = _gpus(ray, cfg, opts)
+
+        def ship(rows: list[Row | RowError], buckets: list[int]) -> None:
+            t = {
+                "bucket": pa.array(buckets, pa.int64()),
+                "pos": pa.array([r.pos for r in rows], pa.int64()),
+                "row": pa.array(
+                    [pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL) for r in rows], pa.binary()
+                ),
+            }
+            refs.append(ray.put(pa.table(t)))
+
+        for i, chunk in enumerate(read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows)):
+            n_rows += len(chunk)
+            expected = np.array([n_records(r) for r in chunk], np.int64)
+            done = cfg.resume and writer.part(i).exists()
+            chunks.append(_Chunk(i, chunk[0].pos, expected, done))
+            if done:
+                resumed += len(chunk)
+                continue
+            todo = [
+                r for r, n in zip(chunk, expected, strict=True) if r.pos >= len(staged) or staged[r.pos] != n
+            ]
+            resumed += len(chunk) - len(todo)
+            if not todo:
+                continue
+            k = buckets_per_chunk(len(todo), opts.workers, opts.bucket_rows)
+            buckets = [n_buckets + bucket_of(r, i, k) for r in todo]  # ids unique across chunks
+            n_buckets += k
+            used.update(buckets)
+            if opts.grouping == "groupby":
+                for j in range(0, len(todo), opts.ship_rows):
+                    ship(todo[j : j + opts.ship_rows], buckets[j : j + opts.ship_rows])
+            else:
+                by: dict[int, list[Row | RowError]] = {}
+                for r, b in zip(todo, buckets, strict=True):
+                    by.setdefault(b, []).append(r)
+                for b, rows in by.items():
+                    ship(rows, [b] * len(rows))
+        if refs:
+            it = _iter_results(ray, refs, cfg, opts, n_buckets, gpus)
+            try:
+                for seq, batch in enumerate(it):
+                    if not batch.num_rows:
+                        continue
+                    batch = batch.cast(STAGE_SCHEMA) if batch.schema != STAGE_SCHEMA else batch
+                    _write_stage(stage, run, seq, batch)
+                    warm += int(pc.sum(batch.column("_warm")).as_py() or 0)
+                    if on_progress:
+                        bt = batch.column("branch_tokens")
+                        on_progress(batch.num_rows - bt.null_count, int(pc.sum(bt).as_py() or 0))
+            finally:
+                close = getattr(it, "close", None)
+                if close:
+                    close()
+    except OpenjevError:
+        raise
+    except Exception as e:  # Ray wraps actor failures (model not loadable, engine dead) in its own errors
+        raise _domain_error(e) from e
+    finally:
+        refs.clear()
+        if started:
+            ray.shutdown()
+
+    # assemble: per input chunk, in input order, through the single-machine writer
+    table = read_stage(stage)
+    table = table.sort_by([("_pos", "ascending"), ("_qidx", "ascending")])
+    pos = table.column("_pos").to_numpy()
+    stats = []
+    for ch in chunks:
+        if ch.done:
+            stats.append(writer.done(ch.index).select(_STATS))
+            continue
+        lo, hi = np.searchsorted(pos, [ch.start, ch.start + len(ch.expected)])
+        got = np.bincount(pos[lo:hi] - ch.start, minlength=len(ch.expected))
+        if not np.array_equal(got, ch.expected):
+            bad = int(np.flatnonzero(got != ch.expected)[0]) + ch.start
+            raise OutputCheckError(
+                f"count check failed: input chunk {ch.index} has {int(got.sum())} of its "
+                f"{int(ch.expected.sum())} output rows (first short row: position {bad}); rerun with --resume"
+            )
+        part = table.slice(lo, hi - lo)
+        writer.write(ch.index, _records_of(part))
+        stats.append(part.select(_STATS))
+    st = pa.concat_tables(stats) if stats else None
+    expected = int(sum(c.expected.sum() for c in chunks))
+    if st is None or st.num_rows != expected:
+        raise OutputCheckError(
+            f"count check failed: {n_rows} input rows need {expected} output rows, "
+            f"the partial output has {0 if st is None else st.num_rows}; rerun with --resume"
+        )
+    out = writer.close()
+    answered = st.filter(pc.is_null(st.column("error")))
+
+    def total(col: str) -> int:
+        return int(pc.sum(answered.column(col)).as_py() or 0)
+
+    return RaySummary(
+        rows=n_rows,
+        questions=st.num_rows,
+        answered=answered.num_rows,
+        errors=st.num_rows - answered.num_rows,
+        prefix_tokens=total("prefix_tokens"),
+        branch_tokens=total("branch_tokens"),
+        cached_tokens=total("cached_tokens"),
+        warm_tokens=warm,
+        wall_s=time.perf_counter() - t0,
+        output=str(out),
+        resumed_rows=resumed,
+        workers=opts.workers,
+        buckets=len(used),
+    )
