@@ -1,0 +1,179 @@
+"""`openjev-batch eval`: metrics against hand-computed values, benchmark conversion, reproducible sampling,
+temperature scaling, and the hand-written MMLU-Pro fixture end to end on the tiny model."""
+
+import hashlib
+import json
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import EXAMPLES, ROOT, cli
+
+from openjev_batch import evaluate as ev
+
+FIX = ROOT / "evals" / "fixtures"
+TEST, DEV = FIX / "mmlu_pro_test.jsonl", FIX / "mmlu_pro_validation.jsonl"
+
+
+def test_wilson_interval_hand_computed():
+    # 7/10: p = .7, z² = 3.841459; centre (.7 + .192073)/1.384146 = .644483, half 1.416013·√(.021 + .009604)
+    assert ev.wilson(7, 10) == pytest.approx((0.396778, 0.892209), abs=1e-6)
+    assert ev.wilson(0, 10) == pytest.approx((0.0, 3.841459 / 13.841459), abs=1e-6)  # upper = z²/(n + z²)
+    assert ev.wilson(10, 10) == pytest.approx((10 / 13.841459, 1.0), abs=1e-6)
+    assert ev.wilson(0, 0) == (0.0, 1.0)
+
+
+# Five yes/no answers (P = [p_true, p_false], gold 0 = true): predictions true, true, false, true, true
+BIN_P = np.array([[0.95, 0.05], [0.95, 0.05], [0.38, 0.62], [0.62, 0.38], [0.62, 0.38]])
+BIN_Y = np.array([0, 1, 1, 0, 1])
+
+
+def test_binary_brier_ece_nll_hand_computed():
+    m = ev.metrics(BIN_P, BIN_Y, binary=True)
+    assert (m["n"], m["correct"], m["accuracy"]) == (5, 3, 0.6)
+    # Brier: (.05² + .95² + .38² + .38² + .62²)/5 = 1.5782/5
+    assert m["brier"] == pytest.approx(0.31564, abs=1e-12)
+    # top-label confidences .95 .95 .62 .62 .62: bin (14/15, 1] n=2 acc 1/2 → |.5 − .95| = .45;
+    # bin (9/15, 10/15] n=3 acc 2/3 → |.6667 − .62| = .04667; ECE = 2/5·.45 + 3/5·.04667 = .208
+    assert m["ece"] == pytest.approx(0.208, abs=1e-12)
+    full = [b for b in m["bins"] if b["n"]]
+    assert [(b["lo"], b["n"]) for b in full] == [(9 / 15, 3), (14 / 15, 2)]
+    # over p_true: .95 ×2 (1 of 2 true: .45), .38 (0 true: .38), .62 ×2 (1 of 2 true: .12) → 1.52/5
+    assert m["ece_p_true"] == pytest.approx(0.304, abs=1e-12)
+    assert m["nll"] == pytest.approx(-(math.log(0.95 * 0.05 * 0.62 * 0.62 * 0.38)) / 5, abs=1e-12)
+    assert m["mean_p_answer_right"] == pytest.approx((0.95 + 0.62 + 0.62) / 3)
+    assert m["mean_p_answer_wrong"] == pytest.approx((0.95 + 0.62) / 2)
+
+
+def test_bins_are_right_closed():
+    # bins ((m−1)/15, m/15]: an edge m/15 belongs to bin m (0-based m−1), 0 goes to the first bin
+    _, bins = ev.reliability(np.array([0.6, 0.2, 1.0, 0.0, 1 / 15]), np.ones(5))
+    assert [(round(b["hi"] * 15), b["n"]) for b in bins if b["n"]] == [(1, 2), (3, 1), (9, 1), (15, 1)]
+
+
+def test_multiclass_brier_on_ragged_options():
+    P = ev.pad([[0.7, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25]])
+    m = ev.metrics(P, np.array([0, 2]), binary=False)
+    # (.3² + .2² + .1²) = .14 and (3·.25² + .75²) = .75 → mean .445
+    assert m["brier"] == pytest.approx(0.445, abs=1e-12)
+    assert m["accuracy"] == 0.5  # a uniform row answers its first option (as the product does), not C
+
+
+def test_temperature_fit_has_the_closed_form_optimum():
+    # ten answers all at p = .9, 7 right: NLL is least where sigmoid(ln 9 / T) = .7 → T = ln 9 / ln(7/3)
+    P = np.tile([0.9, 0.1], (10, 1))
+    y = np.array([0] * 7 + [1] * 3)
+    t = ev.fit_temperature(P, y)
+    assert t == pytest.approx(math.log(9) / math.log(7 / 3), rel=1e-6)
+    assert ev.scale(P, t)[0, 0] == pytest.approx(0.7, abs=1e-6)
+    assert ev.scale(ev.pad([[0.5, 0.3, 0.2], [1.0]]), 2.0)[1].tolist() == [1.0, 0.0, 0.0]  # padding stays 0
+
+
+def test_mmlu_pro_fixture_conversion_and_fewshot_block():
+    items, fmt = ev.to_items(ev.read_records(TEST))
+    assert fmt == "mmlu-pro" and len(items) == 8
+    dup = next(it for it in items if it.id == "103")
+    assert ev.option_names(dup.options) == ["10", "16", "25", "32", "64", "32 (2)"] and dup.gold == 3
+    dev, _ = ev.to_items(ev.read_records(DEV))
+    blocks = ev.fewshot_blocks({"math", "history"}, dev, 2)
+    assert blocks["math"] == (
+        "The following are multiple choice questions (with answers) about math.\n\n"
+        "Question: What is 3 plus 4?\nOptions:\nA. 5\nB. 6\nC. 7\nD. 8\nAnswer: C\n\n"
+        "Question: What is 10 divided by 2?\nOptions:\nA. 2\nB. 5\nC. 8\nD. 20\nAnswer: B"
+    )
+    assert blocks["history"].count("Question:") == 1  # only one dev row in that category
+    rows = ev.build_rows(items, ev.fewshot_blocks({"math", "biology", "history"}, None, 0))
+    r = rows[0]
+    assert r["state"] == "The following is a multiple choice question about math."
+    assert r["questions"]["answer"]["criteria"] == dict.fromkeys(["54", "56", "58", "64", "48", "72", "49",
+                                                                  "63", "65", "57"])  # fmt: skip
+    assert (r["gold"], r["category"]) == (1, "math")
+    with pytest.raises(ValueError, match="disagrees with answer_index"):
+        ev.to_items([{"question_id": 1, "question": "q", "options": ["a", "b"], "answer": "A",
+                      "answer_index": 1, "category": "c"}])  # fmt: skip
+
+
+def test_mmlu_and_boolq_formats():
+    recs = [{"question": f"q{i}", "subject": s, "choices": ["w", "x", "", "x"], "answer": 1}
+            for i, s in enumerate(["anatomy", "anatomy", "virology"])]  # fmt: skip
+    items, fmt = ev.to_items(recs)
+    assert fmt == "mmlu" and [it.id for it in items] == ["anatomy-0000", "anatomy-0001", "virology-0000"]
+    assert ev.option_names(items[0].options) == ["w", "x", "(empty)", "x (2)"]
+    assert ev.fewshot_blocks({"high_school_biology"}, None, 0)["high_school_biology"].endswith(
+        "about high school biology."
+    )
+    b, fmt = ev.to_items([{"question": "is water wet", "passage": "Water.", "answer": False}])
+    assert fmt == "boolq" and b[0].gold == 1 and b[0].question["instructions"] == "Is water wet?"
+    n, fmt = ev.to_items(ev.read_records(EXAMPLES / "boolq_sample.jsonl"))
+    assert fmt == "noul" and len(n) == 20 and n[0].id == "boolq-val-00000" and n[0].gold == 1
+
+
+def test_sample_is_seeded_nested_and_in_file_order():
+    items, _ = ev.to_items(ev.read_records(TEST))
+    ids = [it.id for it in items]
+    s3 = [it.id for it in ev.sample(items, 3, 42)]
+    assert s3 == [it.id for it in ev.sample(list(reversed(items)), 3, 42)][::-1]  # file order kept
+    assert s3 == sorted(s3, key=ids.index) and len(set(s3)) == 3
+    # the documented definition: the N lowest sha256("<seed>:<id>")
+    assert set(s3) == set(sorted(ids, key=lambda i: hashlib.sha256(f"42:{i}".encode()).digest())[:3])
+    assert set(ev.sample(items, 2, 42)) < set(ev.sample(items, 3, 42))
+    assert s3 != [it.id for it in ev.sample(items, 3, 7)]
+    assert ev.sample(items, None, 42) == items
+
+
+def test_eval_mmlu_pro_fixture_end_to_end(tiny_model, tmp_path):
+    out = tmp_path / "ev"
+    r = cli(
+        "eval", TEST, "-o", out, "-m", tiny_model, "-b", "hf", "--shots", "2", "--dev", DEV, "--no-progress"
+    )
+    assert r.returncode == 0, r.stderr
+    assert "per category" in r.stdout and "overall" in r.stdout and "ECE" in r.stdout
+    rep = json.loads((out / "report.json").read_text())
+    df = pl.read_parquet(out / "predictions.parquet")
+    assert (
+        df.height == 8
+        and df["error"].null_count() == 8
+        and df["question_id"].unique().to_list() == ["answer"]
+    )
+    # the report's numbers are those of the per-question output
+    hits = [max(range(len(p)), key=p.__getitem__) == g for p, g in zip(df["probs"], df["gold"], strict=True)]
+    assert rep["overall"]["correct"] == sum(hits) and rep["overall"]["ci95"] == list(ev.wilson(sum(hits), 8))
+    assert {c: v["n"] for c, v in rep["categories"].items()} == {"biology": 3, "history": 2, "math": 3}
+    assert rep["mean_label_mass"] == pytest.approx(df["label_mass"].mean())
+    assert rep["dataset"]["shots_short"] == ["history"] and rep["run"]["backend"] == "hf"
+    # one few-shot prefix per category, computed once: computed = Σ(branch − cached) + one warm-up per prefix
+    prefixes = df.group_by("category").agg(
+        pl.col("prefix_tokens").n_unique().alias("k"), pl.col("prefix_tokens").first()
+    )
+    assert prefixes["k"].to_list() == [1, 1, 1]
+    assert (df["cached_tokens"] == df["prefix_tokens"]).all()
+    assert (
+        rep["run"]["computed_tokens"]
+        == (df["branch_tokens"] - df["cached_tokens"]).sum() + prefixes["prefix_tokens"].sum()
+    )
+    assert (out / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| biology | 3 |" in (out / "report.md").read_text()
+    bad = cli("eval", TEST, "-o", tmp_path / "bad", "-m", tiny_model, "-b", "hf", "--shots", "2")
+    assert bad.returncode == 4 and "--shots needs --dev" in bad.stderr
+
+
+def test_eval_yes_no_sample_is_reproducible_with_temperature(tiny_model, hf_backend, tmp_path):
+    opts = {"model": str(tiny_model), "backend": "hf", "progress": False}
+    kw = dict(n_sample=10, seed=3, calibrate=0.5, backend=hf_backend)
+    a = ev.run_eval(EXAMPLES / "boolq_sample.jsonl", tmp_path / "a", opts, **kw)
+    b = ev.run_eval(EXAMPLES / "boolq_sample.jsonl", tmp_path / "b", opts, **kw)
+    ev.run_eval(EXAMPLES / "boolq_sample.jsonl", tmp_path / "c", opts, **{**kw, "seed": 4})
+    ids = [
+        pl.read_parquet(d / "predictions.parquet")["id"].to_list() for d in (tmp_path / "a", tmp_path / "c")
+    ]
+    assert len(ids[0]) == 10 and ids[0] != ids[1]
+    assert [a[k] for k in ("overall", "temperature", "categories")] == [
+        b[k] for k in ("overall", "temperature", "categories")
+    ]
+    assert a["kind"] == "yes/no" and "ece_p_true" in a["overall"] and len(a["overall"]["bins"]) == 15
+    t = a["temperature"]
+    assert (t["n_fit"], t["n_eval"]) == (5, 5) and t["T"] > 0
+    assert t["after"]["accuracy"] == t["before"]["accuracy"]  # scaling never changes the argmax
+    # re-scoring the folder without a model gives the same numbers
+    assert ev.rescore(tmp_path / "a")["overall"] == a["overall"]
