@@ -62,6 +62,26 @@ def test_sglang_matches_hf_and_reuses_prefix(sglang_backend, hf_backend):
 
 
 @pytest.mark.sglang
+def test_sglang_matches_hf_on_64_questions_and_64_options(sglang_backend, hf_backend, qwen3_tok):
+    """The limits: a row with 64 questions, a question with 64 options (labels A…Z, AA…), real label ids."""
+    from openjev_batch.prompt import Prompter
+    from openjev_batch.schema import parse_row
+
+    pr = Prompter(qwen3_tok)
+    many_q = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"} for i in range(64)}
+    many_o = {"big": {"type": "choice", "instructions": "Pick one.", "criteria": {f"o{k}": None for k in range(64)}}}
+    rows = [parse_row(0, {"id": "a", "state": "A long day at the office.", "questions": many_q}),
+            parse_row(1, {"id": "b", "state": [{"role": "user", "content": "hi"}], "questions": many_o})]
+    prompts = [rp for rp, fails in pr.build_many(rows) if not fails]
+    assert [len(rp.branches) for rp in prompts] == [64, 1] and len(prompts[1].branches[0].label_ids) == 64
+    (w,) = plan(prompts, 1_000_000)
+    a, b = hf_backend.prefill(w), sglang_backend.prefill(w)
+    diffs = [abs(p - q) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True)
+             for p, q in zip(x.logprobs, y.logprobs, strict=True)]
+    assert len(diffs) == 64 * 2 + 64 and max(diffs) <= 1e-4
+
+
+@pytest.mark.sglang
 def test_sglang_every_request_carries_token_ids_logprob(sglang_backend, monkeypatch):
     """Regression for sgl-project/sglang#34719: rows sharing no prefix, warm-ups included."""
     calls = []
