@@ -12,10 +12,12 @@ read → render → tokenize → plan → prefill → read out → write Parquet
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -186,6 +188,47 @@ def run_product(backend, path, qpath, out) -> dict:
         "computed_tokens": s.computed_tokens,
         "cache_hit_rate": round(s.cache_hit_rate, 4),
     }
+
+
+@contextlib.contextmanager
+def profiled(name: str):
+    """py-spy (if carried: /tmp/pyspy/bin/py-spy) samples this process and its engine subprocesses
+    while the block runs; collapsed stacks → $OUT/<name>.prof.gz (read with benchmarks/prof_summary.py)."""
+    exe = Path("/tmp/pyspy/bin/py-spy")
+    if not exe.exists():
+        yield
+        return
+    raw = WORK / f"{name}.prof"
+    p = subprocess.Popen(
+        [
+            str(exe),
+            "record",
+            "--pid",
+            str(os.getpid()),
+            "--subprocesses",
+            "--nonblocking",
+            "-r",
+            "200",
+            "-f",
+            "raw",
+            "-o",
+            str(raw),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.5)  # attach
+    try:
+        yield
+    finally:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+        if raw.exists():
+            with open(raw, "rb") as f, gzip.open(OUT / f"{name}.prof.gz", "wb") as g:
+                shutil.copyfileobj(f, g)
 
 
 def flush(engine) -> None:
@@ -383,6 +426,114 @@ def bench_shape(shape: str, names: list[str], baselines: bool) -> None:
         save(res)
 
 
+def set_pipeline(backend, groups: int, depth: int) -> None:
+    backend.groups_per_window, backend.depth = groups, depth
+
+
+def stage_prof(knobs: dict | None = None, tag: str = "") -> None:
+    """0.6B: W1 through the product with the pipeline off (1 group) and on (groups × depth variants),
+    naive N+1 on the same ids, W1 and W2 product runs under py-spy; `knobs`: extra engine args."""
+    from transformers import AutoTokenizer
+
+    shape = "qwen3-0.6b"
+    m = make_model(shape, weights=True)
+    tok = AutoTokenizer.from_pretrained(m)
+    w = workloads(tok)
+    backend, start_s = start_sglang(m, **(knobs or {}))
+    key = f"{shape}/prof{tag}"
+    res: dict = {key: {"engine_start_s": start_s, "knobs": knobs or {}}}
+    r = res[key]
+    try:
+        sub = WORK / "w1_32.jsonl"
+        sub.write_text("".join(open(w["w1"][0]).readlines()[:32]))
+        run_product(backend, sub, w["w1"][1], WORK / "warm.parquet")
+        prompts = prompts_for(tok, *w["w1"])
+        variants = [(1, 1), (8, 2), (4, 2), (16, 2), (16, 3)] if not knobs else [(1, 1), (8, 2)]
+        for groups, depth in variants:
+            set_pipeline(backend, groups, depth)
+            flush(backend.engine)
+            r[f"w1_product_g{groups}_d{depth}"] = run_product(backend, *w["w1"], WORK / "w1.parquet")
+            log(key, "w1 product", groups, depth, r[f"w1_product_g{groups}_d{depth}"])
+            save(res)
+        r["w1_naive_n_plus_1"] = naive(backend.engine, prompts)
+        log(key, "w1 naive", r["w1_naive_n_plus_1"])
+        save(res)
+        if not knobs:
+            set_pipeline(backend, 8, 2)
+            flush(backend.engine)
+            with profiled("w1_product"):
+                r["w1_product_profiled"] = run_product(backend, *w["w1"], WORK / "w1.parquet")
+            flush(backend.engine)
+            with profiled("w1_naive"):
+                r["w1_naive_profiled"] = naive(backend.engine, prompts)
+            save(res)
+        for groups, depth in [(1, 1), (8, 2)]:
+            set_pipeline(backend, groups, depth)
+            flush(backend.engine)
+            ctx = (
+                profiled("w2_product")
+                if (groups, depth) == (8, 2) and not knobs
+                else contextlib.nullcontext()
+            )
+            with ctx:
+                r[f"w2_product_g{groups}_d{depth}"] = run_product(backend, *w["w2"], WORK / "w2.parquet")
+            log(key, "w2 product", groups, depth, r[f"w2_product_g{groups}_d{depth}"])
+            save(res)
+        if not knobs:
+            r["w2_naive_n_plus_1"] = naive(backend.engine, prompts_for(tok, *w["w2"]))
+            log(key, "w2 naive", r["w2_naive_n_plus_1"])
+            save(res)
+    finally:
+        backend.close()
+
+
+def stage_big() -> None:
+    """8B shape, W1: the product with the pipeline off and on, naive N+1."""
+    from transformers import AutoTokenizer
+
+    shape = "qwen3-8b"
+    m = make_model(shape, weights=False)
+    tok = AutoTokenizer.from_pretrained(m)
+    w = workloads(tok)
+    backend, start_s = start_sglang(m, load_format="dummy")
+    key = f"{shape}/w1-pipeline"
+    res: dict = {key: {"engine_start_s": start_s}}
+    r = res[key]
+    try:
+        sub = WORK / "w1_32.jsonl"
+        sub.write_text("".join(open(w["w1"][0]).readlines()[:32]))
+        run_product(backend, sub, w["w1"][1], WORK / "warm.parquet")
+        prompts = prompts_for(tok, *w["w1"])
+        unique = sum(
+            x.unique_tokens
+            for x in __import__("openjev_batch.plan", fromlist=["plan"]).plan(prompts, 1 << 40, 1 << 40)
+        )
+        r["unique_tokens"], r["roofline_s"] = unique, round(roofline_s(shape, unique), 3)
+        for groups, depth in [(8, 2), (1, 1), (16, 2)]:
+            set_pipeline(backend, groups, depth)
+            flush(backend.engine)
+            r[f"product_g{groups}_d{depth}"] = run_product(backend, *w["w1"], WORK / "w1.parquet")
+            log(key, "product", groups, depth, r[f"product_g{groups}_d{depth}"])
+            save(res)
+        r["naive_n_plus_1"] = naive(backend.engine, prompts)
+        log(key, "naive", r["naive_n_plus_1"])
+        save(res)
+        set_pipeline(backend, 8, 2)
+        flush(backend.engine)
+        with profiled("w1_8b_product"):
+            r["product_profiled"] = run_product(backend, *w["w1"], WORK / "w1.parquet")
+        save(res)
+    finally:
+        backend.close()
+
+
+KNOBS = {
+    "k-chunk32k": {"chunked_prefill_size": 32768, "max_prefill_tokens": 32768},
+    "k-nooverlap": {"disable_overlap_schedule": True},
+    "k-fcfs": {"schedule_policy": "fcfs"},
+}
+
+
 def main() -> None:
     import torch
 
@@ -413,6 +564,12 @@ def main() -> None:
             bench_shape("qwen3-0.6b", ["w3", "w2"], baselines=True)
         elif stage == "big":
             bench_shape("qwen3-8b", ["w1"], baselines=True)
+        elif stage == "prof":
+            stage_prof()
+        elif stage == "big2":
+            stage_big()
+        elif stage in KNOBS:
+            stage_prof(KNOBS[stage], tag="-" + stage)
         else:
             raise SystemExit(f"unknown stage {stage}")
         log("stage", stage, "done in", round(time.time() - t, 1), "s")

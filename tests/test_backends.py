@@ -69,15 +69,23 @@ def test_sglang_matches_hf_on_64_questions_and_64_options(sglang_backend, hf_bac
 
     pr = Prompter(qwen3_tok)
     many_q = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"} for i in range(64)}
-    many_o = {"big": {"type": "choice", "instructions": "Pick one.", "criteria": {f"o{k}": None for k in range(64)}}}
-    rows = [parse_row(0, {"id": "a", "state": "A long day at the office.", "questions": many_q}),
-            parse_row(1, {"id": "b", "state": [{"role": "user", "content": "hi"}], "questions": many_o})]
+    many_o = {
+        "big": {"type": "choice", "instructions": "Pick one.", "criteria": {f"o{k}": None for k in range(64)}}
+    }
+    rows = [
+        parse_row(0, {"id": "a", "state": "A long day at the office.", "questions": many_q}),
+        parse_row(1, {"id": "b", "state": [{"role": "user", "content": "hi"}], "questions": many_o}),
+    ]
     prompts = [rp for rp, fails in pr.build_many(rows) if not fails]
     assert [len(rp.branches) for rp in prompts] == [64, 1] and len(prompts[1].branches[0].label_ids) == 64
     (w,) = plan(prompts, 1_000_000)
     a, b = hf_backend.prefill(w), sglang_backend.prefill(w)
-    diffs = [abs(p - q) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True)
-             for p, q in zip(x.logprobs, y.logprobs, strict=True)]
+    diffs = [
+        abs(p - q)
+        for ra, rb in zip(a, b, strict=True)
+        for x, y in zip(ra, rb, strict=True)
+        for p, q in zip(x.logprobs, y.logprobs, strict=True)
+    ]
     assert len(diffs) == 64 * 2 + 64 and max(diffs) <= 1e-4
 
 
@@ -85,18 +93,21 @@ def test_sglang_matches_hf_on_64_questions_and_64_options(sglang_backend, hf_bac
 def test_sglang_every_request_carries_token_ids_logprob(sglang_backend, monkeypatch):
     """Regression for sgl-project/sglang#34719: rows sharing no prefix, warm-ups included."""
     calls = []
-    real = sglang_backend.engine.generate
+    real = sglang_backend.engine.async_generate
 
-    def spy(**kw):
+    async def spy(**kw):
         calls.append(kw)
-        return real(**kw)
+        return await real(**kw)
 
-    monkeypatch.setattr(sglang_backend.engine, "generate", spy)
+    monkeypatch.setattr(sglang_backend.engine, "async_generate", spy)
     rows = make_rows(n_rows=3, seed=5)  # no shared prefix at all
     (w,) = plan(rows, 100_000)
     out = sglang_backend.prefill(w)
-    assert len(calls) == 2  # first branch of each prefix, then the rest
-    assert [len(kw["input_ids"]) for kw in calls] == [3, sum(len(r.branches) for r in rows) - 3]  # N, not N+1
+    n = sum(len(r.branches) for r in rows)
+    # per group of rows: the first branch of each prefix, then the rest — N requests in all, not N+1
+    assert sum(len(kw["input_ids"]) for kw in calls) == n
+    firsts = [kw for kw in calls if len(kw["input_ids"]) == 1]
+    assert len(firsts) >= 3 and len(calls) == 6
     for kw in calls:
         tl = kw["token_ids_logprob"]
         assert len(tl) == len(kw["input_ids"]) and all(t for t in tl)
@@ -115,3 +126,25 @@ def test_read_label_logprobs_by_id_not_position():
     vals, err = read_label_logprobs({"output_token_ids_logprobs": [[(float("-inf"), 30, None)]]}, (30,))
     assert "non-finite" in err
     assert read_label_logprobs({}, (1,))[1] == "engine returned no label logprobs"
+
+
+def test_sglang_groups_keep_prefix_runs_together():
+    """The pipeline's cut (no engine needed): every branch once, a run of rows with one prefix in one group,
+    warm-up = the first branch of each distinct prefix."""
+    from openjev_batch.backends.sglang import SGLangBackend
+
+    shared = make_rows(n_rows=1, n_q=2, seed=3)[0].prefix
+    rows = make_rows(n_rows=6, n_q=3, seed=1)
+    rows = [RowPrompt(i, str(i), shared if 1 <= i <= 4 else r.prefix, r.branches) for i, r in enumerate(rows)]
+    (w,) = plan(rows, 100_000, 10_000)
+    b = SGLangBackend.__new__(SGLangBackend)
+    b.groups_per_window = 4
+    groups = b._groups(w)
+    keys = [k for f, r in groups for k in f + r]
+    assert sorted(keys) == [(i, j) for i in range(6) for j in range(3)]
+    firsts = [k for f, _ in groups for k in f]
+    assert len(firsts) == 3 and all(j == 0 for _, j in firsts)  # 3 distinct prefixes
+    for f, r in groups:  # every row of a group has its prefix warmed in the same group
+        warmed = {w.rows[i].prefix for i, _ in f}
+        assert all(w.rows[i].prefix in warmed for i, _ in r)
+    assert len(groups) >= 2

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Here (no GPU): repack ../shared/gpu's sglang 0.5.17 wheelhouse (two 32 MiB chunks, two device calls) as one
+# installed tree compressed with xz (~36 MB), so one device call carries it with the repo, the Qwen3 tokenizer
+# and py-spy. Writes the git-ignored .gpu/: site.tar.xz, tok/, whl/. benchmarks/gpu.sh unpacks it to /tmp/site.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KIT=${KIT:-../shared/gpu}
+W=$(mktemp -d)
+cat "$KIT/part_00" "$KIT/part_01" > "$W/wheelhouse.tar"
+want=$(awk '$2 == "wheelhouse.tar" {print $1}' "$KIT/SHA256SUMS")
+[ "$(sha256sum "$W/wheelhouse.tar" | cut -d' ' -f1)" = "$want" ] || { echo "kit sha256 mismatch" >&2; exit 1; }
+tar -xf "$W/wheelhouse.tar" -C "$W"
+plat=""; for p in 34 28 27 26 24 17 5; do plat="$plat --platform manylinux_2_${p}_x86_64"; done
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/site" $plat --platform manylinux2014_x86_64 \
+  --platform manylinux1_x86_64 --python-version 3.12 --implementation cp --only-binary=:all: "$W"/wheelhouse/*.whl
+mkdir -p .gpu/tok .gpu/whl
+tar -C "$W" -cf - site | xz -9 -T0 > .gpu/site.tar.xz
+T=${OPENJEV_CACHE:-$HOME/.cache/openjev-batch}/models/qwen3-tokenizer
+cp "$T/tokenizer_config.json" .gpu/tok/ && gzip -9c "$T/tokenizer.json" > .gpu/tok/tokenizer.json.gz
+python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux1_x86_64 -d .gpu/whl py-spy==0.4.3
+rm -rf "$W"; du -sh .gpu
