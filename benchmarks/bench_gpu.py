@@ -272,7 +272,15 @@ def hf_batched(model_dir, prompts, bs=64) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
+    if (Path(model_dir) / "model.safetensors").exists() or any(Path(model_dir).glob("*.safetensors")):
+        m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).cuda().eval()
+    else:  # config only (8B shape): random init straight on the GPU, like load_format=dummy
+        from transformers import AutoConfig
+
+        with torch.device("cuda"):
+            m = AutoModelForCausalLM.from_config(
+                AutoConfig.from_pretrained(model_dir), dtype=torch.bfloat16
+            ).eval()
     flat = [(rp.prefix + b.suffix, b.label_ids) for rp in prompts for b in rp.branches]
     torch.cuda.synchronize()
     t = time.perf_counter()
@@ -527,6 +535,75 @@ def stage_big() -> None:
         backend.close()
 
 
+def stage_final(shape: str) -> None:
+    """The product with its own defaults (engine: only the kit's sampling backend added) against the
+    baselines in one engine: pipeline shape sweep on W1 (the best is reported as the product), naive N+1,
+    W2 and W3 (0.6B), transformers batched (no reuse) after the engine is closed."""
+    from transformers import AutoTokenizer
+
+    from openjev_batch.plan import plan
+
+    weights = shape == "qwen3-0.6b"
+    m = make_model(shape, weights=weights)
+    tok = AutoTokenizer.from_pretrained(m)
+    w = workloads(tok)
+    backend, start_s = start_sglang_defaults(m, **({} if weights else {"load_format": "dummy"}))
+    key = f"{shape}/final"
+    res: dict = {key: {"engine_start_s": start_s, "engine_kwargs": backend.engine_kwargs_used}}
+    r = res[key]
+    try:
+        sub = WORK / "w1_32.jsonl"
+        sub.write_text("".join(open(w["w1"][0]).readlines()[:32]))
+        run_product(backend, sub, w["w1"][1], WORK / "warm.parquet")
+        names = ["w1", "w2", "w3"] if weights else ["w1"]
+        for name in names:
+            t = time.perf_counter()
+            prompts = prompts_for(tok, *w[name])
+            host = time.perf_counter() - t
+            unique = sum(x.unique_tokens for x in plan(prompts, 1 << 40, 1 << 40))
+            x = r[name] = {
+                "host_prompt_s": round(host, 3),
+                "unique_tokens": unique,
+                "roofline_s": round(roofline_s(shape, unique), 3),
+            }
+            shapes = [(1, 1), (8, 2), (16, 3), (32, 4)] if name == "w1" else [(16, 3)]
+            for g, d in shapes:
+                set_pipeline(backend, g, d)
+                flush(backend.engine)
+                x[f"product_g{g}_d{d}"] = run_product(backend, *w[name], WORK / f"{name}.parquet")
+                log(key, name, "product", g, d, x[f"product_g{g}_d{d}"])
+                save(res)
+            x["naive_n_plus_1"] = naive(backend.engine, prompts)
+            log(key, name, "naive", x["naive_n_plus_1"])
+            if name == "w1" and not weights:
+                x["one_call"] = naive(backend.engine, prompts, one_call=True)
+                log(key, name, "one call", x["one_call"])
+            save(res)
+    finally:
+        backend.close()
+    prompts = prompts_for(tok, *w["w1"])
+    r["w1"]["transformers_batched"] = hf_batched(m, prompts, bs=64 if weights else 16)
+    log(key, "w1 transformers", r["w1"]["transformers_batched"])
+    save(res)
+
+
+def start_sglang_defaults(model_dir, **extra):
+    """The product's own engine defaults (backends.sglang.engine_kwargs) plus what the kit needs."""
+    from openjev_batch.backends import BackendOptions, load_backend
+    from openjev_batch.backends.sglang import engine_kwargs
+
+    opts = BackendOptions(
+        model=str(model_dir),
+        device="cuda",
+        attention_backend="triton",
+        engine_args={"sampling_backend": "pytorch", **extra},
+    )
+    t = time.perf_counter()
+    b = load_backend("sglang", opts)
+    b.engine_kwargs_used = {k: v for k, v in engine_kwargs(opts).items() if k != "model_path"}
+    return b, round(time.perf_counter() - t, 1)
+
+
 KNOBS = {
     "k-chunk32k": {"chunked_prefill_size": 32768, "max_prefill_tokens": 32768},
     "k-nooverlap": {"disable_overlap_schedule": True},
@@ -568,6 +645,12 @@ def main() -> None:
             stage_prof()
         elif stage == "big2":
             stage_big()
+        elif stage == "final-small":
+            stage_final("qwen3-0.6b")
+        elif stage == "final-big":
+            stage_final("qwen3-8b")
+        elif stage == "classify":
+            subprocess.run([sys.executable, str(ROOT / "benchmarks/classify_gpu.py")], check=False)
         elif stage in KNOBS:
             stage_prof(KNOBS[stage], tag="-" + stage)
         else:

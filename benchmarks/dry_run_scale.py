@@ -24,10 +24,18 @@ from workloads import WORDS  # noqa: E402
 
 QUESTIONS = {
     "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
-    "category": {"type": "choice", "instructions": "Which category fits best?",
-                 "criteria": {k: None for k in ("billing", "outage", "login", "bug", "feature", "account",
-                                                "shipping", "other")}},
-    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["none", "low", "mid", "high", "critical"]},
+    "category": {
+        "type": "choice",
+        "instructions": "Which category fits best?",
+        "criteria": {
+            k: None for k in ("billing", "outage", "login", "bug", "feature", "account", "shipping", "other")
+        },
+    },
+    "urgency": {
+        "type": "score",
+        "instructions": "How urgent?",
+        "criteria": ["none", "low", "mid", "high", "critical"],
+    },
 }
 
 
@@ -55,30 +63,63 @@ def main() -> None:
     for n in sizes:
         inp = make_input(n, d)
         t = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "openjev_batch", "run", str(inp), "-q", str(q), "-m", str(tok),
-                            "-o", str(d / "unused.parquet"), "-b", "hf", "--dry-run"], capture_output=True,
-                           text=True, env={**os.environ, "COLUMNS": "200"})
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "openjev_batch",
+                "run",
+                str(inp),
+                "-q",
+                str(q),
+                "-m",
+                str(tok),
+                "-o",
+                str(d / "unused.parquet"),
+                "-b",
+                "hf",
+                "--dry-run",
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": "200"},
+        )
         wall = time.perf_counter() - t
         if r.returncode != 0:
             raise SystemExit(r.stderr[-2000:])
         nums = dict(re.findall(r"│ ([a-zA-Z/() ]+?)\s+│ ([\d,.]+)", r.stdout))
-        results[str(n)] = {"rows": n, "wall_s": round(wall, 1), "peak_rss_mib": float(nums["peak RSS"].replace(",", "")),
-                           "logical_tokens": int(nums["logical tokens"].replace(",", "")),
-                           "unique_tokens": int(nums["unique tokens (computed with prefix reuse)"].replace(",", "")),
-                           "rows_per_s": round(n / wall)}
+        results[str(n)] = {
+            "rows": n,
+            "wall_s": round(wall, 1),
+            "peak_rss_mib": float(nums["peak RSS"].replace(",", "")),
+            "logical_tokens": int(nums["logical tokens"].replace(",", "")),
+            "unique_tokens": int(nums["unique tokens (computed with prefix reuse)"].replace(",", "")),
+            "rows_per_s": round(n / wall),
+        }
         print(results[str(n)], flush=True)
-        results["meta"] = {"date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} CPUs, {platform.machine()}",
-                           "chunk_rows": 20_000, "command": "openjev-batch run IN -q questions.json -m <qwen3 tokenizer> --dry-run"}
+        results["meta"] = {
+            "date": time.strftime("%Y-%m-%d"),
+            "machine": f"{os.cpu_count()} CPUs, {platform.machine()}",
+            "chunk_rows": 20_000,
+            "command": "openjev-batch run IN -q questions.json -m <qwen3 tokenizer> --dry-run",
+        }
         out_json.write_text(json.dumps(results, indent=1))
-    md = ["| rows | wall s | rows/s | peak RSS MiB | logical tokens | unique tokens |", "|---|---|---|---|---|---|"]
+    md = [
+        "| rows | wall s | rows/s | peak RSS MiB | logical tokens | unique tokens |",
+        "|---|---|---|---|---|---|",
+    ]
     for k, v in results.items():
         if k != "meta":
-            md.append(f"| {v['rows']:,} | {v['wall_s']} | {v['rows_per_s']:,} | {v['peak_rss_mib']:,.0f} | "
-                      f"{v['logical_tokens']:,} | {v['unique_tokens']:,} |")
+            md.append(
+                f"| {v['rows']:,} | {v['wall_s']} | {v['rows_per_s']:,} | {v['peak_rss_mib']:,.0f} | "
+                f"{v['logical_tokens']:,} | {v['unique_tokens']:,} |"
+            )
     (ROOT / "benchmarks/results/dry-run-scale.md").write_text(
         f"# --dry-run at scale ({results['meta']['date']}, {results['meta']['machine']})\n\n"
         "Read → render → tokenize → plan with the real Qwen3 tokenizer, no model; chunks of 20,000 rows.\n\n"
-        + "\n".join(md) + "\n")
+        + "\n".join(md)
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1])
     ap.add_argument("--dir", type=Path, default=Path("/tmp/openjev-ray-overhead"))
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--attention-backend")
+    ap.add_argument("--engine-arg", action="append", default=[], help="key=value (JSON value), repeatable")
     a = ap.parse_args()
     a.dir.mkdir(parents=True, exist_ok=True)
     tok = AutoTokenizer.from_pretrained(a.model)
@@ -52,6 +54,11 @@ def main() -> None:
         model=a.model,
         backend=a.backend,
         device=a.device,
+        attention_backend=a.attention_backend,
+        engine_args={
+            k: json.loads(v) if v[:1] in "0123456789tfn[{" else v
+            for k, v in (x.split("=", 1) for x in a.engine_arg)
+        },
         progress=False,
     )
     res: dict = {"workload": a.workload, "rows": a.rows, "model": a.model, "backend": a.backend}

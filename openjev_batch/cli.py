@@ -20,8 +20,12 @@ from .errors import ConfigError, OpenjevError
 
 EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Offline batch classification with LLMs: answers read from next-token label logprobs.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Offline batch classification with LLMs: answers read from next-token label logprobs.",
+)
 models_app = typer.Typer(no_args_is_help=True, help="Models that install offline from package registries.")
 app.add_typer(models_app, name="models")
 err = Console(stderr=True)
@@ -62,7 +66,9 @@ def run(
     engine_arg: list[str] = typer.Option(
         None, "--engine-arg", help="Extra sglang.Engine argument key=value (repeatable)."
     ),
-    chunk_rows: int = typer.Option(20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."),
+    chunk_rows: int = typer.Option(
+        20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
+    ),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     resume: bool = typer.Option(
@@ -149,7 +155,9 @@ def run(
         err.print(f"error: {e}", markup=False)
         raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt:
-        err.print(f"interrupted: finished chunks are kept in {output}.partial; rerun with --resume", markup=False)
+        err.print(
+            f"interrupted: finished chunks are kept in {output}.partial; rerun with --resume", markup=False
+        )
         raise typer.Exit(130) from None
     t = Table(title="openjev-batch run", show_header=False)
     for k, v in [
@@ -231,10 +239,16 @@ def validate(
 
 @app.command("eval")
 def eval_(
-    input: Path = typer.Argument(..., help="Benchmark .parquet/.jsonl: MMLU-Pro, MMLU, BoolQ, or noul input + label."),
-    output_dir: Path = typer.Option(..., "-o", "--output-dir", help="Folder for the predictions and reports."),
+    input: Path = typer.Argument(
+        ..., help="Benchmark .parquet/.jsonl: MMLU-Pro, MMLU, BoolQ, or noul input + label."
+    ),
+    output_dir: Path = typer.Option(
+        ..., "-o", "--output-dir", help="Folder for the predictions and reports."
+    ),
     model: str = typer.Option(..., "--model", "-m", help="Hub id, local path, or a packaged name."),
-    backend: str = typer.Option(None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."),
+    backend: str = typer.Option(
+        None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
+    ),
     fmt: str = typer.Option("auto", "--format", help="auto | mmlu-pro | mmlu | boolq | noul."),
     shots: int = typer.Option(0, help="Worked examples of the same category from --dev (0: zero-shot)."),
     dev: Path = typer.Option(None, help="Dev/validation split (same format) for --shots."),
@@ -255,22 +269,46 @@ def eval_(
     from .evaluate import rich_tables, run_eval
 
     try:
-        opts = dict(model=_resolve(model), backend=backend or default_backend(), device=device, dtype=dtype,
-                    context_length=context_length, mem_fraction_static=mem_fraction_static,
-                    engine_args=parse_engine_args(engine_arg or []), max_branches_per_window=max_branches,
-                    progress=progress)
-        with Progress(TextColumn("[bold]prefill"), BarColumn(bar_width=None), TextColumn("{task.completed:,}"),
-                      TimeElapsedColumn(), console=err, disable=not progress) as bar:
+        opts = dict(
+            model=_resolve(model),
+            backend=backend or default_backend(),
+            device=device,
+            dtype=dtype,
+            context_length=context_length,
+            mem_fraction_static=mem_fraction_static,
+            engine_args=parse_engine_args(engine_arg or []),
+            max_branches_per_window=max_branches,
+            progress=progress,
+        )
+        with Progress(
+            TextColumn("[bold]prefill"),
+            BarColumn(bar_width=None),
+            TextColumn("{task.completed:,}"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=not progress,
+        ) as bar:
             task = bar.add_task("prefill", total=None)
-            rep = run_eval(input, output_dir, opts, fmt=fmt, shots=shots, dev=dev, n_sample=sample, seed=seed,
-                           calibrate=calibrate, model_name=model,
-                           on_progress=lambda n, _tok: bar.update(task, advance=n))
+            rep = run_eval(
+                input,
+                output_dir,
+                opts,
+                fmt=fmt,
+                shots=shots,
+                dev=dev,
+                n_sample=sample,
+                seed=seed,
+                calibrate=calibrate,
+                model_name=model,
+                on_progress=lambda n, _tok: bar.update(task, advance=n),
+            )
     except OpenjevError as e:
         _fail(e)
     for t in rich_tables(rep):
         out.print(t)
-    out.print(f"reports: {output_dir}/report.md, report.json, reliability.png, predictions.parquet",
-              highlight=False)
+    out.print(
+        f"reports: {output_dir}/report.md, report.json, reliability.png, predictions.parquet", highlight=False
+    )
     if rep["errors"]:
         err.print(f"[yellow]{rep['errors']} question(s) have errors[/]: see {output_dir}/predictions.parquet")
         raise typer.Exit(EXIT_ROW_ERRORS)
@@ -332,7 +370,9 @@ def classify(
     engine_arg: list[str] = typer.Option(
         None, "--engine-arg", help="Extra sglang.Engine key=value (repeatable)."
     ),
-    chunk_rows: int = typer.Option(20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."),
+    chunk_rows: int = typer.Option(
+        20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
+    ),
     max_rows: int = typer.Option(4096, help="Most rows per window."),
     batch_tokens: int = typer.Option(16_384, help="hf: most padded tokens per forward pass."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),

@@ -130,8 +130,11 @@ def read_rows(
         for pos, rec in chunk:
             any_rows = True
             if isinstance(rec, str):
-                out.append(RowError(pos, str(pos), f"row {pos}: {rec}", questions_ids(questions),
-                                    dict.fromkeys(keep)))
+                out.append(
+                    RowError(
+                        pos, str(pos), f"row {pos}: {rec}", questions_ids(questions), dict.fromkeys(keep)
+                    )
+                )
                 continue
             row = parse_row(pos, rec, questions, keep)
             if row.id in seen:

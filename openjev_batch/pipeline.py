@@ -179,12 +179,20 @@ def job_manifest(cfg: RunConfig) -> dict[str, Any]:
     """What identifies a job's partial output; `--resume` continues only a partial with the same manifest
     (single-machine and Ray runs write the same one, so either can resume the other)."""
     st = Path(cfg.input).stat()
-    return {"input": str(Path(cfg.input).resolve()), "input_size": st.st_size, "input_mtime": st.st_mtime,
-            "questions": str(cfg.questions_file), "model": cfg.model, "backend": cfg.backend,
-            "chunk_rows": cfg.chunk_rows, "keep": list(cfg.keep),
-            # the questions' content, not only their path: an edited file must not mix old and new answers
-            "questions_sha256": hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest()
-            if cfg.questions_file else None}
+    return {
+        "input": str(Path(cfg.input).resolve()),
+        "input_size": st.st_size,
+        "input_mtime": st.st_mtime,
+        "questions": str(cfg.questions_file),
+        "model": cfg.model,
+        "backend": cfg.backend,
+        "chunk_rows": cfg.chunk_rows,
+        "keep": list(cfg.keep),
+        # the questions' content, not only their path: an edited file must not mix old and new answers
+        "questions_sha256": hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest()
+        if cfg.questions_file
+        else None,
+    }
 
 
 def run_job(
@@ -220,7 +228,9 @@ def run_job(
     try:
         # Branches longer than the model's context are refused in the prompt stage, before any model call.
         ctx = getattr(backend, "context_length", None)
-        prompter = Prompter(backend.tokenizer, max_branch_tokens=min(MAX_BRANCH_TOKENS, ctx or MAX_BRANCH_TOKENS))
+        prompter = Prompter(
+            backend.tokenizer, max_branch_tokens=min(MAX_BRANCH_TOKENS, ctx or MAX_BRANCH_TOKENS)
+        )
         budget = cfg.kv_budget_tokens or backend.kv_budget_tokens()
         writer = ResultWriter(cfg.output, cfg.keep, job_manifest(cfg), resume=cfg.resume)
         n_rows = expected = 0
