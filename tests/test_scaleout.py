@@ -88,7 +88,7 @@ def cluster():
     two 1-CPU actors starve the read task and the job hangs). The sglang CPU environment is set first so
     the actors and sglang's subprocesses inherit it."""
     os.environ.update(sglang_cpu_env())
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="warning")
+    ray.init(num_cpus=8, num_gpus=1, include_dashboard=False, logging_level="warning")  # a logical GPU
     yield
     ray.shutdown()
 
@@ -134,6 +134,16 @@ def test_ray_equals_single_machine_and_keeps_prefixes_together(job, cluster, tmp
     for rec in pq.read_table(out).to_pylist():
         if rec["error"] is None:
             assert rec["cached_tokens"] >= rec["prefix_tokens"] > 0
+
+
+def test_ray_engine_actors_that_reserve_a_gpu(job, cluster, tmp_path):
+    """Regression (found on the H200): Ray 2.60's map_batches refuses batch_size=None when the engine actors
+    request GPUs. The cluster declares one logical GPU; the hf backend on the CPU ignores it."""
+    cfg, _ = job
+    out = tmp_path / "gpu.parquet"
+    s = run_job_ray(cfg.model_copy(update={"output": out}), RayOptions(workers=2, gpus_per_worker=0.5))
+    _same_file(out, cfg.output)
+    assert s.workers == 2
 
 
 def test_ray_interrupted_then_resumed_equals_uninterrupted(job, cluster, tmp_path):
