@@ -10,7 +10,8 @@ export PYTHONPATH=/tmp/site:/tmp/raysite:$PWD TVM_FFI_CACHE_DIR=/tmp/site/sglang
   PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 M=/tmp/bench/qwen3-0.6b
 A=(-m $M -b sglang --attention-backend triton --engine-arg sampling_backend=pytorch --workers 1)
-for spec in "w1 256" "w3 5000"; do
+IFS=, read -ra SPECS <<< "${RAY_SPECS:-w1 256,w3 5000}"
+for spec in "${SPECS[@]}"; do
   set -- $spec
   timeout 280 python3 benchmarks/ray_overhead.py "${A[@]}" --workload $1 --rows $2 --dir /tmp/ray-$1 \
     --out "$OUT/ray-$1.json" 2>&1 | grep -v -E "Warning|warn\(|^\s*$" | tail -25 | tee -a "$OUT/ray.log"
