@@ -314,9 +314,14 @@ def _nll(P: np.ndarray, y: np.ndarray, t: float) -> float:
     return float(np.mean(-np.log(np.clip(scale(P, t)[np.arange(len(y)), y], 1e-300, None))))
 
 
+T_MIN, T_MAX = 0.05, 20.0
+
+
 def fit_temperature(P: np.ndarray, y: np.ndarray) -> float:
-    """The T > 0 minimising NLL of softmax(ln P / T): log-grid over [0.05, 20], then golden section."""
-    grid = np.exp(np.linspace(math.log(0.05), math.log(20), 97))
+    """The T > 0 minimising NLL of softmax(ln P / T): log-grid over [T_MIN, T_MAX], then golden section.
+    A result at T_MAX means NLL still falls as the answers flatten to uniform: the probabilities carry no
+    usable signal (or point the wrong way); the report says so."""
+    grid = np.exp(np.linspace(math.log(T_MIN), math.log(T_MAX), 97))
     i = int(np.argmin([_nll(P, y, t) for t in grid]))
     a, b = math.log(grid[max(i - 1, 0)]), math.log(grid[min(i + 1, len(grid) - 1)])
     g = (math.sqrt(5) - 1) / 2
@@ -377,6 +382,7 @@ def score(records: list[dict], calibrate: float | None = None, seed: int = 42) -
         t = fit_temperature(P[fit], y[fit])
         rep["temperature"] = {
             "T": t,
+            "at_search_bound": bool(t >= T_MAX * 0.999 or t <= T_MIN * 1.001),
             "fit_share": calibrate,
             "n_fit": len(fit),
             "n_eval": len(ev),
@@ -473,6 +479,7 @@ def run_eval(
     from .pipeline import run_job
 
     t0 = time.perf_counter()
+    commit = _commit()  # the code that runs, read before a long run (the tree may change meanwhile)
     out_dir = Path(out_dir)
     items, chosen, dev_items, fmt = prepare(input, fmt, shots, dev, n_sample, seed)
     blocks = fewshot_blocks({it.category for it in chosen}, dev_items, shots)
@@ -499,7 +506,7 @@ def run_eval(
         "run_wall_s": s.wall_s,
         "total_wall_s": time.perf_counter() - t0,
         "openjev_batch": __version__,
-        "commit": _commit(),
+        "commit": commit,
         "branch_tokens": s.branch_tokens,
         "computed_tokens": s.computed_tokens,
         "cache_hit_rate": s.cache_hit_rate,
@@ -604,7 +611,8 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
     ]
     if t:
         b, a = t["before"], t["after"]
-        rows.append((f"temperature T = {t['T']:.3f}", f"fit on {t['n_fit']:,}, scored on {t['n_eval']:,}"))
+        bound = " (search bound: no usable signal, scaling flattens toward uniform)" if t.get("at_search_bound") else ""
+        rows.append((f"temperature T = {t['T']:.3f}{bound}", f"fit on {t['n_fit']:,}, scored on {t['n_eval']:,}"))
         for k in ("brier", "ece", "nll"):
             f = _pct if k == "ece" else (lambda v: f"{v:.4f}")
             rows.append((f"  {k} before → after", f"{f(b[k])} → {f(a[k])}"))

@@ -70,6 +70,17 @@ def test_temperature_fit_has_the_closed_form_optimum():
     assert ev.scale(ev.pad([[0.5, 0.3, 0.2], [1.0]]), 2.0)[1].tolist() == [1.0, 0.0, 0.0]  # padding stays 0
 
 
+def test_temperature_of_answers_pointing_the_wrong_way_is_flagged_at_the_bound():
+    # confident and mostly wrong: NLL keeps falling as T grows, so the fit ends at the search bound
+    recs = [
+        {"id": str(i), "error": None, "type": "noul", "probs": [0.9, 0.1], "gold": int(i % 10 < 8),
+         "label_mass": 1.0, "confidence": 0.5, "answer": "true", "category": "all"}
+        for i in range(200)
+    ]  # fmt: skip
+    t = ev.score(recs, calibrate=0.5)["temperature"]
+    assert t["T"] == pytest.approx(ev.T_MAX, rel=1e-3) and t["at_search_bound"] is True
+
+
 def test_mmlu_pro_fixture_conversion_and_fewshot_block():
     items, fmt = ev.to_items(ev.read_records(TEST))
     assert fmt == "mmlu-pro" and len(items) == 8
