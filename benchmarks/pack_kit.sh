@@ -2,6 +2,7 @@
 # Here (no GPU): repack ../shared/gpu's sglang 0.5.17 wheelhouse (two 32 MiB chunks, two device calls) as one
 # installed tree compressed with xz (~36 MB), so one device call carries it with the repo, the Qwen3 tokenizer
 # and py-spy. Writes the git-ignored .gpu/: site.tar.xz, tok/, whl/. benchmarks/gpu.sh unpacks it to /tmp/site.
+# `pack_kit.sh --ray` also packs Ray 2.60 into .gpuray/ for benchmarks/ray_gpu.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KIT=${KIT:-../shared/gpu}
@@ -19,3 +20,13 @@ T=${OPENJEV_CACHE:-$HOME/.cache/openjev-batch}/models/qwen3-tokenizer
 cp "$T/tokenizer_config.json" .gpu/tok/ && gzip -9c "$T/tokenizer.json" > .gpu/tok/tokenizer.json.gz
 python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux1_x86_64 -d .gpu/whl py-spy==0.4.3
 rm -rf "$W"; du -sh .gpu
+if [ "${1:-}" = "--ray" ]; then  # Ray 2.60 for benchmarks/ray_gpu.sh → .gpuray/raysite.tar.xz (~27 MB)
+  R=$(mktemp -d); mkdir -p .gpuray
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d "$R/w" ray==2.60.0 jsonschema==4.26.0 \
+    referencing==0.37.0 jsonschema-specifications==2025.9.1 rpds-py==2026.9.1
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$R/raysite" --platform manylinux2014_x86_64 \
+    --platform manylinux_2_17_x86_64 --python-version 3.12 --implementation cp --only-binary=:all: "$R"/w/*.whl
+  rm -rf "$R"/raysite/ray/{jars,rllib,serve,llm}  # Java, RL, Serve and ray.llm: unused by ray.data actors
+  tar -C "$R" -cf - raysite | xz -9 -T0 > .gpuray/raysite.tar.xz; rm -rf "$R"; du -sh .gpuray
+fi

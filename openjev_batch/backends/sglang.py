@@ -161,8 +161,8 @@ class SGLangBackend(Backend):
         return outs if isinstance(outs, list) else [outs]
 
     # Pipeline shape (measured on the H200, docs/benchmarks.md): groups per window and groups in flight.
-    groups_per_window = 16
-    depth = 3
+    groups_per_window = 8
+    depth = 2
 
     def _groups(self, window: Window) -> list[tuple[list, list]]:
         """Cut the window's rows into ≤ `groups_per_window` runs of about equal branch count, never splitting
