@@ -611,8 +611,14 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
     ]
     if t:
         b, a = t["before"], t["after"]
-        bound = " (search bound: no usable signal, scaling flattens toward uniform)" if t.get("at_search_bound") else ""
-        rows.append((f"temperature T = {t['T']:.3f}{bound}", f"fit on {t['n_fit']:,}, scored on {t['n_eval']:,}"))
+        bound = (
+            " (search bound: no usable signal, scaling flattens toward uniform)"
+            if t.get("at_search_bound")
+            else ""
+        )
+        rows.append(
+            (f"temperature T = {t['T']:.3f}{bound}", f"fit on {t['n_fit']:,}, scored on {t['n_eval']:,}")
+        )
         for k in ("brier", "ece", "nll"):
             f = _pct if k == "ece" else (lambda v: f"{v:.4f}")
             rows.append((f"  {k} before → after", f"{f(b[k])} → {f(a[k])}"))
