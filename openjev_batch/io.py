@@ -22,6 +22,7 @@ from .errors import InputFileError
 from .schema import Row, RowError, parse_row
 
 JSONL_EXT = (".jsonl", ".ndjson")
+KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
 PARQUET_EXT = (".parquet", ".pq")
 
 OUTPUT_SCHEMA = pa.schema(
@@ -96,7 +97,8 @@ def _records(path: Path, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, 
 
 def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
     """Whole-file checks done before any model loads. Raises InputFileError for a missing, empty or
-    wrong-extension file, or a `--keep` column missing from a Parquet schema."""
+    wrong-extension file, or a `--keep` column missing from a Parquet schema (JSONL: from every one of the
+    first KEEP_SCAN_ROWS rows; a row without it later gets a null)."""
     path = Path(path)
     if path.suffix.lower() not in JSONL_EXT + PARQUET_EXT:
         raise InputFileError(f"{path}: unknown extension {path.suffix!r}; use .parquet or .jsonl")
@@ -111,6 +113,15 @@ def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
             raise InputFileError(f"{path}: cannot read as Parquet: {e}") from e
         if missing := [k for k in keep if k not in names]:
             raise InputFileError(f"{path}: --keep column(s) not in the input: {', '.join(missing)}")
+    elif keep:  # JSONL has no schema: a column in none of the first rows is most likely a typo
+        seen: set[str] = set()
+        for chunk in _records(path, KEEP_SCAN_ROWS):
+            seen.update(k for _, rec in chunk if isinstance(rec, dict) for k in rec)
+            break
+        if missing := [k for k in keep if k not in seen]:
+            raise InputFileError(
+                f"{path}: --keep column(s) in none of the first {KEEP_SCAN_ROWS:,} rows: {', '.join(missing)}"
+            )
     return path
 
 

@@ -147,6 +147,10 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
             "a column is named twice",
         ),
         (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf", "--keep", "chanel"],
+            "--keep column(s) in none of the first 1,000 rows: chanel",
+        ),
+        (
             ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "/no/model", "-b", "hf"],
             "cannot load model",
         ),
