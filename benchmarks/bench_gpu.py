@@ -438,6 +438,18 @@ def set_pipeline(backend, groups: int, depth: int) -> None:
     backend.groups_per_window, backend.depth = groups, depth
 
 
+def sweep(backend, res: dict, r: dict, label: str, paths, out: Path, shapes, prefix: str = "") -> None:
+    """The product on one workload for each pipeline shape (groups per window, depth), cache flushed
+    before each; results in r[f"{prefix}product_g{groups}_d{depth}"], saved after each."""
+    for groups, depth in shapes:
+        set_pipeline(backend, groups, depth)
+        flush(backend.engine)
+        k = f"{prefix}product_g{groups}_d{depth}"
+        r[k] = run_product(backend, *paths, out)
+        log(label, k, r[k])
+        save(res)
+
+
 def stage_prof(knobs: dict | None = None, tag: str = "") -> None:
     """0.6B: W1 through the product with the pipeline off (1 group) and on (groups × depth variants),
     naive N+1 on the same ids, W1 and W2 product runs under py-spy; `knobs`: extra engine args."""
@@ -457,12 +469,7 @@ def stage_prof(knobs: dict | None = None, tag: str = "") -> None:
         run_product(backend, sub, w["w1"][1], WORK / "warm.parquet")
         prompts = prompts_for(tok, *w["w1"])
         variants = [(1, 1), (8, 2), (4, 2), (16, 2), (16, 3)] if not knobs else [(1, 1), (8, 2)]
-        for groups, depth in variants:
-            set_pipeline(backend, groups, depth)
-            flush(backend.engine)
-            r[f"w1_product_g{groups}_d{depth}"] = run_product(backend, *w["w1"], WORK / "w1.parquet")
-            log(key, "w1 product", groups, depth, r[f"w1_product_g{groups}_d{depth}"])
-            save(res)
+        sweep(backend, res, r, key, w["w1"], WORK / "w1.parquet", variants, prefix="w1_")
         r["w1_naive_n_plus_1"] = naive(backend.engine, prompts)
         log(key, "w1 naive", r["w1_naive_n_plus_1"])
         save(res)
@@ -517,12 +524,7 @@ def stage_big() -> None:
             for x in __import__("openjev_batch.plan", fromlist=["plan"]).plan(prompts, 1 << 40, 1 << 40)
         )
         r["unique_tokens"], r["roofline_s"] = unique, round(roofline_s(shape, unique), 3)
-        for groups, depth in [(8, 2), (1, 1), (16, 2)]:
-            set_pipeline(backend, groups, depth)
-            flush(backend.engine)
-            r[f"product_g{groups}_d{depth}"] = run_product(backend, *w["w1"], WORK / "w1.parquet")
-            log(key, "product", groups, depth, r[f"product_g{groups}_d{depth}"])
-            save(res)
+        sweep(backend, res, r, key, w["w1"], WORK / "w1.parquet", [(8, 2), (1, 1), (16, 2)])
         r["naive_n_plus_1"] = naive(backend.engine, prompts)
         log(key, "naive", r["naive_n_plus_1"])
         save(res)
@@ -566,13 +568,8 @@ def stage_final(shape: str) -> None:
                 "unique_tokens": unique,
                 "roofline_s": round(roofline_s(shape, unique), 3),
             }
-            shapes = [(1, 1), (8, 2), (16, 3), (32, 4)] if name == "w1" else [(16, 3)]
-            for g, d in shapes:
-                set_pipeline(backend, g, d)
-                flush(backend.engine)
-                x[f"product_g{g}_d{d}"] = run_product(backend, *w[name], WORK / f"{name}.parquet")
-                log(key, name, "product", g, d, x[f"product_g{g}_d{d}"])
-                save(res)
+            shapes = [(1, 1), (8, 2), (16, 3), (32, 4)] if name == "w1" else [(8, 2)]
+            sweep(backend, res, x, f"{key} {name}", w[name], WORK / f"{name}.parquet", shapes)
             x["naive_n_plus_1"] = naive(backend.engine, prompts)
             log(key, name, "naive", x["naive_n_plus_1"])
             if name == "w1" and not weights and os.environ.get("ONE_CALL"):
