@@ -38,13 +38,14 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .backends.base import BackendOptions
+from .config import check_not_input, check_output_path, validation_message
 from .errors import BackendError, ConfigError, InputFileError
 from .io import _records, check_input
 from .plan import BranchSpec, RowPrompt, Window, lcp, plan
-from .schema import RowError
+from .schema import RowError, duplicate_id_error
 
 DEFAULT_TEMPLATE = "Premise: {premise}\nHypothesis: {hypothesis}"
 TEMPLATE_FIELDS = ("premise", "hypothesis")
@@ -396,9 +397,12 @@ class ClassifyConfig(BaseModel):
     @field_validator("output")
     @classmethod
     def _parquet(cls, v: Path) -> Path:
-        if v.suffix.lower() != ".parquet":
-            raise ValueError(f"output must be a .parquet file, got {v}")
-        return v
+        return check_output_path(v)
+
+    @model_validator(mode="after")
+    def _not_the_input(self) -> ClassifyConfig:
+        check_not_input(self.output, self.input)
+        return self
 
     @field_validator("backend")
     @classmethod
@@ -429,11 +433,7 @@ def build_classify_config(**kw: Any) -> ClassifyConfig:
     try:
         return ClassifyConfig(**kw)
     except ValidationError as e:
-        msgs = [
-            f"{'.'.join(map(str, err['loc']))}: {err['msg'].removeprefix('Value error, ')}"
-            for err in e.errors()
-        ]
-        raise ConfigError("invalid options: " + "; ".join(msgs)) from None
+        raise ConfigError("invalid options: " + validation_message(e)) from None
 
 
 def unescape_template(text: str) -> str:
@@ -543,7 +543,7 @@ def run_classify(
                     row = RowError(
                         pos,
                         row.id,
-                        f"row {row.id}: id: duplicate id (first at row {seen[row.id]})",
+                        duplicate_id_error(row.id, seen[row.id], pos),
                         kept=row.kept,
                     )
                 else:

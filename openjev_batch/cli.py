@@ -117,6 +117,9 @@ def run(
         if dry_run:
             from .pipeline import dry_run as plan_only
 
+            if resume:  # the plan covers the whole input; OUT.partial is neither read nor checked
+                raise ConfigError("--dry-run plans the whole input and ignores OUT.partial: drop --resume")
+
             _print_plan(plan_only(cfg))
             return
         with Progress(
@@ -165,8 +168,8 @@ def run(
         ("questions", f"{s.questions:,}"),
         ("answered", f"{s.answered:,}"),
         ("errors", f"{s.errors:,}"),
-        ("prefix tokens", f"{s.prefix_tokens:,}"),
         ("branch (logical) tokens", f"{s.branch_tokens:,}"),
+        ("  of which prefix", f"{s.prefix_tokens:,}"),
         ("computed tokens", f"{s.computed_tokens:,}"),
         ("cache hit rate", f"{s.cache_hit_rate:.1%}"),
         ("wall time", f"{s.wall_s:.1f} s"),

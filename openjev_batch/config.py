@@ -7,10 +7,38 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 from .schema import QuestionError, QuestionSpec, parse_questions
+
+
+def check_output_path(v: Path) -> Path:
+    """A writable .parquet path in an existing folder (checked before any model loads). Raises ValueError."""
+    if v.suffix.lower() != ".parquet":
+        raise ValueError(f"output must be a .parquet file, got {v}")
+    if v.is_dir():
+        raise ValueError(f"{v} is a directory")
+    if not v.resolve().parent.is_dir():
+        raise ValueError(f"folder {v.resolve().parent} does not exist")
+    if not os.access(v.resolve().parent, os.W_OK):
+        raise ValueError(f"folder {v.resolve().parent} is not writable")
+    return v
+
+
+def check_not_input(output: Path, input: Path) -> None:
+    """Raises ValueError when the output would overwrite the input file."""
+    if Path(output).resolve() == Path(input).resolve():
+        raise ValueError(f"output {output} is the input file; writing it would destroy the input")
+
+
+def validation_message(e: ValidationError) -> str:
+    """pydantic errors as one line: `field: why; …` (model-level errors without a field)."""
+    return "; ".join(
+        (f"{'.'.join(map(str, err['loc']))}: " if err["loc"] else "")
+        + err["msg"].removeprefix("Value error, ")
+        for err in e.errors()
+    )
 
 
 class RunConfig(BaseModel):
@@ -39,15 +67,12 @@ class RunConfig(BaseModel):
     @field_validator("output")
     @classmethod
     def _parquet(cls, v: Path) -> Path:
-        if v.suffix.lower() != ".parquet":
-            raise ValueError(f"output must be a .parquet file, got {v}")
-        if v.is_dir():
-            raise ValueError(f"{v} is a directory")
-        if not v.resolve().parent.is_dir():
-            raise ValueError(f"folder {v.resolve().parent} does not exist")
-        if not os.access(v.resolve().parent, os.W_OK):
-            raise ValueError(f"folder {v.resolve().parent} is not writable")
-        return v
+        return check_output_path(v)
+
+    @model_validator(mode="after")
+    def _not_the_input(self) -> RunConfig:
+        check_not_input(self.output, self.input)
+        return self
 
     @field_validator("keep")
     @classmethod
@@ -75,11 +100,7 @@ def build_config(**kw: Any) -> RunConfig:
     try:
         return RunConfig(**kw)
     except ValidationError as e:
-        msgs = [
-            f"{'.'.join(map(str, err['loc']))}: {err['msg'].removeprefix('Value error, ')}"
-            for err in e.errors()
-        ]
-        raise ConfigError("invalid options: " + "; ".join(msgs)) from None
+        raise ConfigError("invalid options: " + validation_message(e)) from None
 
 
 def parse_engine_args(pairs: list[str]) -> dict[str, Any]:
@@ -93,11 +114,25 @@ def parse_engine_args(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML (and JSON, a subset) loader that refuses a mapping with a repeated key: plain safe_load keeps
+    the last value silently, which merged two options of one name into one."""
+
+    def construct_mapping(self, node, deep=False):
+        keys = set()
+        for k, _ in node.value:
+            key = self.construct_object(k, deep=deep)
+            if key in keys:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", k.start_mark)
+            keys.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
     """Read a `--questions` file (JSON or YAML mapping question_id → question); every question must be
     valid. Raises ConfigError with each question's problem."""
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        raw = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
     except FileNotFoundError:
         raise ConfigError(f"--questions: no such file {path}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as e:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import InputFileError
-from .schema import Row, RowError, parse_row
+from .schema import Row, RowError, duplicate_id_error, parse_row
 
 JSONL_EXT = (".jsonl", ".ndjson")
 KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
@@ -149,12 +149,14 @@ def read_rows(
                 continue
             row = parse_row(pos, rec, questions, keep)
             if row.id in seen:
+                qs = getattr(row, "questions", ())
                 row = RowError(
                     pos,
                     row.id,
-                    f"row {row.id}: id: duplicate id (first at row {seen[row.id]})",
-                    getattr(row, "qids", ()) or tuple(q.qid for q in getattr(row, "questions", ())),
+                    duplicate_id_error(row.id, seen[row.id], pos),
+                    getattr(row, "qids", ()) or tuple(q.qid for q in qs),
                     row.kept,
+                    getattr(row, "qtypes", ()) or tuple(q.type for q in qs),
                 )
             else:
                 seen[row.id] = pos

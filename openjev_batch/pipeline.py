@@ -30,7 +30,8 @@ from .schema import MAX_BRANCH_TOKENS, QuestionSpec, Row, RowError
 @dataclass(frozen=True)
 class Summary:
     """Counts for one job. Tokens: logical = Σ branch lengths (what a no-reuse run computes);
-    computed = Σ (branch − cached) + prefix warm-up passes (as reported by the backend)."""
+    prefix_tokens = the prefix part of it (Σ over answered branches of their row's prefix length, so a
+    row's prefix counts once per question); computed = Σ (branch − cached) + prefix warm-up passes."""
 
     rows: int
     questions: int
@@ -161,7 +162,8 @@ def _chunk_records(
     for row in chunk:
         if isinstance(row, RowError):
             records.extend(
-                _record(row.id, row.kept, qid, None, error=row.error) for qid in row.qids or (None,)
+                _record(row.id, row.kept, qid, row.type_of(i), error=row.error)
+                for i, qid in enumerate(row.qids or (None,))
             )
             continue
         for q in row.questions:

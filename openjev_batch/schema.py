@@ -68,6 +68,10 @@ class RowError:
     error: str
     qids: tuple[str, ...] = ()
     kept: dict[str, Any] = field(default_factory=dict)
+    qtypes: tuple[str | None, ...] = ()  # aligned with qids where the questions were readable
+
+    def type_of(self, i: int) -> str | None:
+        return self.qtypes[i] if i < len(self.qtypes) else None
 
 
 class _Question(BaseModel):
@@ -137,6 +141,9 @@ def _error_text(e: ValidationError) -> str:
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
+        msg = msg.replace(
+            "a valid dictionary or instance of _Question", "a question object (type, instructions, criteria)"
+        )
         parts.append(f"{loc}: {msg}" if loc and not msg.startswith("criteria") else msg)
     return "; ".join(parts)
 
@@ -167,7 +174,9 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
         return QuestionError(qid, None, f"{where}: malformed JSON ({e.msg} at char {e.pos})")
     except ValidationError as e:
         t = raw.get("type") if isinstance(raw, dict) else None
-        return QuestionError(qid, t if isinstance(t, str) else None, f"{where}.{_error_text(e)}")
+        # a whole-object error (no field, e.g. a number instead of a question) reads "questions.k: …"
+        sep = ": " if not any(err["loc"] for err in e.errors()) and "criteria" not in str(e) else "."
+        return QuestionError(qid, t if t in QUESTION_TYPES else None, f"{where}{sep}{_error_text(e)}")
     if q.type == "noul":
         c = q.criteria or {}
         return QuestionSpec(
@@ -233,6 +242,14 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
     return tuple(out), False
 
 
+def duplicate_id_error(rid: str, first: int, pos: int) -> str:
+    """The error of a row whose id an earlier row (0-based index `first`) already used."""
+    return (
+        f"row {rid}: id: duplicate id {rid!r}, first used by the row at index {first}"
+        f" (this row's index: {pos}; a missing or null id is the row's index)"
+    )
+
+
 def parse_row(
     pos: int, rec: dict[str, Any], shared_questions: Any = None, keep: tuple[str, ...] = ()
 ) -> Row | RowError:
@@ -262,12 +279,13 @@ def parse_row(
             except ValueError as e:
                 return RowError(pos, rid, f"row {rid}: questions: {e}", kept=kept)
         qids = tuple(q.qid for q in questions)
+        qtypes = tuple(q.type for q in questions)
         if "state" not in rec or rec["state"] is None:
-            return RowError(pos, rid, f"row {rid}: state: missing", qids, kept)
+            return RowError(pos, rid, f"row {rid}: state: missing", qids, kept, qtypes)
         try:
             messages, plain = parse_state(rec["state"])
         except ValueError as e:
-            return RowError(pos, rid, f"row {rid}: state: {e}", qids, kept)
+            return RowError(pos, rid, f"row {rid}: state: {e}", qids, kept, qtypes)
     except Exception as e:  # a bad row never sinks the job
         return RowError(pos, rid, f"row {rid}: {type(e).__name__}: {e}", qids, kept)
     qs = tuple(

@@ -399,7 +399,9 @@ def test_run_classify_end_to_end(which, request, hf_cls, tmp_path):
     assert [r["gold"] for r in out] == ["entailment", "neutral", "contradiction", None, None, None, None]
     assert out[4]["error"] == "row e: hypothesis: missing"
     assert out[5]["error"].startswith("row 5: line 6: malformed JSON")
-    assert out[6]["error"] == "row a: id: duplicate id (first at row 0)"
+    assert out[6]["error"].startswith(
+        "row a: id: duplicate id 'a', first used by the row at index 0 (this row's index: 6"
+    )
     texts = (
         "Premise: A man is eating pasta.\nHypothesis: Someone eats.",
         "Premise: The cat sat on the mat.\nHypothesis: A dog sleeps.",

@@ -221,3 +221,35 @@ def test_inline_questions_jsonl_to_parquet_roundtrip(tiny_model, tmp_path):
     b = cli("run", pl_in, "-o", tmp_path / "b.parquet", "-m", tiny_model, "-b", "hf", "--no-progress")
     assert a.returncode == b.returncode == 0, b.stderr
     assert pl.read_parquet(tmp_path / "a.parquet").equals(pl.read_parquet(tmp_path / "b.parquet"))
+
+
+def test_refusals_found_by_a_new_user_trial(tmp_path):
+    """Each is refused before any model loads, exit 4, with a message naming the problem."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    same = tmp_path / "same.parquet"
+    pq.write_table(pa.table({"id": ["a"], "state": ["hello"]}), same)
+    qdup = tmp_path / "qdup.yaml"
+    qdup.write_text(
+        "kind:\n  type: choice\n  instructions: Which?\n  criteria:\n    a: one\n    a: two\n    b: three\n"
+    )
+    qtop = tmp_path / "qtop.yaml"
+    qtop.write_text("ok:\n  type: noul\n  instructions: Fine?\nextra_top: 5\n")
+    cases = [
+        (["run", same, "-o", same, "-m", "M", "-b", "hf", "-q", EXAMPLES / "ticket_questions.yaml"],
+         "is the input file", same),
+        (["validate", EXAMPLES / "tickets.jsonl", "-q", qdup], "duplicate key 'a'", None),
+        (["run", EXAMPLES / "tickets.jsonl", "-o", tmp_path / "o.parquet", "-m", "M", "-b", "hf", "-q", qtop],
+         "questions.extra_top: Input should be a question object", None),
+        (["run", EXAMPLES / "tickets.jsonl", "-o", tmp_path / "o.parquet", "-m", "M", "-b", "hf", "--dry-run",
+          "--resume"], "drop --resume", None),
+    ]  # fmt: skip
+    for args, msg, untouched in cases:
+        before = untouched.read_bytes() if untouched else None
+        r = cli(*map(str, args))
+        assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+        assert msg in " ".join((r.stdout + r.stderr).split()), r.stdout + r.stderr
+        assert "_Question" not in r.stderr
+        if untouched:
+            assert untouched.read_bytes() == before

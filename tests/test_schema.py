@@ -98,7 +98,9 @@ def test_jsonl_broken_lines_and_duplicates(tmp_path):
     rows = [r for chunk in read_rows(p, chunk_rows=2) for r in chunk]
     assert [type(r).__name__ for r in rows] == ["Row", "RowError", "RowError", "RowError", "Row", "RowError"]
     assert "line 2: malformed JSON" in rows[1].error
-    assert rows[2].error == "row a: id: duplicate id (first at row 0)"
+    assert rows[2].error.startswith(
+        "row a: id: duplicate id 'a', first used by the row at index 0 (this row's index: 2"
+    )
     assert "line 4" in rows[3].error and "line 6: not valid UTF-8" in rows[5].error
 
 
@@ -140,3 +142,12 @@ def test_whole_file_errors(tmp_path, name, content, match):
         p.write_text(content)
     with pytest.raises(InputFileError, match=match):
         [r for c in read_rows(p) for r in c]
+
+
+def test_error_rows_keep_known_question_types_and_drop_unknown_ones():
+    qs = {"a": {"type": "noul", "instructions": "?"}, "b": {"type": "weird", "instructions": "?"}}
+    bad_state = parse_row(0, {"id": "x", "state": 5, "questions": qs})
+    assert isinstance(bad_state, RowError) and bad_state.qids == ("a", "b")
+    assert [bad_state.type_of(i) for i in range(3)] == ["noul", None, None]  # 'weird' is not a type
+    ok = parse_row(1, {"id": "y", "state": "hi", "questions": qs})
+    assert ok.questions[1].type is None and "unknown question type 'weird'" in ok.questions[1].error
