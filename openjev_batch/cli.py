@@ -64,7 +64,9 @@ def run(
     attention_backend: str = typer.Option(None, help="sglang attention backend (e.g. triton, torch_native)."),
     context_length: int = typer.Option(None, help="Model context length override."),
     engine_arg: list[str] = typer.Option(
-        None, "--engine-arg", help="Extra sglang.Engine argument key=value (repeatable)."
+        None,
+        "--engine-arg",
+        help="Extra sglang.Engine argument key=value (repeatable; unknown keys are errors).",
     ),
     chunk_rows: int = typer.Option(
         20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
@@ -75,7 +77,9 @@ def run(
         False, "--resume", help="Continue from OUT.partial, skipping finished chunks."
     ),
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="Plan only (tokenizer, no model): print token counts."
+        False,
+        "--dry-run",
+        help="Plan only (tokenizer, no model): rows, branches, logical/unique tokens, expected cache hit rate, peak RSS.",
     ),
     ray: bool = typer.Option(
         False, "--ray", help="Run on Ray Data: engine actors score prefix-grouped buckets (extra `[ray]`)."
