@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import duckdb
 import pandas as pd
@@ -253,3 +254,15 @@ def test_refusals_found_by_a_new_user_trial(tmp_path):
         assert "_Question" not in r.stderr
         if untouched:
             assert untouched.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["run", "validate", "eval", "classify"])
+def test_readme_cli_reference_names_every_option(command):
+    """The README's CLI reference stays in step with --help: every option of each command is in it."""
+    import re
+
+    r = cli(command, "--help")
+    assert r.returncode == 0
+    options = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", r.stdout)) - {"--help"}
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert options and not sorted(o for o in options if o not in readme)
