@@ -148,3 +148,24 @@ def test_sglang_groups_keep_prefix_runs_together():
         warmed = {w.rows[i].prefix for i, _ in f}
         assert all(w.rows[i].prefix in warmed for i, _ in r)
     assert len(groups) >= 2
+
+
+@pytest.mark.sglang
+def test_sglang_cpu_engine_does_not_spin_when_idle(sglang_backend):
+    """An idle scheduler busy-polled a whole core (half of CI's machine) between requests; with the CPU
+    default sleep_on_idle it waits on its sockets."""
+    import time
+
+    import psutil
+
+    procs = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "scheduler" in " ".join(p.cmdline() or [p.name()])
+    ]
+    assert procs, "no sglang scheduler process found"
+    time.sleep(1.0)  # let the last request retire
+    before = sum(sum(p.cpu_times()[:2]) for p in procs)
+    time.sleep(3.0)
+    used = sum(sum(p.cpu_times()[:2]) for p in procs) - before
+    assert used < 0.6, f"idle scheduler used {used:.2f} CPU-seconds in 3 s"

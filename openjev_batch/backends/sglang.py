@@ -98,6 +98,8 @@ def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
     )
     if device == "cpu":
         # sglang's CPU path: native attention, no CUDA graphs, float32, a fixed KV pool (else sized from RAM).
+        # sleep_on_idle: an idle scheduler otherwise busy-polls a whole core, which on a CPU machine is
+        # taken from the model's own forward passes (it waits on its sockets, so a request wakes it at once).
         os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
         kw.update(
             attention_backend="torch_native",
@@ -105,6 +107,7 @@ def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
             dtype="float32",
             mem_fraction_static=0.05,
             max_total_tokens=65_536,
+            sleep_on_idle=True,
         )
     else:
         kw.update(gpu_prefill_defaults())
