@@ -458,7 +458,7 @@ def test_job_level_failures(hf_cls, tmp_path):
     with pytest.raises(ConfigError, match="keep column.*p_entailment clash with the label columns"):
         run_classify(
             build_classify_config(
-                input=write_jsonl(tmp_path / "k.jsonl", [{"text": "x"}]),
+                input=write_jsonl(tmp_path / "k.jsonl", [{"text": "x", "p_entailment": 0.5}]),
                 output=tmp_path / "o.parquet",
                 model="m",
                 backend="hf",
