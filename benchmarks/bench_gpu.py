@@ -397,9 +397,7 @@ def bench_shape(shape: str, names: list[str], baselines: bool) -> None:
     log(shape, "engine start", start_s)
     try:
         # warm up kernels (triton autotune, flashinfer JIT) on a small slice, outside the timings
-        sub = WORK / "w1_32.jsonl"
-        sub.write_text("".join(open(w["w1"][0]).readlines()[:32]))
-        run_product(backend, sub, w["w1"][1], WORK / "warm.parquet")
+        warm(backend, w)
         for name in names:
             path, q = w[name]
             t = time.perf_counter()
@@ -438,6 +436,13 @@ def set_pipeline(backend, groups: int, depth: int) -> None:
     backend.groups_per_window, backend.depth = groups, depth
 
 
+def warm(backend, w: dict) -> None:
+    """Kernels (Triton autotune, flashinfer JIT) warmed on 32 W1 rows, outside every timing."""
+    sub = WORK / "w1_32.jsonl"
+    sub.write_text("".join(open(w["w1"][0]).readlines()[:32]))
+    run_product(backend, sub, w["w1"][1], WORK / "warm.parquet")
+
+
 def sweep(backend, res: dict, r: dict, label: str, paths, out: Path, shapes, prefix: str = "") -> None:
     """The product on one workload for each pipeline shape (groups per window, depth), cache flushed
     before each; results in r[f"{prefix}product_g{groups}_d{depth}"], saved after each."""
@@ -464,9 +469,7 @@ def stage_prof(knobs: dict | None = None, tag: str = "") -> None:
     res: dict = {key: {"engine_start_s": start_s, "knobs": knobs or {}}}
     r = res[key]
     try:
-        sub = WORK / "w1_32.jsonl"
-        sub.write_text("".join(open(w["w1"][0]).readlines()[:32]))
-        run_product(backend, sub, w["w1"][1], WORK / "warm.parquet")
+        warm(backend, w)
         prompts = prompts_for(tok, *w["w1"])
         variants = [(1, 1), (8, 2), (4, 2), (16, 2), (16, 3)] if not knobs else [(1, 1), (8, 2)]
         sweep(backend, res, r, key, w["w1"], WORK / "w1.parquet", variants, prefix="w1_")
@@ -515,9 +518,7 @@ def stage_big() -> None:
     res: dict = {key: {"engine_start_s": start_s}}
     r = res[key]
     try:
-        sub = WORK / "w1_32.jsonl"
-        sub.write_text("".join(open(w["w1"][0]).readlines()[:32]))
-        run_product(backend, sub, w["w1"][1], WORK / "warm.parquet")
+        warm(backend, w)
         prompts = prompts_for(tok, *w["w1"])
         unique = sum(
             x.unique_tokens
@@ -554,9 +555,7 @@ def stage_final(shape: str) -> None:
     res: dict = {key: {"engine_start_s": start_s, "engine_kwargs": backend.engine_kwargs_used}}
     r = res[key]
     try:
-        sub = WORK / "w1_32.jsonl"
-        sub.write_text("".join(open(w["w1"][0]).readlines()[:32]))
-        run_product(backend, sub, w["w1"][1], WORK / "warm.parquet")
+        warm(backend, w)
         names = ["w1", "w2", "w3"] if weights else ["w1"]
         for name in names:
             t = time.perf_counter()
