@@ -7,6 +7,7 @@ Exit codes: 0 every question answered · 3 output written, some rows/questions h
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -97,6 +98,7 @@ def run(
     from .config import build_config, parse_engine_args
     from .pipeline import run_job
 
+    _quiet(progress)
     try:
         cfg = build_config(
             input=input,
@@ -275,6 +277,7 @@ def eval_(
     from .config import parse_engine_args
     from .evaluate import rich_tables, run_eval
 
+    _quiet(progress)
     try:
         opts = dict(
             model=_resolve(model),
@@ -389,6 +392,7 @@ def classify(
     from .classify import DEFAULT_TEMPLATE, build_classify_config, run_classify, unescape_template
     from .config import parse_engine_args
 
+    _quiet(progress)
     try:
         cfg = build_classify_config(
             input=input,
@@ -429,6 +433,16 @@ def classify(
     if s.errors:
         err.print(f"[yellow]{s.errors} row(s) have errors[/]: see the `error` column of {s.output}")
         raise typer.Exit(EXIT_ROW_ERRORS)
+
+
+def _quiet(progress: bool) -> None:
+    """--no-progress also silences the libraries' own bars (transformers' 'Loading weights', hub downloads),
+    which would otherwise fill nightly job logs."""
+    if not progress:
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def _resolve(model: str) -> str:

@@ -47,6 +47,7 @@ def test_run_tickets_every_column(tiny_model, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "answered" in r.stderr and "cache hit rate" in r.stderr
+    assert "Loading weights" not in r.stderr  # --no-progress silences transformers' bar too
     df = pl.read_parquet(out)
     n_rows = sum(1 for line in open(EXAMPLES / "tickets.jsonl") if line.strip())
     assert df.columns == COLUMNS + ["channel"]
