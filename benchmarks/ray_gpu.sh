@@ -9,7 +9,7 @@ export OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=/tmp/site:/tmp/raysite:$PWD TVM_FFI_CACHE_DIR=/tmp/site/sglang_jit_cache_sm90a HF_HUB_OFFLINE=1 \
   PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 M=/tmp/bench/qwen3-0.6b
-A=(-m $M -b sglang --attention-backend triton --engine-arg sampling_backend=pytorch --workers 1)
+A=(-m $M -b sglang --attention-backend triton --engine-arg sampling_backend=pytorch --workers 1 --warm)
 IFS=, read -ra SPECS <<< "${RAY_SPECS:-w1 256,w3 5000}"
 for spec in "${SPECS[@]}"; do
   set -- $spec
