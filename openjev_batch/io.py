@@ -114,10 +114,8 @@ def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
         if missing := [k for k in keep if k not in names]:
             raise InputFileError(f"{path}: --keep column(s) not in the input: {', '.join(missing)}")
     elif keep:  # JSONL has no schema: a column in none of the first rows is most likely a typo
-        seen: set[str] = set()
-        for chunk in _records(path, KEEP_SCAN_ROWS):
-            seen.update(k for _, rec in chunk if isinstance(rec, dict) for k in rec)
-            break
+        first = next(_records(path, KEEP_SCAN_ROWS), [])
+        seen = {k for _, rec in first if isinstance(rec, dict) for k in rec}
         if missing := [k for k in keep if k not in seen]:
             raise InputFileError(
                 f"{path}: --keep column(s) in none of the first {KEEP_SCAN_ROWS:,} rows: {', '.join(missing)}"

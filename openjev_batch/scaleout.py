@@ -329,20 +329,16 @@ def _iter_results(ray, refs: list, cfg: RunConfig, opts: RayOptions, n_buckets: 
         num_cpus=opts.cpus_per_worker,
         num_gpus=gpus,
     )
-    if opts.grouping == "groupby":
+    # "blocks": a block is a bucket and stays whole from the driver through both actor pools, which needs
+    # batch_size=None; Ray 2.60's public map_batches refuses that when GPUs are requested (found on the
+    # H200). map_groups has the same need and calls the unvalidated map_batches_internal
+    # (ray/data/grouped_data.py); so do we, and use groupby where a Ray lacks it.
+    internal = getattr(ds, "map_batches_internal", None)
+    if opts.grouping == "groupby" or (gpus and internal is None):
         parts = min(n_buckets, 4 * opts.workers)
         ds = ds.groupby("bucket", num_partitions=parts).map_groups(ScoreStage, **score)
-    else:  # a block is a bucket: it stays whole from the driver through both actor pools
-        # batch_size=None (whole blocks) is what keeps a bucket on one engine, but Ray 2.60's public
-        # map_batches refuses it when GPUs are requested (found on the H200). map_groups has the same need
-        # and calls the unvalidated map_batches_internal (ray/data/grouped_data.py); so do we, and fall
-        # back to groupby where a Ray lacks it.
-        internal = getattr(ds, "map_batches_internal", None)
-        if gpus and internal is None:
-            parts = min(n_buckets, 4 * opts.workers)
-            ds = ds.groupby("bucket", num_partitions=parts).map_groups(ScoreStage, **score)
-        else:
-            ds = (internal if gpus else ds.map_batches)(ScoreStage, batch_size=None, **score)
+    else:
+        ds = (internal if gpus else ds.map_batches)(ScoreStage, batch_size=None, **score)
     return ds.iter_batches(batch_size=None, batch_format="pyarrow")
 
 

@@ -136,7 +136,9 @@ def _pairs_to_dict(v: Any, what: str) -> dict:
     return v
 
 
-def _error_text(e: ValidationError) -> str:
+def _error_text(where: str, e: ValidationError) -> str:
+    """Each pydantic error as `<where>.<field>: why`; a model-level message already names its field
+    (`criteria: …`); a whole-object error (no field: a number instead of a question) reads `<where>: why`."""
     parts = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"])
@@ -144,7 +146,10 @@ def _error_text(e: ValidationError) -> str:
         msg = msg.replace(
             "a valid dictionary or instance of _Question", "a question object (type, instructions, criteria)"
         )
-        parts.append(f"{loc}: {msg}" if loc and not msg.startswith("criteria") else msg)
+        if loc and not msg.startswith("criteria"):
+            parts.append(f"{where}.{loc}: {msg}")
+        else:
+            parts.append(f"{where}.{msg}" if msg.startswith("criteria") else f"{where}: {msg}")
     return "; ".join(parts)
 
 
@@ -174,9 +179,7 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
         return QuestionError(qid, None, f"{where}: malformed JSON ({e.msg} at char {e.pos})")
     except ValidationError as e:
         t = raw.get("type") if isinstance(raw, dict) else None
-        # a whole-object error (no field, e.g. a number instead of a question) reads "questions.k: …"
-        sep = ": " if not any(err["loc"] for err in e.errors()) and "criteria" not in str(e) else "."
-        return QuestionError(qid, t if t in QUESTION_TYPES else None, f"{where}{sep}{_error_text(e)}")
+        return QuestionError(qid, t if t in QUESTION_TYPES else None, _error_text(where, e))
     if q.type == "noul":
         c = q.criteria or {}
         return QuestionSpec(
