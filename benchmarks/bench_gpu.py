@@ -134,17 +134,39 @@ def roofline_s(shape: str, unique_tokens: int) -> float:
     return 2 * non_embedding_params(shape) * unique_tokens / (PEAK_TFLOPS * 1e12)
 
 
-def workloads(tok) -> dict:
+def attention_flops(shape: str, prompts) -> float:
+    """Causal attention FLOPs of the unique work: each distinct prefix once, each branch's suffix against
+    its prefix; 4 × layers × q heads × head_dim per (query, key) pair (QKᵀ and PV, 2 FLOPs a MAC)."""
+    s = SHAPES[shape]
+    per_pair = 4 * s["num_hidden_layers"] * s["num_attention_heads"] * s["head_dim"]
+    pairs, seen = 0, set()
+    for rp in prompts:
+        p = len(rp.prefix)
+        if rp.prefix not in seen:
+            seen.add(rp.prefix)
+            pairs += p * (p + 1) // 2
+        for b in rp.branches:
+            n = len(b.suffix)
+            pairs += n * p + n * (n + 1) // 2
+    return float(per_pair * pairs)
+
+
+def roofline_attn_s(shape: str, unique_tokens: int, prompts) -> float:
+    """The issue's roofline: 2 × non-embedding params × unique tokens + attention FLOPs, over the peak."""
+    return roofline_s(shape, unique_tokens) + attention_flops(shape, prompts) / (PEAK_TFLOPS * 1e12)
+
+
+def workloads(tok, names=("w1", "w2", "w3")) -> dict:
+    """Workload files under /tmp/bench/wl, each built on first use (W1 ~2 s, W2/W3 ~15 s each)."""
     import workloads as wl
 
     d = WORK / "wl"
     d.mkdir(parents=True, exist_ok=True)
-    if not (d / "w3.jsonl").exists():
-        t = time.time()
-        wl.w1(tok, d)
-        wl.w2(tok, d)
-        wl.w3(tok, d)
-        log("workloads built", round(time.time() - t, 1), "s")
+    for name in names:
+        if not (d / f"{name}.jsonl").exists():
+            t = time.time()
+            getattr(wl, name)(tok, d)
+            log("workload", name, "built", round(time.time() - t, 1), "s")
     return {
         "w1": (d / "w1.jsonl", d / "w1_questions.json"),
         "w2": (d / "w2.jsonl", None),
@@ -583,7 +605,7 @@ def stage_final(shape: str) -> None:
     save(res)
 
 
-def start_sglang_defaults(model_dir, **extra):
+def start_sglang_defaults(model_dir, attention: str = "triton", **extra):
     """The product's own engine defaults (backends.sglang.engine_kwargs) plus what the kit needs."""
     from openjev_batch.backends import BackendOptions, load_backend
     from openjev_batch.backends.sglang import engine_kwargs
@@ -591,13 +613,82 @@ def start_sglang_defaults(model_dir, **extra):
     opts = BackendOptions(
         model=str(model_dir),
         device="cuda",
-        attention_backend="triton",
+        attention_backend=attention,
         engine_args={"sampling_backend": "pytorch", **extra},
     )
     t = time.perf_counter()
     b = load_backend("sglang", opts)
     b.engine_kwargs_used = {k: v for k, v in engine_kwargs(opts).items() if k != "model_path"}
     return b, round(time.perf_counter() - t, 1)
+
+
+@contextlib.contextmanager
+def stock_readout():
+    """Engines started inside use sglang's own scheduler (its label-logprob gather syncs the GPU)."""
+    import openjev_batch.backends.sglang as sb
+
+    saved = sb.engine_class
+    sb.engine_class = lambda: __import__("sglang.srt.entrypoints.engine", fromlist=["Engine"]).Engine
+    try:
+        yield
+    finally:
+        sb.engine_class = saved
+
+
+def stage_sync(shape: str, names: list[str], repeats: int = 3, attention: str = "triton") -> None:
+    """Effect of the sync-free label-logprob gather (backends/sglang_patches.py, sglang#39642): the product
+    with its own defaults (pipeline 8 × 2) `repeats` times per workload and naive N+1, in an engine with the
+    gather and then in one with sglang's stock scheduler; py-spy on one W1 run with the gather (if carried).
+    `attention`: the kit's triton, or flashinfer (JIT-compiled with nvcc on first use)."""
+    from transformers import AutoTokenizer
+
+    from openjev_batch.plan import plan
+
+    weights = shape == "qwen3-0.6b"
+    m = make_model(shape, weights=weights)
+    tok = AutoTokenizer.from_pretrained(m)
+    w = workloads(tok, names)
+    extra = {} if weights else {"load_format": "dummy"}
+    tag = "" if attention == "triton" else f"-{attention}"
+    variants = ["sync_free", "stock"] if attention == "triton" else ["sync_free"]
+    for variant in variants:
+        key = f"{shape}/sync{tag}/{variant}"
+        ctx = stock_readout() if variant == "stock" else contextlib.nullcontext()
+        with ctx:
+            backend, start_s = start_sglang_defaults(m, attention=attention, **extra)
+        res: dict = {key: {"engine_start_s": start_s, "engine_kwargs": backend.engine_kwargs_used}}
+        r = res[key]
+        log(key, "engine start", start_s)
+        try:
+            t = time.perf_counter()
+            warm(backend, w)
+            r["warm_s"] = round(time.perf_counter() - t, 1)
+            log(key, "warm", r["warm_s"])
+            save(res)
+            for name in names:
+                prompts = prompts_for(tok, *w[name])
+                unique = sum(x.unique_tokens for x in plan(prompts, 1 << 40, 1 << 40))
+                x = r[name] = {
+                    "unique_tokens": unique,
+                    "roofline_s": round(roofline_s(shape, unique), 3),
+                    "roofline_attn_s": round(roofline_attn_s(shape, unique, prompts), 3),
+                    "product": [],
+                }
+                for i in range(repeats if name == "w1" else 1):
+                    flush(backend.engine)
+                    x["product"].append(run_product(backend, *w[name], WORK / f"{name}.parquet"))
+                    log(key, name, "product", i, x["product"][-1])
+                    save(res)
+                x["naive_n_plus_1"] = naive(backend.engine, prompts)
+                log(key, name, "naive", x["naive_n_plus_1"])
+                save(res)
+                if name == "w1" and variant == "sync_free" and not tag:
+                    flush(backend.engine)
+                    with profiled(f"w1_{shape}_sync_free"):
+                        x["product_profiled"] = run_product(backend, *w[name], WORK / f"{name}.parquet")
+                    save(res)
+        finally:
+            backend.close()
 
 
 KNOBS = {
@@ -647,6 +738,14 @@ def main() -> None:
             stage_final("qwen3-8b")
         elif stage == "classify":
             subprocess.run([sys.executable, str(ROOT / "benchmarks/classify_gpu.py")], check=False)
+        elif stage == "sync-big":
+            stage_sync("qwen3-8b", ["w1"])
+        elif stage == "sync-small":
+            stage_sync("qwen3-0.6b", ["w1", "w2"], repeats=3)
+        elif stage == "sync-small3":
+            stage_sync("qwen3-0.6b", ["w1", "w2", "w3"], repeats=2)
+        elif stage == "fi-big":
+            stage_sync("qwen3-8b", ["w1"], repeats=2, attention="flashinfer")
         elif stage in KNOBS:
             stage_prof(KNOBS[stage], tag="-" + stage)
         else:

@@ -169,3 +169,40 @@ def test_sglang_cpu_engine_does_not_spin_when_idle(sglang_backend):
     time.sleep(3.0)
     used = sum(sum(p.cpu_times()[:2]) for p in procs) - before
     assert used < 0.6, f"idle scheduler used {used:.2f} CPU-seconds in 3 s"
+
+
+@pytest.mark.sglang
+def test_sync_free_logprob_gather_equals_sglangs(monkeypatch):
+    """The scheduler-side gather (sglang#39642 workaround) returns what sglang's own function returns."""
+    pytest.importorskip("sglang")
+    from sglang.srt.layers import logprob_processor as lp
+
+    from openjev_batch.backends import sglang_patches
+
+    stock = lp.get_token_ids_logprobs_batch_optimized
+    assert stock is not sglang_patches.token_ids_logprobs_no_sync
+    logprobs = torch.log_softmax(torch.randn(5, 50, generator=torch.Generator().manual_seed(0)), dim=-1)
+    requests = [[1, 3], [2], None, [], [0, 2, 49]]
+    want_vals, want_ids = stock(logprobs, requests)
+    got_vals, got_ids = sglang_patches.token_ids_logprobs_no_sync(logprobs, requests)
+    assert got_ids == want_ids == [[1, 3], [2], [], [], [0, 2, 49]]
+    assert [v.tolist() for v in got_vals] == [v.tolist() for v in want_vals]
+    assert got_vals[4].tolist() == [logprobs[4, 0].item(), logprobs[4, 2].item(), logprobs[4, 49].item()]
+    empty_vals, empty_ids = sglang_patches.token_ids_logprobs_no_sync(logprobs, [None] * 5)
+    assert empty_ids == [[]] * 5 and all(v.numel() == 0 for v in empty_vals)
+
+    # The scheduler entry point installs the gather before handing over to sglang's scheduler.
+    from sglang.srt.managers import scheduler
+
+    monkeypatch.setattr(lp, "get_token_ids_logprobs_batch_optimized", stock)  # restored after the test
+    monkeypatch.setattr(scheduler, "run_scheduler_process", lambda *a, **k: (a, k))
+    assert sglang_patches.run_scheduler_process(1, x=2) == ((1,), {"x": 2})
+    assert lp.get_token_ids_logprobs_batch_optimized is sglang_patches.token_ids_logprobs_no_sync
+
+
+@pytest.mark.sglang
+def test_sglang_engine_schedulers_use_the_sync_free_gather(sglang_backend):
+    from openjev_batch.backends import sglang_patches
+
+    # The engine the tests' parity checks run on is the one whose scheduler processes install the gather.
+    assert type(sglang_backend.engine).run_scheduler_process_func is sglang_patches.run_scheduler_process

@@ -9,6 +9,8 @@ Every request — warm-ups included — carries `token_ids_logprob`: a batch tha
 without it crashes the scheduler (sgl-project/sglang#34719, open). No token is decoded:
 `max_new_tokens=0` on sglang ≥ 0.5.17 (measured 25 % faster than 1 on an H200), else 1. Logprobs are
 read from `meta_info["output_token_ids_logprobs"][0]` entries `(logprob, token_id, _)` by token id.
+The scheduler processes gather those logprobs without a GPU synchronisation (`sglang_patches`,
+sgl-project/sglang#39642), so sglang's overlap scheduler builds batch k+1 while batch k runs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from ..errors import BackendError
 from ..plan import Window
 from .base import Backend, BackendOptions, BranchResult
+from .sglang_patches import engine_class
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -134,7 +137,7 @@ class SGLangBackend(Backend):
         except Exception as e:
             raise BackendError(f"cannot load the tokenizer of {opts.model!r}: {e}") from e
         try:
-            self.engine = sglang.Engine(**kw)
+            self.engine = engine_class()(**kw)
         except BaseException as e:  # the scheduler subprocess dies → SystemExit/RuntimeError here
             raise BackendError(
                 f"sglang.Engine could not start with {opts.model!r}: {type(e).__name__}: {e}"
