@@ -635,11 +635,19 @@ def stock_readout():
         sb.engine_class = saved
 
 
-def stage_sync(shape: str, names: list[str], repeats: int = 3, attention: str = "triton") -> None:
+def stage_sync(
+    shape: str,
+    names: list[str],
+    repeats: int = 3,
+    attention: str = "triton",
+    knobs: dict | None = None,
+    tag: str = "",
+) -> None:
     """Effect of the sync-free label-logprob gather (backends/sglang_patches.py, sglang#39642): the product
     with its own defaults (pipeline 8 × 2) `repeats` times per workload and naive N+1, in an engine with the
     gather and then in one with sglang's stock scheduler; py-spy on one W1 run with the gather (if carried).
-    `attention`: the kit's triton, or flashinfer (JIT-compiled with nvcc on first use)."""
+    `attention`: the kit's triton, or flashinfer (JIT-compiled with nvcc on first use); `knobs`: extra
+    engine args (then, like another attention backend, only the engine with the gather runs)."""
     from transformers import AutoTokenizer
 
     from openjev_batch.plan import plan
@@ -648,9 +656,9 @@ def stage_sync(shape: str, names: list[str], repeats: int = 3, attention: str = 
     m = make_model(shape, weights=weights)
     tok = AutoTokenizer.from_pretrained(m)
     w = workloads(tok, names)
-    extra = {} if weights else {"load_format": "dummy"}
-    tag = "" if attention == "triton" else f"-{attention}"
-    variants = ["sync_free", "stock"] if attention == "triton" else ["sync_free"]
+    extra = ({} if weights else {"load_format": "dummy"}) | (knobs or {})
+    tag = tag or ("" if attention == "triton" else f"-{attention}")
+    variants = ["sync_free", "stock"] if not tag else ["sync_free"]
     for variant in variants:
         key = f"{shape}/sync{tag}/{variant}"
         ctx = stock_readout() if variant == "stock" else contextlib.nullcontext()
@@ -682,7 +690,7 @@ def stage_sync(shape: str, names: list[str], repeats: int = 3, attention: str = 
                 x["naive_n_plus_1"] = naive(backend.engine, prompts)
                 log(key, name, "naive", x["naive_n_plus_1"])
                 save(res)
-                if name == "w1" and variant == "sync_free" and not tag:
+                if name == "w1" and variant == "sync_free" and not tag and not weights:
                     flush(backend.engine)
                     with profiled(f"w1_{shape}_sync_free"):
                         x["product_profiled"] = run_product(backend, *w[name], WORK / f"{name}.parquet")
@@ -742,10 +750,15 @@ def main() -> None:
             stage_sync("qwen3-8b", ["w1"])
         elif stage == "sync-small":
             stage_sync("qwen3-0.6b", ["w1", "w2"], repeats=3)
+        elif stage == "sync-small1":
+            stage_sync("qwen3-0.6b", ["w1"], repeats=3)
         elif stage == "sync-small3":
             stage_sync("qwen3-0.6b", ["w1", "w2", "w3"], repeats=2)
         elif stage == "fi-big":
             stage_sync("qwen3-8b", ["w1"], repeats=2, attention="flashinfer")
+        elif stage == "k64-big":
+            knobs = {"chunked_prefill_size": 65536, "max_prefill_tokens": 65536}
+            stage_sync("qwen3-8b", ["w1"], repeats=2, knobs=knobs, tag="-chunk64k")
         elif stage in KNOBS:
             stage_prof(KNOBS[stage], tag="-" + stage)
         else:
