@@ -699,6 +699,32 @@ def stage_sync(
             backend.close()
 
 
+def stage_sweep_small() -> None:
+    """0.6B W1 with the sync-free gather: naive N+1, the pipeline shapes, naive again, the shapes again
+    (interleaved so machine drift shows up in both), each result saved as it lands."""
+    from transformers import AutoTokenizer
+
+    shape = "qwen3-0.6b"
+    m = make_model(shape, weights=True)
+    tok = AutoTokenizer.from_pretrained(m)
+    w = workloads(tok, ["w1"])
+    backend, start_s = start_sglang_defaults(m)
+    key = f"{shape}/sweep-sync-free"
+    res: dict = {key: {"engine_start_s": start_s}}
+    r = res[key]
+    try:
+        warm(backend, w)
+        prompts = prompts_for(tok, *w["w1"])
+        for rep in range(2):
+            r[f"naive_{rep}"] = naive(backend.engine, prompts)
+            log(key, "naive", rep, r[f"naive_{rep}"])
+            save(res)
+            shapes = [(1, 1), (2, 2), (4, 2), (8, 2), (16, 3)]
+            sweep(backend, res, r, key, w["w1"], WORK / "w1.parquet", shapes, prefix=f"r{rep}_")
+    finally:
+        backend.close()
+
+
 KNOBS = {
     "k-chunk32k": {"chunked_prefill_size": 32768, "max_prefill_tokens": 32768},
     "k-nooverlap": {"disable_overlap_schedule": True},
@@ -750,6 +776,8 @@ def main() -> None:
             stage_sync("qwen3-8b", ["w1"])
         elif stage == "sync-small":
             stage_sync("qwen3-0.6b", ["w1", "w2"], repeats=3)
+        elif stage == "sweep-small":
+            stage_sweep_small()
         elif stage == "sync-small1":
             stage_sync("qwen3-0.6b", ["w1"], repeats=3)
         elif stage == "sync-small3":
