@@ -139,11 +139,8 @@ def read_rows(
         for pos, rec in chunk:
             any_rows = True
             if isinstance(rec, str):
-                out.append(
-                    RowError(
-                        pos, str(pos), f"row {pos}: {rec}", questions_ids(questions), dict.fromkeys(keep)
-                    )
-                )
+                qids, qtypes = questions_ids(questions), questions_types(questions)
+                out.append(RowError(pos, str(pos), f"row {pos}: {rec}", qids, dict.fromkeys(keep), qtypes))
                 continue
             row = parse_row(pos, rec, questions, keep)
             if row.id in seen:
@@ -166,6 +163,11 @@ def read_rows(
 
 def questions_ids(questions: Any) -> tuple[str, ...]:
     return tuple(q.qid for q in questions) if questions else ()
+
+
+def questions_types(questions: Any) -> tuple[str, ...]:
+    """The shared (`-q`) questions' types, aligned with `questions_ids`; () without shared questions."""
+    return tuple(q.type for q in questions) if questions else ()
 
 
 class ResultWriter:

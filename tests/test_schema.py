@@ -151,3 +151,14 @@ def test_error_rows_keep_known_question_types_and_drop_unknown_ones():
     assert [bad_state.type_of(i) for i in range(3)] == ["noul", None, None]  # 'weird' is not a type
     ok = parse_row(1, {"id": "y", "state": "hi", "questions": qs})
     assert ok.questions[1].type is None and "unknown question type 'weird'" in ok.questions[1].error
+
+
+def test_malformed_line_with_shared_questions_keeps_their_types(tmp_path):
+    from openjev_batch.config import load_questions
+
+    qf = tmp_path / "q.json"
+    qf.write_text(json.dumps({"ok": {"type": "noul", "instructions": "?"}, "u": Q["u"]}))
+    p = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "x"}, "{broken"])
+    rows = [r for chunk in read_rows(p, load_questions(qf)) for r in chunk]
+    assert isinstance(rows[1], RowError) and rows[1].qids == ("ok", "u")
+    assert [rows[1].type_of(i) for i in range(2)] == ["noul", "score"]
