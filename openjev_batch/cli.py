@@ -7,6 +7,7 @@ Exit codes: 0 every question answered · 3 output written, some rows/questions h
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections import Counter
@@ -128,23 +129,7 @@ def run(
 
             _print_plan(plan_only(cfg))
             return
-        with Progress(
-            TextColumn("[bold]prefill"),
-            BarColumn(bar_width=None),
-            TextColumn("{task.completed:,} branches"),
-            TextColumn("{task.fields[tps]}"),
-            TimeElapsedColumn(),
-            console=err,
-            disable=not progress,
-        ) as bar:
-            task = bar.add_task("prefill", total=None, tps="")
-            done = {"tok": 0}
-
-            def tick(branches: int, tokens: int) -> None:
-                done["tok"] += tokens
-                el = bar.tasks[0].elapsed or 1e-9
-                bar.update(task, advance=branches, tps=f"{done['tok'] / el:,.0f} tok/s")
-
+        with _progress("prefill", "branches", progress) as tick:
             if ray:
                 from .scaleout import RayOptions, run_job_ray
 
@@ -290,15 +275,7 @@ def eval_(
             max_branches_per_window=max_branches,
             progress=progress,
         )
-        with Progress(
-            TextColumn("[bold]prefill"),
-            BarColumn(bar_width=None),
-            TextColumn("{task.completed:,}"),
-            TimeElapsedColumn(),
-            console=err,
-            disable=not progress,
-        ) as bar:
-            task = bar.add_task("prefill", total=None)
+        with _progress("prefill", "branches", progress) as tick:
             rep = run_eval(
                 input,
                 output_dir,
@@ -310,7 +287,7 @@ def eval_(
                 seed=seed,
                 calibrate=calibrate,
                 model_name=model,
-                on_progress=lambda n, _tok: bar.update(task, advance=n),
+                on_progress=tick,
             )
     except OpenjevError as e:
         _fail(e)
@@ -414,16 +391,8 @@ def classify(
             batch_tokens=batch_tokens,
             progress=progress,
         )
-        with Progress(
-            TextColumn("[bold]classify"),
-            BarColumn(bar_width=None),
-            TextColumn("{task.completed:,} rows"),
-            TimeElapsedColumn(),
-            console=err,
-            disable=not progress,
-        ) as bar:
-            task = bar.add_task("classify", total=None)
-            s = run_classify(cfg, on_progress=lambda n, _tok: bar.update(task, advance=n))
+        with _progress("classify", "rows", progress) as tick:
+            s = run_classify(cfg, on_progress=tick)
     except OpenjevError as e:
         _fail(e)
     t = Table(title="openjev-batch classify", show_header=False)
@@ -433,6 +402,30 @@ def classify(
     if s.errors:
         err.print(f"[yellow]{s.errors} row(s) have errors[/]: see the `error` column of {s.output}")
         raise typer.Exit(EXIT_ROW_ERRORS)
+
+
+@contextlib.contextmanager
+def _progress(label: str, unit: str, enabled: bool):
+    """A rich progress bar on stderr; yields the `on_progress(count, tokens)` callback the jobs take, which
+    advances it by `count` (branches or rows) and shows the token rate."""
+    with Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(bar_width=None),
+        TextColumn(f"{{task.completed:,}} {unit}"),
+        TextColumn("{task.fields[tps]}"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not enabled,
+    ) as bar:
+        task = bar.add_task(label, total=None, tps="")
+        tokens = [0]
+
+        def tick(count: int, n_tokens: int) -> None:
+            tokens[0] += n_tokens
+            elapsed = bar.tasks[0].elapsed or 1e-9
+            bar.update(task, advance=count, tps=f"{tokens[0] / elapsed:,.0f} tok/s")
+
+        yield tick
 
 
 def _quiet(progress: bool) -> None:
