@@ -45,6 +45,7 @@ from .config import check_not_input, check_output_path, validation_message
 from .errors import BackendError, ConfigError, InputFileError
 from .io import _records, check_input
 from .plan import BranchSpec, RowPrompt, Window, lcp, plan
+from .prompt import quiet_length_warning
 from .schema import RowError, duplicate_id_error
 
 DEFAULT_TEMPLATE = "Premise: {premise}\nHypothesis: {hypothesis}"
@@ -155,6 +156,7 @@ def build_prompts(rows: list[ClsRow], tokenizer) -> list[RowPrompt]:
     the shared prefix (an exact prefix of the ids) and the rest. Text rows are all prefix."""
     if not rows:
         return []
+    tokenizer = quiet_length_warning(tokenizer)  # too-long rows become row errors (backend)
     full = tokenizer([r.text for r in rows])["input_ids"]
     distinct = sorted({r.prefix_text for r in rows if r.prefix_text})
     pre = {
@@ -536,7 +538,7 @@ def run_classify(
             parsed: list[ClsRow | RowError] = []
             for pos, rec in chunk:
                 if isinstance(rec, str):
-                    parsed.append(RowError(pos, str(pos), f"row {pos}: {rec}"))
+                    parsed.append(RowError(pos, None, f"row at index {pos}: {rec}"))  # id unreadable
                     continue
                 row = parse_cls_row(pos, rec, template, cfg.keep)
                 if row.id in seen:

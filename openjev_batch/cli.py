@@ -197,7 +197,7 @@ def validate(
     questions: Path = typer.Option(
         None, "--questions", "-q", help="JSON/YAML question map applied to every row."
     ),
-    show: int = typer.Option(20, help="Print at most this many errors."),
+    show: int = typer.Option(20, min=0, help="Print at most this many errors."),
 ) -> None:
     """Check the schema and limits of an input file without loading a model."""
     from .config import load_questions

@@ -140,7 +140,9 @@ def read_rows(
             any_rows = True
             if isinstance(rec, str):
                 qids, qtypes = questions_ids(questions), questions_types(questions)
-                out.append(RowError(pos, str(pos), f"row {pos}: {rec}", qids, dict.fromkeys(keep), qtypes))
+                # id null: the line's id cannot be read, and its index could clash with a real id
+                err = f"row at index {pos}: {rec}"
+                out.append(RowError(pos, None, err, qids, dict.fromkeys(keep), qtypes))
                 continue
             row = parse_row(pos, rec, questions, keep)
             if row.id in seen:

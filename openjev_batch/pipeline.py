@@ -179,18 +179,25 @@ def _chunk_records(
 
 def job_manifest(cfg: RunConfig) -> dict[str, Any]:
     """What identifies a job's partial output; `--resume` continues only a partial with the same manifest
-    (single-machine and Ray runs write the same one, so either can resume the other)."""
+    (single-machine and Ray runs write the same one, so either can resume the other). It holds everything
+    that changes the numbers (model, backend, dtype, device, context length, engine settings) so one output
+    never mixes precisions; the questions are identified by content, so the same file by another path (or a
+    byte-identical copy) resumes."""
     st = Path(cfg.input).stat()
     return {
         "input": str(Path(cfg.input).resolve()),
         "input_size": st.st_size,
         "input_mtime": st.st_mtime,
-        "questions": str(cfg.questions_file),
         "model": cfg.model,
         "backend": cfg.backend,
+        "dtype": cfg.dtype,
+        "device": cfg.device,
+        "context_length": cfg.context_length,
+        "attention_backend": cfg.attention_backend,
+        "engine_args": {k: repr(v) for k, v in sorted(cfg.engine_args.items())},
         "chunk_rows": cfg.chunk_rows,
         "keep": list(cfg.keep),
-        # the questions' content, not only their path: an edited file must not mix old and new answers
+        # the questions' content, not their path: an edited file must not mix old and new answers
         "questions_sha256": hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest()
         if cfg.questions_file
         else None,

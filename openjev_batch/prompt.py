@@ -37,6 +37,15 @@ class Failed:
     error: str
 
 
+def quiet_length_warning(tokenizer):
+    """Returns the tokenizer with transformers' "Token indices sequence length is longer…" warning marked as
+    already given. The product checks lengths itself (branch/row limits, the engine's context) and reports
+    them as row errors; that warning would only leak into the job's output."""
+    if isinstance(getattr(tokenizer, "deprecation_warnings", None), dict):
+        tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+    return tokenizer
+
+
 class Prompter:
     """Builds `RowPrompt`s for one tokenizer. Labels are verified once, at construction.
 
@@ -50,7 +59,7 @@ class Prompter:
         max_branch_tokens: int = MAX_BRANCH_TOKENS,
         max_row_tokens: int = MAX_ROW_TOKENS,
     ):
-        self.tok = tokenizer
+        self.tok = quiet_length_warning(tokenizer)
         self.instructions = instructions
         self.max_branch_tokens = max_branch_tokens
         self.max_row_tokens = max_row_tokens

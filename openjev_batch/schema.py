@@ -9,6 +9,7 @@ Every message names the row id and the field, e.g.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -64,7 +65,7 @@ class RowError:
     """A row that cannot be answered at all; it still appears in the output with this error."""
 
     pos: int
-    id: str
+    id: str | None  # None only for a line that could not be parsed at all (its id is unknown)
     error: str
     qids: tuple[str, ...] = ()
     kept: dict[str, Any] = field(default_factory=dict)
@@ -204,17 +205,23 @@ def parse_questions(raw: Any) -> tuple[QuestionSpec | QuestionError, ...]:
     return tuple(parse_question(str(k), v) for k, v in d.items())
 
 
+_JSON_CONVERSATION = re.compile(r'^(\{\s*"messages"\s*:|\[\s*\{\s*"(role|content)"\s*:)')
+
+
 def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
     """`state` → (messages, plain). Accepts a string, a JSON string of a message list or of
-    ``{"messages": [...]}``, or those structures. Raises ValueError naming the sub-field."""
+    ``{"messages": [...]}``, or those structures. Raises ValueError naming the sub-field.
+
+    A string is read as JSON only when it starts like a conversation (`{"messages":` or `[{"role":` /
+    `[{"content":`, whitespace allowed); then malformed JSON is an error. Any other string is the text of
+    one user message, also one that begins with `{` or `[` ("{name} wrote: …", "[URGENT] …")."""
     if isinstance(raw, str):
         s = raw.strip()
-        if s[:1] in "[{":
+        if _JSON_CONVERSATION.match(s):
             try:
                 raw = json.loads(s)
             except json.JSONDecodeError as e:
-                if s[:1] == "{" or s.startswith('[{"'):
-                    raise ValueError(f"malformed JSON ({e.msg} at char {e.pos})") from None
+                raise ValueError(f"malformed JSON ({e.msg} at char {e.pos})") from None
         if isinstance(raw, str):
             if not s:
                 raise ValueError("empty conversation")

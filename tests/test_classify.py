@@ -395,10 +395,10 @@ def test_run_classify_end_to_end(which, request, hf_cls, tmp_path):
         "gold",
     ]
     out = t.to_pylist()
-    assert [r["id"] for r in out] == ["a", "b", "c", "d", "e", "5", "a"]  # input order
+    assert [r["id"] for r in out] == ["a", "b", "c", "d", "e", None, "a"]  # input order
     assert [r["gold"] for r in out] == ["entailment", "neutral", "contradiction", None, None, None, None]
     assert out[4]["error"] == "row e: hypothesis: missing"
-    assert out[5]["error"].startswith("row 5: line 6: malformed JSON")
+    assert out[5]["error"].startswith("row at index 5: line 6: malformed JSON")
     assert out[6]["error"].startswith(
         "row a: id: duplicate id 'a', first used by the row at index 0 (this row's index: 6"
     )

@@ -103,7 +103,7 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
     got = {(a, b): e for a, b, e in df.select("id", "question_id", "error").iter_rows()}
     assert got[("T7", "u")] == "row T7: questions.u.criteria: score needs 2–64 levels, got 1"
     assert got[("T7", "c")] is None and got[("ok", "u")] is None and got[("ok2", "c")] is None
-    assert got[("2", None)].startswith("row 2: line 3: malformed JSON")
+    assert got[(None, None)].startswith("row at index 2: line 3: malformed JSON")
     assert got[("empty", "u")] == got[("empty", "c")] == "row empty: state: empty conversation"
     assert df.height == 2 + 2 + 1 + 2 + 2
     assert df["src"].to_list()[:2] == ["a", "a"] and df["src"].null_count() == df.height - 2
@@ -267,3 +267,12 @@ def test_readme_cli_reference_names_every_option(command):
     options = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", r.stdout)) - {"--help"}
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     assert options and not sorted(o for o in options if o not in readme)
+
+
+def test_hf_refuses_sglang_engine_options(tiny_model, tmp_path):
+    """`--tp-size 2 -b hf` used to run on one device without a word."""
+    out = tmp_path / "o.parquet"
+    inp = EXAMPLES / "tickets_inline.jsonl"
+    r = cli("run", inp, "-m", tiny_model, "-b", "hf", "-o", out, "--tp-size", "2", "--no-progress")
+    assert r.returncode == 4 and "hf backend has no engine options; drop --tp-size" in r.stderr, r.stderr
+    assert not out.exists()

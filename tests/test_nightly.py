@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -210,3 +211,29 @@ def test_any_jsonl_lines_yield_rows_or_errors(tmp_path, lines):
     assert (
         len(got) == sum(1 for x in lines if x.encode().strip()) + 1
     )  # every non-blank line is one output row
+
+
+def test_job_manifest_names_the_numbers_not_the_paths(tmp_path, monkeypatch):
+    """--resume must refuse a different dtype (one file, two precisions) but accept the same questions by
+    another path or as a byte-identical copy."""
+    from openjev_batch.pipeline import job_manifest
+
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}])
+    q = tmp_path / "q.yaml"
+    q.write_text("u: {type: noul, instructions: Urgent?}\n")
+    copy = tmp_path / "sub" / "q.yaml"
+    copy.parent.mkdir()
+    copy.write_bytes(q.read_bytes())
+    monkeypatch.chdir(tmp_path)
+
+    def manifest(**kw):
+        base = dict(input=inp, output=tmp_path / "o.parquet", model="m", backend="hf", progress=False)
+        return job_manifest(build_config(**{**base, **kw}))
+
+    same = [manifest(questions_file=p) for p in (Path("q.yaml"), q, copy)]
+    assert same[0] == same[1] == same[2]
+    assert manifest(questions_file=q, dtype="bfloat16") != same[0]
+    assert manifest(questions_file=q, device="cpu") != same[0]
+    assert manifest(questions_file=q, engine_args={"attention_backend": "triton"}) != same[0]
+    q.write_text("u: {type: noul, instructions: Angry?}\n")
+    assert manifest(questions_file=q) != same[0]

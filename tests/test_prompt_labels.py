@@ -86,3 +86,14 @@ def test_token_limits_fail_only_that_question_or_row(qwen3_tok):
     p2 = Prompter(qwen3_tok, max_row_tokens=150)
     rp, failed = p2.build(parse_row(0, {"id": "r", "state": "hi", "questions": Q}))
     assert rp is None and len(failed) == 3 and "limit 150" in failed[0].error
+
+
+def test_long_rows_do_not_leak_transformers_length_warning(qwen3_tok_dir, capfd):
+    """Lengths are the product's to report (row errors); transformers' warning must not reach the output."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(qwen3_tok_dir)
+    tok.model_max_length = 64  # any real conversation is longer
+    rp, failed = Prompter(tok).build(parse_row(0, {"id": "r", "state": "word " * 300, "questions": Q}))
+    assert rp is not None and not failed
+    assert "Token indices sequence length" not in capfd.readouterr().err

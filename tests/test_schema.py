@@ -97,7 +97,7 @@ def test_jsonl_broken_lines_and_duplicates(tmp_path):
         f.write(b'{"id": "c", "state": "\xff\xfe", "questions": {}}\n')
     rows = [r for chunk in read_rows(p, chunk_rows=2) for r in chunk]
     assert [type(r).__name__ for r in rows] == ["Row", "RowError", "RowError", "RowError", "Row", "RowError"]
-    assert "line 2: malformed JSON" in rows[1].error
+    assert "line 2: malformed JSON" in rows[1].error and rows[1].id is None  # never an index id
     assert rows[2].error.startswith(
         "row a: id: duplicate id 'a', first used by the row at index 0 (this row's index: 2"
     )
@@ -162,3 +162,20 @@ def test_malformed_line_with_shared_questions_keeps_their_types(tmp_path):
     rows = [r for chunk in read_rows(p, load_questions(qf)) for r in chunk]
     assert isinstance(rows[1], RowError) and rows[1].qids == ("ok", "u")
     assert [rows[1].type_of(i) for i in range(2)] == ["noul", "score"]
+
+
+@pytest.mark.parametrize(
+    "text", ["{customer name} wrote: help", "[URGENT] site down", "[1, 2, 3] are my orders", '{"a": 1}']
+)
+def test_text_that_only_begins_with_a_bracket_is_plain_text(text):
+    msgs, plain = parse_state(text)
+    assert plain and msgs[0].role == "user" and msgs[0].content == text
+
+
+def test_json_conversation_strings_are_parsed_with_any_spacing():
+    for s in (
+        '  { "messages" : [{"role": "user", "content": "hi"}]}',
+        '[ {"content": "hi", "role": "user"}]',
+    ):
+        msgs, plain = parse_state(s)
+        assert not plain and msgs[0].content == "hi"

@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import BackendError
 from ..plan import Window
 
 
@@ -36,6 +37,26 @@ class BackendOptions:
     attention_backend: str | None = None
     context_length: int | None = None
     engine_args: dict[str, Any] = field(default_factory=dict)
+
+
+def refuse_engine_options(opts: BackendOptions, backend: str) -> None:
+    """Raise BackendError naming each sglang engine option set for a backend that has no engine (hf),
+    rather than ignoring it: a user who asked for `--tp-size 2` must not silently get one device."""
+    given = [
+        flag
+        for flag, is_set in (
+            ("--tp-size", opts.tp_size != 1),
+            ("--dp-size", opts.dp_size != 1),
+            ("--mem-fraction-static", opts.mem_fraction_static is not None),
+            ("--attention-backend", opts.attention_backend is not None),
+            ("--engine-arg " + ", ".join(sorted(opts.engine_args)), bool(opts.engine_args)),
+        )
+        if is_set
+    ]
+    if given:
+        raise BackendError(
+            f"the {backend} backend has no engine options; drop {'; '.join(given)} (sglang only)"
+        )
 
 
 @dataclass(frozen=True)

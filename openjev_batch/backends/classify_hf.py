@@ -16,7 +16,7 @@ import torch
 from ..classify import Checkpoint, ClassifierBackend, ClsResult, prompt_ids
 from ..errors import BackendError
 from ..plan import Window
-from .base import BackendOptions
+from .base import BackendOptions, refuse_engine_options
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -27,8 +27,7 @@ class HFClassifier(ClassifierBackend):
     def __init__(self, opts: BackendOptions, ckpt: Checkpoint, batch_tokens: int = 16_384):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        if opts.engine_args:
-            raise BackendError(f"the hf backend takes no engine args, got {sorted(opts.engine_args)}")
+        refuse_engine_options(opts, "hf")
         device = opts.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -14,7 +14,7 @@ import torch
 
 from ..errors import BackendError
 from ..plan import Window
-from .base import Backend, BackendOptions, BranchResult
+from .base import Backend, BackendOptions, BranchResult, refuse_engine_options
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -25,8 +25,7 @@ class HFBackend(Backend):
     def __init__(self, opts: BackendOptions):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if opts.engine_args:
-            raise BackendError(f"the hf backend takes no engine args, got {sorted(opts.engine_args)}")
+        refuse_engine_options(opts, "hf")
         device = opts.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -52,11 +52,19 @@ def read_label_logprobs(
     return vals, (f"missing or non-finite logprob for label token(s) {missing}" if missing else None)
 
 
+NO_SGL_KERNEL = (
+    "sglang's kernels (sgl_kernel) are missing: sglang runs on a CUDA GPU; on a machine without one use "
+    "--backend hf (the tests run sglang on the CPU only through a test shim, tests/shims)"
+)
+
+
 def import_sglang():
-    """Import sglang or raise BackendError saying how to get it."""
+    """Import sglang or raise BackendError saying how to get it (or, without sgl_kernel, that it needs a GPU)."""
     try:
         import sglang
     except ImportError as e:
+        if "sgl_kernel" in str(e):
+            raise BackendError(NO_SGL_KERNEL) from e
         raise BackendError(
             f"the sglang backend needs sglang installed ({e}); use --backend hf, or run scripts/install.sh"
         ) from e
@@ -139,6 +147,8 @@ class SGLangBackend(Backend):
         try:
             self.engine = engine_class()(**kw)
         except BaseException as e:  # the scheduler subprocess dies → SystemExit/RuntimeError here
+            if "sgl_kernel" in str(e):
+                raise BackendError(NO_SGL_KERNEL) from e
             raise BackendError(
                 f"sglang.Engine could not start with {opts.model!r}: {type(e).__name__}: {e}"
             ) from e
