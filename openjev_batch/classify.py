@@ -46,7 +46,7 @@ from .errors import BackendError, ConfigError, InputFileError
 from .io import _records, check_input
 from .plan import BranchSpec, RowPrompt, Window, lcp, plan
 from .prompt import quiet_length_warning
-from .schema import RowError, duplicate_id_error
+from .schema import RowError, duplicate_id_error, row_id
 
 DEFAULT_TEMPLATE = "Premise: {premise}\nHypothesis: {hypothesis}"
 TEMPLATE_FIELDS = ("premise", "hypothesis")
@@ -131,9 +131,10 @@ def parse_cls_row(
 ) -> ClsRow | RowError:
     """One input record → ClsRow or RowError (never raises). A row has `text`, or the template's
     fields (`premise` + `hypothesis`), not both."""
-    rid = rec.get("id")
-    rid = str(pos) if rid is None else str(rid)
     kept = {k: rec.get(k) for k in keep}
+    rid, id_problem = row_id(rec.get("id"), pos)
+    if id_problem:
+        return RowError(pos, None, f"row at index {pos}: id: {id_problem}", kept=kept)
     try:
         has_pair = any(rec.get(f) is not None for f in TEMPLATE_FIELDS)
         if rec.get("text") is not None:
@@ -541,7 +542,9 @@ def run_classify(
                     parsed.append(RowError(pos, None, f"row at index {pos}: {rec}"))  # id unreadable
                     continue
                 row = parse_cls_row(pos, rec, template, cfg.keep)
-                if row.id in seen:
+                if row.id is None:  # no usable id (already a RowError)
+                    pass
+                elif row.id in seen:
                     row = RowError(
                         pos,
                         row.id,

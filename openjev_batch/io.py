@@ -145,7 +145,9 @@ def read_rows(
                 out.append(RowError(pos, None, err, qids, dict.fromkeys(keep), qtypes))
                 continue
             row = parse_row(pos, rec, questions, keep)
-            if row.id in seen:
+            if row.id is None:  # no usable id (already a RowError): nothing to deduplicate
+                pass
+            elif row.id in seen:
                 qs = getattr(row, "questions", ())
                 row = RowError(
                     pos,

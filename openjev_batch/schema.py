@@ -202,6 +202,8 @@ def parse_questions(raw: Any) -> tuple[QuestionSpec | QuestionError, ...]:
         raise ValueError("no questions")
     if len(d) > MAX_QUESTIONS:
         raise ValueError(f"{len(d)} questions; at most {MAX_QUESTIONS} a row")
+    if any(not str(k).strip() for k in d):
+        raise ValueError("a question id is empty")
     return tuple(parse_question(str(k), v) for k, v in d.items())
 
 
@@ -252,6 +254,21 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
     return tuple(out), False
 
 
+def row_id(raw: Any, pos: int) -> tuple[str, str | None]:
+    """The output id of an input row: a string as given, an integer (or an integral float, as Parquet float
+    columns hold them) as its digits, null → the 0-based index. Returns (id, None) or ("", problem) for an
+    empty string or another type (bool, list, 1.5, …), which would otherwise become Python reprs."""
+    if raw is None:
+        return str(pos), None
+    if isinstance(raw, str):
+        return (raw, None) if raw.strip() else ("", "empty")
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return str(raw), None
+    if isinstance(raw, float) and raw.is_integer():
+        return str(int(raw)), None
+    return "", f"expected a string or an integer, got {type(raw).__name__} {raw!r}"
+
+
 def duplicate_id_error(rid: str, first: int, pos: int) -> str:
     """The error of a row whose id an earlier row (0-based index `first`) already used."""
     return (
@@ -265,9 +282,10 @@ def parse_row(
 ) -> Row | RowError:
     """One input record → Row or RowError (never raises). `shared_questions` is the parsed
     ``--questions`` file, used when given; otherwise the row's own `questions` field."""
-    rid = rec.get("id")
-    rid = str(pos) if rid is None else str(rid)
     kept = {k: rec.get(k) for k in keep}
+    rid, id_problem = row_id(rec.get("id"), pos)
+    if id_problem:  # no usable id: null in the output, the error names the row by its index
+        return RowError(pos, None, f"row at index {pos}: id: {id_problem}", kept=kept)
     qids: tuple[str, ...] = ()
     try:
         if shared_questions is not None:

@@ -179,3 +179,30 @@ def test_json_conversation_strings_are_parsed_with_any_spacing():
     ):
         msgs, plain = parse_state(s)
         assert not plain and msgs[0].content == "hi"
+
+
+@pytest.mark.parametrize(
+    "raw,want",
+    [(None, "3"), ("T-1", "T-1"), (7, "7"), (1.0, "1"), (True, None), (1.5, None), ([1], None), ("  ", None)],
+)
+def test_row_ids_are_strings_ints_or_the_index(raw, want):
+    row = parse_row(3, {"id": raw, "state": "hi", "questions": Q})
+    if want is None:
+        assert isinstance(row, RowError) and row.id is None and row.error.startswith("row at index 3: id: ")
+    else:
+        assert isinstance(row, Row) and row.id == want
+
+
+def test_empty_question_id_is_a_row_error():
+    row = parse_row(0, {"id": "a", "state": "hi", "questions": {"": Q["u"]}})
+    assert isinstance(row, RowError) and row.error == "row a: questions: a question id is empty"
+
+
+def test_two_rows_without_a_usable_id_are_not_duplicates(tmp_path):
+    p = write_jsonl(
+        tmp_path / "in.jsonl",
+        [{"id": True, "state": "a", "questions": Q}, "{bad", "{bad", {"id": [1], "state": "b", "questions": Q}],
+    )
+    rows = [r for chunk in read_rows(p) for r in chunk]
+    assert [r.id for r in rows] == [None] * 4
+    assert not any("duplicate" in r.error for r in rows)
