@@ -139,7 +139,7 @@ def test_duplicate_option_names_and_keys(tmp_path):
         '"criteria": {"x": null, "x": "again"}}}}\n'
     )
     (r,) = [r for c in read_rows(p) for r in c]
-    assert isinstance(r, RowError) and r.error == "row 0: line 1: duplicate key 'x' in a JSON object"
+    assert isinstance(r, RowError) and r.error == "row at index 0: line 1: duplicate key 'x' in a JSON object"
     q = parse_row(
         0,
         {
@@ -196,8 +196,9 @@ def test_any_record_parses_to_a_row_or_a_row_error(rec, state, qs):
     for r in (rec, {**rec, "state": state, "questions": qs}):
         out = parse_row(0, r)
         assert isinstance(out, Row | RowError)
-        if isinstance(out, RowError):
-            assert out.error.startswith(f"row {out.id}: ")
+        if isinstance(out, RowError):  # the error names the row: by id, or by index when it has none
+            name = f"row {out.id}: " if out.id is not None else "row at index 0: "
+            assert out.error.startswith(name)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

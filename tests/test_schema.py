@@ -201,7 +201,12 @@ def test_empty_question_id_is_a_row_error():
 def test_two_rows_without_a_usable_id_are_not_duplicates(tmp_path):
     p = write_jsonl(
         tmp_path / "in.jsonl",
-        [{"id": True, "state": "a", "questions": Q}, "{bad", "{bad", {"id": [1], "state": "b", "questions": Q}],
+        [
+            {"id": True, "state": "a", "questions": Q},
+            "{bad",
+            "{bad",
+            {"id": [1], "state": "b", "questions": Q},
+        ],
     )
     rows = [r for chunk in read_rows(p) for r in chunk]
     assert [r.id for r in rows] == [None] * 4
