@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .backends.base import BackendOptions, refuse_engine_options
 from .errors import ConfigError
 from .schema import QuestionError, QuestionSpec, parse_questions
 
@@ -64,6 +65,20 @@ class RunConfig(BaseModel):
     progress: bool = True
     resume: bool = False
 
+    def backend_options(self) -> BackendOptions:
+        """The options the backend is started with (single machine and Ray actors alike)."""
+        return BackendOptions(
+            model=self.model,
+            device=self.device,
+            dtype=self.dtype,
+            tp_size=self.tp_size,
+            dp_size=self.dp_size,
+            mem_fraction_static=self.mem_fraction_static,
+            attention_backend=self.attention_backend,
+            context_length=self.context_length,
+            engine_args=dict(self.engine_args),
+        )
+
     @field_validator("output")
     @classmethod
     def _parquet(cls, v: Path) -> Path:
@@ -96,11 +111,15 @@ class RunConfig(BaseModel):
 
 
 def build_config(**kw: Any) -> RunConfig:
-    """Validate options into a RunConfig. Raises ConfigError naming each bad field."""
+    """Validate options into a RunConfig. Raises ConfigError naming each bad field, BackendError for sglang
+    engine options given to the hf backend (refused here, before a Ray cluster or a model starts)."""
     try:
-        return RunConfig(**kw)
+        cfg = RunConfig(**kw)
     except ValidationError as e:
         raise ConfigError("invalid options: " + validation_message(e)) from None
+    if cfg.backend == "hf":
+        refuse_engine_options(cfg.backend_options(), "hf")
+    return cfg
 
 
 def parse_engine_args(pairs: list[str]) -> dict[str, Any]:

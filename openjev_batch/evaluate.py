@@ -141,10 +141,10 @@ def to_items(records: list[dict], fmt: str = "auto") -> tuple[list[Item], str]:
             elif fmt == "mmlu":
                 cat = str(r["subject"])
                 k = per_cat[cat] = per_cat.get(cat, -1) + 1
-                rid = str(r["id"]) if r.get("id") is not None else f"{cat}-{k:04d}"
+                rid = str(r["id"]) if r.get("id") not in (None, "") else f"{cat}-{k:04d}"
                 items.append(Item(rid, r["question"], tuple(r["choices"]), int(r["answer"]), cat))
             elif fmt == "boolq":
-                rid = str(r["id"]) if r.get("id") is not None else f"{i:05d}"
+                rid = str(r["id"]) if r.get("id") not in (None, "") else f"{i:05d}"
                 gold = 0 if _bool(r["answer"], where + ".answer") else 1
                 q = {"type": "noul", "instructions": _as_question(r["question"])}
                 items.append(Item(rid, q, ("true", "false"), gold, "boolq", r["passage"]))
@@ -154,7 +154,7 @@ def to_items(records: list[dict], fmt: str = "auto") -> tuple[list[Item], str]:
                 if not isinstance(qs, dict) or len(qs) != 1:
                     raise ValueError("noul format needs exactly one question per row")
                 (q,) = qs.values()
-                rid = str(r["id"]) if r.get("id") is not None else str(i)
+                rid = str(r["id"]) if r.get("id") not in (None, "") else str(i)
                 gold = 0 if _bool(r["label"], where + ".label") else 1
                 items.append(
                     Item(rid, q, ("true", "false"), gold, str(r.get("category") or "all"), r["state"])

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .backends import Backend, BackendOptions, BranchResult, load_backend
+from .backends import Backend, BranchResult, load_backend
 from .config import RunConfig, load_questions
 from .errors import BackendError, OutputCheckError
 from .io import ResultWriter, check_input, read_rows
@@ -192,6 +192,7 @@ def job_manifest(cfg: RunConfig) -> dict[str, Any]:
         "backend": cfg.backend,
         "dtype": cfg.dtype,
         "device": cfg.device,
+        "tp_size": cfg.tp_size,  # tensor parallelism changes the bf16 reduction order
         "context_length": cfg.context_length,
         "attention_backend": cfg.attention_backend,
         "engine_args": {k: repr(v) for k, v in sorted(cfg.engine_args.items())},
@@ -219,20 +220,7 @@ def run_job(
     shared = load_questions(cfg.questions_file) if cfg.questions_file else None
     own = backend is None
     if own:
-        backend = load_backend(
-            cfg.backend,
-            BackendOptions(
-                model=cfg.model,
-                device=cfg.device,
-                dtype=cfg.dtype,
-                tp_size=cfg.tp_size,
-                dp_size=cfg.dp_size,
-                mem_fraction_static=cfg.mem_fraction_static,
-                attention_backend=cfg.attention_backend,
-                context_length=cfg.context_length,
-                engine_args=dict(cfg.engine_args),
-            ),
-        )
+        backend = load_backend(cfg.backend, cfg.backend_options())
     warm0 = backend.warm_tokens
     try:
         # Branches longer than the model's context are refused in the prompt stage, before any model call.

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import errors
-from .backends import BackendOptions, load_backend
+from .backends import load_backend
 from .config import RunConfig, load_questions
 from .errors import BackendError, ConfigError, OpenjevError, OutputCheckError
 from .io import OUTPUT_SCHEMA, ResultWriter, check_input, read_rows
@@ -110,20 +110,6 @@ def buckets_per_chunk(n_rows: int, workers: int, bucket_rows: int) -> int:
     return max(math.ceil(n_rows / bucket_rows), min(n_rows, 4 * workers), 1)
 
 
-def backend_options(cfg: RunConfig) -> BackendOptions:
-    return BackendOptions(
-        model=cfg.model,
-        device=cfg.device,
-        dtype=cfg.dtype,
-        tp_size=cfg.tp_size,
-        dp_size=cfg.dp_size,
-        mem_fraction_static=cfg.mem_fraction_static,
-        attention_backend=cfg.attention_backend,
-        context_length=cfg.context_length,
-        engine_args=dict(cfg.engine_args),
-    )
-
-
 def _tokenizer(model: str):
     from transformers import AutoTokenizer
 
@@ -173,7 +159,7 @@ class ScoreStage:
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
-        self.backend = load_backend(cfg.backend, backend_options(cfg))
+        self.backend = load_backend(cfg.backend, cfg.backend_options())
         self.budget = cfg.kv_budget_tokens or self.backend.kv_budget_tokens()
 
     def __call__(self, group: pa.Table) -> pa.Table:

@@ -207,23 +207,31 @@ def parse_questions(raw: Any) -> tuple[QuestionSpec | QuestionError, ...]:
     return tuple(parse_question(str(k), v) for k, v in d.items())
 
 
-_JSON_CONVERSATION = re.compile(r'^(\{\s*"messages"\s*:|\[\s*\{\s*"(role|content)"\s*:)')
+_JSON_CONVERSATION = re.compile(r'^(\{\s*"messages"|\[\s*\{\s*")')
 
 
 def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
     """`state` → (messages, plain). Accepts a string, a JSON string of a message list or of
     ``{"messages": [...]}``, or those structures. Raises ValueError naming the sub-field.
 
-    A string is read as JSON only when it starts like a conversation (`{"messages":` or `[{"role":` /
-    `[{"content":`, whitespace allowed); then malformed JSON is an error. Any other string is the text of
-    one user message, also one that begins with `{` or `[` ("{name} wrote: …", "[URGENT] …")."""
+    A string that starts with `{` or `[` is read as JSON when it parses to a conversation (a list of objects,
+    or an object with `messages`); malformed JSON is an error only when the string starts like one
+    (`{"messages"` or `[{"`). Any other string is the text of one user message, also one that begins with
+    `{` or `[` ("{name} wrote: …", "[URGENT] …", "[1, 2] are my orders")."""
     if isinstance(raw, str):
         s = raw.strip()
-        if _JSON_CONVERSATION.match(s):
+        if s[:1] in "[{":
             try:
-                raw = json.loads(s)
+                parsed = json.loads(s)
             except json.JSONDecodeError as e:
-                raise ValueError(f"malformed JSON ({e.msg} at char {e.pos})") from None
+                if _JSON_CONVERSATION.match(s):
+                    raise ValueError(f"malformed JSON ({e.msg} at char {e.pos})") from None
+                parsed = None
+            is_conversation = (isinstance(parsed, dict) and "messages" in parsed) or (
+                isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed)
+            )
+            if is_conversation:
+                raw = parsed
         if isinstance(raw, str):
             if not s:
                 raise ValueError("empty conversation")
@@ -285,7 +293,9 @@ def parse_row(
     kept = {k: rec.get(k) for k in keep}
     rid, id_problem = row_id(rec.get("id"), pos)
     if id_problem:  # no usable id: null in the output, the error names the row by its index
-        return RowError(pos, None, f"row at index {pos}: id: {id_problem}", kept=kept)
+        shared = tuple(shared_questions or ())
+        qids, qtypes = tuple(q.qid for q in shared), tuple(q.type for q in shared)
+        return RowError(pos, None, f"row at index {pos}: id: {id_problem}", qids, kept, qtypes)
     qids: tuple[str, ...] = ()
     try:
         if shared_questions is not None:

@@ -199,6 +199,12 @@ def test_sync_free_logprob_gather_equals_sglangs(monkeypatch):
     assert sglang_patches.run_scheduler_process(1, x=2) == ((1,), {"x": 2})
     assert lp.get_token_ids_logprobs_batch_optimized is sglang_patches.token_ids_logprobs_no_sync
 
+    # A release without the module: apply() declines instead of killing the scheduler at start.
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sglang.srt.layers.logprob_processor", None)
+    assert sglang_patches.apply() is False
+
 
 @pytest.mark.sglang
 def test_sglang_engine_schedulers_use_the_sync_free_gather(sglang_backend):

@@ -276,3 +276,9 @@ def test_hf_refuses_sglang_engine_options(tiny_model, tmp_path):
     r = cli("run", inp, "-m", tiny_model, "-b", "hf", "-o", out, "--tp-size", "2", "--no-progress")
     assert r.returncode == 4 and "hf backend has no engine options; drop --tp-size" in r.stderr, r.stderr
     assert not out.exists()
+    # refused when the options are validated, before any model (or Ray cluster) starts
+    from openjev_batch.backends import BackendError
+    from openjev_batch.config import build_config
+
+    with pytest.raises(BackendError, match="drop --engine-arg chunked_prefill_size"):
+        build_config(input=inp, output=out, model="m", backend="hf", engine_args={"chunked_prefill_size": 1})

@@ -235,6 +235,10 @@ def test_job_manifest_names_the_numbers_not_the_paths(tmp_path, monkeypatch):
     assert same[0] == same[1] == same[2]
     assert manifest(questions_file=q, dtype="bfloat16") != same[0]
     assert manifest(questions_file=q, device="cpu") != same[0]
-    assert manifest(questions_file=q, engine_args={"attention_backend": "triton"}) != same[0]
+    assert manifest(questions_file=q, tp_size=2, backend="sglang") != manifest(
+        questions_file=q, backend="sglang"
+    )
+    sg = manifest(questions_file=q, backend="sglang")
+    assert manifest(questions_file=q, backend="sglang", engine_args={"attention_backend": "triton"}) != sg
     q.write_text("u: {type: noul, instructions: Angry?}\n")
     assert manifest(questions_file=q) != same[0]

@@ -211,3 +211,13 @@ def test_two_rows_without_a_usable_id_are_not_duplicates(tmp_path):
     rows = [r for chunk in read_rows(p) for r in chunk]
     assert [r.id for r in rows] == [None] * 4
     assert not any("duplicate" in r.error for r in rows)
+
+
+def test_bad_id_row_with_shared_questions_keeps_one_output_row_per_question(tmp_path):
+    from openjev_batch.config import load_questions
+
+    qf = tmp_path / "q.json"
+    qf.write_text(json.dumps({"ok": {"type": "noul", "instructions": "?"}, "u": Q["u"]}))
+    row = parse_row(0, {"id": [1], "state": "hi"}, load_questions(qf))
+    assert isinstance(row, RowError) and row.id is None and row.qids == ("ok", "u")
+    assert [row.type_of(i) for i in range(2)] == ["noul", "score"]

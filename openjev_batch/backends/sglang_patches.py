@@ -49,8 +49,12 @@ def token_ids_logprobs_no_sync(logprobs, token_ids_logprobs: list[list[int] | No
 def apply() -> bool:
     """Install the gather in this process's sglang. Returns False (and changes nothing) when the sglang
     installed has no such function, e.g. a release where the readout moved or the upstream fix landed."""
-    from sglang.srt.layers import logprob_processor as lp
+    import importlib
 
+    try:
+        lp = importlib.import_module("sglang.srt.layers.logprob_processor")
+    except ImportError:  # a release without this module: its own readout runs
+        return False
     if not callable(getattr(lp, "get_token_ids_logprobs_batch_optimized", None)):
         return False
     # compute_logprobs_only looks the name up in the module at call time, so rebinding it is enough.
