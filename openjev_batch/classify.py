@@ -38,15 +38,15 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .backends.base import BackendOptions
-from .config import check_not_input, check_output_path, validation_message
+from .config import EngineOptions, check_not_input, check_output_path, validation_message
 from .errors import BackendError, ConfigError, InputFileError
 from .io import _records, check_input
 from .plan import BranchSpec, RowPrompt, Window, lcp, plan
 from .prompt import quiet_length_warning
-from .schema import RowError, duplicate_id_error, row_id
+from .schema import RowError, duplicate_id_error, row_id, unidentified_row_error
 
 DEFAULT_TEMPLATE = "Premise: {premise}\nHypothesis: {hypothesis}"
 TEMPLATE_FIELDS = ("premise", "hypothesis")
@@ -134,7 +134,7 @@ def parse_cls_row(
     kept = {k: rec.get(k) for k in keep}
     rid, id_problem = row_id(rec.get("id"), pos)
     if id_problem:
-        return RowError(pos, None, f"row at index {pos}: id: {id_problem}", kept=kept)
+        return unidentified_row_error(pos, f"id: {id_problem}", kept=kept)
     try:
         has_pair = any(rec.get(f) is not None for f in TEMPLATE_FIELDS)
         if rec.get("text") is not None:
@@ -372,10 +372,8 @@ class ClassifyWriter:
 # --------------------------------------------------------------------------- config + job
 
 
-class ClassifyConfig(BaseModel):
+class ClassifyConfig(EngineOptions):
     """The frozen options of one classify job (unknown keys are errors)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     input: Path
     output: Path
@@ -387,14 +385,6 @@ class ClassifyConfig(BaseModel):
     max_rows_per_window: int = Field(4096, gt=0)
     kv_budget_tokens: int | None = Field(None, gt=0)
     batch_tokens: int = Field(16_384, gt=0)
-    device: str = "auto"
-    dtype: str = "auto"
-    tp_size: int = Field(1, gt=0)
-    dp_size: int = Field(1, gt=0)
-    mem_fraction_static: float | None = Field(None, gt=0, lt=1)
-    attention_backend: str | None = None
-    context_length: int | None = Field(None, gt=0)
-    engine_args: dict[str, Any] = Field(default_factory=dict)
     progress: bool = True
 
     @field_validator("output")
@@ -510,17 +500,7 @@ def run_classify(
         ckpt = read_checkpoint(cfg.model)  # refuse a checkpoint before any weights load
         backend = load_classifier(
             cfg.backend,
-            BackendOptions(
-                model=cfg.model,
-                device=cfg.device,
-                dtype=cfg.dtype,
-                tp_size=cfg.tp_size,
-                dp_size=cfg.dp_size,
-                mem_fraction_static=cfg.mem_fraction_static,
-                attention_backend=cfg.attention_backend,
-                context_length=cfg.context_length,
-                engine_args=dict(cfg.engine_args),
-            ),
+            cfg.backend_options(cfg.model),
             ckpt,
             batch_tokens=cfg.batch_tokens,
         )
@@ -539,7 +519,7 @@ def run_classify(
             parsed: list[ClsRow | RowError] = []
             for pos, rec in chunk:
                 if isinstance(rec, str):
-                    parsed.append(RowError(pos, None, f"row at index {pos}: {rec}"))  # id unreadable
+                    parsed.append(unidentified_row_error(pos, rec))
                     continue
                 row = parse_cls_row(pos, rec, template, cfg.keep)
                 if row.id is None:  # no usable id (already a RowError)

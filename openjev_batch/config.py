@@ -42,18 +42,11 @@ def validation_message(e: ValidationError) -> str:
     )
 
 
-class RunConfig(BaseModel):
+class EngineOptions(BaseModel):
+    """The backend/engine options that `run` and `classify` share, and the BackendOptions built from them."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input: Path
-    output: Path
-    model: str
-    backend: str
-    questions_file: Path | None = None
-    keep: tuple[str, ...] = ()
-    chunk_rows: int = Field(20_000, gt=0)
-    max_branches_per_window: int = Field(4096, gt=0)
-    kv_budget_tokens: int | None = Field(None, gt=0)
     device: str = "auto"
     dtype: str = "auto"
     tp_size: int = Field(1, gt=0)
@@ -62,13 +55,11 @@ class RunConfig(BaseModel):
     attention_backend: str | None = None
     context_length: int | None = Field(None, gt=0)
     engine_args: dict[str, Any] = Field(default_factory=dict)
-    progress: bool = True
-    resume: bool = False
 
-    def backend_options(self) -> BackendOptions:
-        """The options the backend is started with (single machine and Ray actors alike)."""
+    def backend_options(self, model: str) -> BackendOptions:
+        """The options the backend is started with (single machine, Ray actors and classify alike)."""
         return BackendOptions(
-            model=self.model,
+            model=model,
             device=self.device,
             dtype=self.dtype,
             tp_size=self.tp_size,
@@ -78,6 +69,20 @@ class RunConfig(BaseModel):
             context_length=self.context_length,
             engine_args=dict(self.engine_args),
         )
+
+
+class RunConfig(EngineOptions):
+    input: Path
+    output: Path
+    model: str
+    backend: str
+    questions_file: Path | None = None
+    keep: tuple[str, ...] = ()
+    chunk_rows: int = Field(20_000, gt=0)
+    max_branches_per_window: int = Field(4096, gt=0)
+    kv_budget_tokens: int | None = Field(None, gt=0)
+    progress: bool = True
+    resume: bool = False
 
     @field_validator("output")
     @classmethod
@@ -118,7 +123,7 @@ def build_config(**kw: Any) -> RunConfig:
     except ValidationError as e:
         raise ConfigError("invalid options: " + validation_message(e)) from None
     if cfg.backend == "hf":
-        refuse_engine_options(cfg.backend_options(), "hf")
+        refuse_engine_options(cfg.backend_options(cfg.model), "hf")
     return cfg
 
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import InputFileError
-from .schema import Row, RowError, duplicate_id_error, parse_row
+from .schema import Row, RowError, duplicate_id_error, ids_and_types, parse_row, unidentified_row_error
 
 JSONL_EXT = (".jsonl", ".ndjson")
 KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
@@ -138,40 +138,24 @@ def read_rows(
         out: list[Row | RowError] = []
         for pos, rec in chunk:
             any_rows = True
-            if isinstance(rec, str):
-                qids, qtypes = questions_ids(questions), questions_types(questions)
-                # id null: the line's id cannot be read, and its index could clash with a real id
-                err = f"row at index {pos}: {rec}"
-                out.append(RowError(pos, None, err, qids, dict.fromkeys(keep), qtypes))
+            if isinstance(rec, str):  # an unreadable line: its id cannot be read
+                out.append(unidentified_row_error(pos, rec, questions, dict.fromkeys(keep)))
                 continue
             row = parse_row(pos, rec, questions, keep)
             if row.id is None:  # no usable id (already a RowError): nothing to deduplicate
                 pass
             elif row.id in seen:
-                qs = getattr(row, "questions", ())
-                row = RowError(
-                    pos,
-                    row.id,
-                    duplicate_id_error(row.id, seen[row.id], pos),
-                    getattr(row, "qids", ()) or tuple(q.qid for q in qs),
-                    row.kept,
-                    getattr(row, "qtypes", ()) or tuple(q.type for q in qs),
+                qids, qtypes = (
+                    (row.qids, row.qtypes) if isinstance(row, RowError) else ids_and_types(row.questions)
                 )
+                err = duplicate_id_error(row.id, seen[row.id], pos)
+                row = RowError(pos, row.id, err, qids, row.kept, qtypes)
             else:
                 seen[row.id] = pos
             out.append(row)
         yield out
     if not any_rows:
         raise InputFileError(f"{path}: no rows")
-
-
-def questions_ids(questions: Any) -> tuple[str, ...]:
-    return tuple(q.qid for q in questions) if questions else ()
-
-
-def questions_types(questions: Any) -> tuple[str, ...]:
-    """The shared (`-q`) questions' types, aligned with `questions_ids`; () without shared questions."""
-    return tuple(q.type for q in questions) if questions else ()
 
 
 class ResultWriter:

@@ -220,7 +220,7 @@ def run_job(
     shared = load_questions(cfg.questions_file) if cfg.questions_file else None
     own = backend is None
     if own:
-        backend = load_backend(cfg.backend, cfg.backend_options())
+        backend = load_backend(cfg.backend, cfg.backend_options(cfg.model))
     warm0 = backend.warm_tokens
     try:
         # Branches longer than the model's context are refused in the prompt stage, before any model call.

@@ -159,7 +159,7 @@ class ScoreStage:
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
-        self.backend = load_backend(cfg.backend, cfg.backend_options())
+        self.backend = load_backend(cfg.backend, cfg.backend_options(cfg.model))
         self.budget = cfg.kv_budget_tokens or self.backend.kv_budget_tokens()
 
     def __call__(self, group: pa.Table) -> pa.Table:

@@ -277,6 +277,22 @@ def row_id(raw: Any, pos: int) -> tuple[str, str | None]:
     return "", f"expected a string or an integer, got {type(raw).__name__} {raw!r}"
 
 
+def ids_and_types(questions: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
+    """(question ids, question types) of parsed questions (specs or errors), aligned; () for None."""
+    qs = tuple(questions or ())
+    return tuple(q.qid for q in qs), tuple(q.type for q in qs)
+
+
+def unidentified_row_error(
+    pos: int, why: str, shared_questions: Any = None, kept: dict[str, Any] | None = None
+) -> RowError:
+    """The error row of an input row whose id cannot be used (an unreadable line, a bool/list/empty id):
+    `id` null, since its index could clash with a real id; named by its 0-based index. With shared
+    (`-q`) questions it keeps their ids and types, so it still writes one output row per question."""
+    qids, qtypes = ids_and_types(shared_questions)
+    return RowError(pos, None, f"row at index {pos}: {why}", qids, kept or {}, qtypes)
+
+
 def duplicate_id_error(rid: str, first: int, pos: int) -> str:
     """The error of a row whose id an earlier row (0-based index `first`) already used."""
     return (
@@ -292,10 +308,8 @@ def parse_row(
     ``--questions`` file, used when given; otherwise the row's own `questions` field."""
     kept = {k: rec.get(k) for k in keep}
     rid, id_problem = row_id(rec.get("id"), pos)
-    if id_problem:  # no usable id: null in the output, the error names the row by its index
-        shared = tuple(shared_questions or ())
-        qids, qtypes = tuple(q.qid for q in shared), tuple(q.type for q in shared)
-        return RowError(pos, None, f"row at index {pos}: id: {id_problem}", qids, kept, qtypes)
+    if id_problem:
+        return unidentified_row_error(pos, f"id: {id_problem}", shared_questions, kept)
     qids: tuple[str, ...] = ()
     try:
         if shared_questions is not None:
@@ -316,8 +330,7 @@ def parse_row(
                 )
             except ValueError as e:
                 return RowError(pos, rid, f"row {rid}: questions: {e}", kept=kept)
-        qids = tuple(q.qid for q in questions)
-        qtypes = tuple(q.type for q in questions)
+        qids, qtypes = ids_and_types(questions)
         if "state" not in rec or rec["state"] is None:
             return RowError(pos, rid, f"row {rid}: state: missing", qids, kept, qtypes)
         try:
