@@ -1,13 +1,23 @@
 """`hf`: the transformers reference backend (CPU or GPU), exact numbers every faster backend must match.
 
 Per distinct prefix: one forward pass with a KV cache. Per branch: one forward pass of the suffix on
-top of that cache, `logits_to_keep=1`, log-softmax at the last position, then the cache is cropped back
-to the prefix for the next branch. A row therefore costs one prefix pass plus one suffix pass per
-question (N+1), with no padding, so results do not depend on batch composition.
+top of a copy of that cache, `logits_to_keep=1`, log-softmax at the last position. A row therefore costs
+one prefix pass plus one suffix pass per question (N+1), with no padding, so results do not depend on
+batch composition.
+
+Why a copy, not `cache.crop(len(prefix))` after each branch: transformers ≥ 5.20 refuses a positive
+`crop` (`ValueError: Calling crop with a positive value … is not supported`; 5.20.0–5.24.0 failed on
+every row), and a crop never was right for hybrid models: their linear-attention layers (Qwen3.5/3.6
+Gated DeltaNet, Mamba-style conv states) update their recurrent state in place and `crop` leaves it
+untouched, so the next branch would start from the previous branch's state. `copy.deepcopy` of the
+prefix cache is the one operation every transformers cache (dynamic, sliding-window, linear-attention,
+hybrid) supports from 5.x on; its cost is one copy of the prefix KV per branch, which the suffix pass
+already pays once more (`DynamicLayer.update` concatenates the new keys onto the prefix's).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -59,12 +69,12 @@ class HFBackend(Backend):
         from transformers import DynamicCache
 
         results: list[list[BranchResult]] = []
-        cache, cached_prefix = None, None
+        prefix_cache, cached_prefix = None, None
         for row in window.rows:
             n = len(row.prefix)
             if row.prefix != cached_prefix:  # rows are prefix-sorted: equal prefixes are adjacent
-                cache = DynamicCache(config=self.model.config)
-                self._last_logprobs(row.prefix, cache)
+                prefix_cache = DynamicCache(config=self.model.config)
+                self._last_logprobs(row.prefix, prefix_cache)
                 self.warm_tokens += n
                 cached_prefix = row.prefix
             out = []
@@ -80,8 +90,8 @@ class HFBackend(Backend):
                         )
                     )
                     continue
-                lp = self._last_logprobs(b.suffix, cache)
-                cache.crop(n)
+                # the prefix cache itself is never run on, so no branch sees another's state
+                lp = self._last_logprobs(b.suffix, copy.deepcopy(prefix_cache))
                 vals = tuple(lp[list(b.label_ids)].tolist())
                 err = None if all(math.isfinite(v) for v in vals) else "non-finite label logprob"
                 out.append(BranchResult(vals, total, n, err))
