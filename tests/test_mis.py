@@ -26,7 +26,10 @@ def row(pos, prefix, suffixes, labels=None):
         pos,
         f"r{pos}",
         tuple(prefix),
-        tuple(BranchSpec(f"q{j}", tuple(s), tuple(lab)) for j, (s, lab) in enumerate(zip(suffixes, labels))),
+        tuple(
+            BranchSpec(f"q{j}", tuple(s), tuple(lab))
+            for j, (s, lab) in enumerate(zip(suffixes, labels, strict=True))
+        ),
     )
 
 
@@ -94,7 +97,7 @@ def test_labels_union_per_pack_and_read_back_by_id():
     }
     labels = [rows[0].branches[j].label_ids for _, j in pk.items]
     got = read_pack(meta, pk, labels)
-    for k, ((vals, err), ids) in enumerate(zip(got, labels)):
+    for k, ((vals, err), ids) in enumerate(zip(got, labels, strict=True)):
         assert err is None
         assert vals == tuple(lp(k + 1, t) for t in ids)  # entry 0 is the prefix alone, never an item
 
@@ -177,9 +180,9 @@ def test_packed_request_equals_separate_requests_on_the_tiny_qwen3(hf_backend):
                 [(lp[e, t].item(), t, None) for t in pk.label_ids] for e in range(len(pk.items) + 1)
             ]
         }
-        for (i, j), (vals, err) in zip(pk.items, read_pack(meta, pk, labels)):
+        for (i, j), (vals, err) in zip(pk.items, read_pack(meta, pk, labels), strict=True):
             r, b = w.rows[i], w.rows[i].branches[j]
             ref = full_forward(model, list(r.prefix + b.suffix), b.label_ids)
             assert err is None
-            worst = max(worst, max(abs(a - c) for a, c in zip(vals, ref)))
+            worst = max(worst, max(abs(a - c) for a, c in zip(vals, ref, strict=True)))
     assert worst <= 1e-4
