@@ -37,6 +37,13 @@ def tiny_model(qwen3_tok_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_classifier(qwen3_tok_dir, tmp_path_factory) -> Path:
+    from tiny import make_tiny_qwen3_classifier
+
+    return make_tiny_qwen3_classifier(qwen3_tok_dir, tmp_path_factory.mktemp("tiny-qwen3-cls"))
+
+
+@pytest.fixture(scope="session")
 def hf_backend(tiny_model):
     from openjev_batch.backends import BackendOptions, load_backend
 

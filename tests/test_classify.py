@@ -38,53 +38,10 @@ from openjev_batch.schema import RowError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import EXAMPLES, SHIMS, cli, sglang_cpu_env, write_jsonl  # noqa: E402
+from tiny import ID2LABEL  # noqa: E402
 
-ID2LABEL = {0: "contradiction", 1: "entailment", 2: "neutral"}
 LABELS = tuple(ID2LABEL.values())
 NLI = EXAMPLES / "nli"
-
-
-def make_tiny_qwen3_classifier(tokenizer_dir: Path, out: Path, seed: int = 0) -> Path:
-    """A float32 random Qwen3ForSequenceClassification (hidden 32, 2 layers, 3 labels, id2label and pad id
-    set) + the tokenizer files. Saved by transformers, so the checkpoint has `score.weight` and no bias."""
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, Qwen3Config
-
-    out.mkdir(parents=True, exist_ok=True)
-    for f in Path(tokenizer_dir).iterdir():
-        if f.is_file():
-            shutil.copy(f, out / f.name)
-    tok = AutoTokenizer.from_pretrained(out)
-    cfg = Qwen3Config(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=4096,
-        rope_theta=10000.0,
-        tie_word_embeddings=False,
-        id2label=ID2LABEL,
-        label2id={v: k for k, v in ID2LABEL.items()},
-        pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
-        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-        architectures=["Qwen3ForSequenceClassification"],
-    )
-    torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_config(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0, 0.3)
-    model.save_pretrained(out, safe_serialization=True)
-    return out
-
-
-@pytest.fixture(scope="session")
-def tiny_classifier(qwen3_tok_dir, tmp_path_factory) -> Path:
-    return make_tiny_qwen3_classifier(qwen3_tok_dir, tmp_path_factory.mktemp("tiny-qwen3-cls"))
 
 
 @pytest.fixture(scope="session")

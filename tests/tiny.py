@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+ID2LABEL = {0: "contradiction", 1: "entailment", 2: "neutral"}
+
 
 def make_tiny_qwen3(tokenizer_dir: Path, out: Path, seed: int = 0, num_labels: int | None = None) -> Path:
     """Write a float32 random Qwen3 model (hidden 32, 2 layers) + the tokenizer files to `out`.
@@ -34,6 +36,44 @@ def make_tiny_qwen3(tokenizer_dir: Path, out: Path, seed: int = 0, num_labels: i
     )
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.3)
+    model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def make_tiny_qwen3_classifier(tokenizer_dir: Path, out: Path, seed: int = 0) -> Path:
+    """A float32 random Qwen3ForSequenceClassification (hidden 32, 2 layers, 3 labels, id2label and pad id
+    set) + the tokenizer files. Saved by transformers, so the checkpoint has `score.weight` and no bias."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, Qwen3Config
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in Path(tokenizer_dir).iterdir():
+        if f.is_file():
+            shutil.copy(f, out / f.name)
+    tok = AutoTokenizer.from_pretrained(out)
+    cfg = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=4096,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        id2label=ID2LABEL,
+        label2id={v: k for k, v in ID2LABEL.items()},
+        pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        architectures=["Qwen3ForSequenceClassification"],
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_config(cfg)
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() > 1:
