@@ -155,6 +155,8 @@ def run(
         raise typer.Exit(130) from None
     t = Table(title="openjev-batch run", show_header=False)
     for k, v in [
+        *([("model", s.model)] if s.model else []),
+        *([("request pattern", s.pattern)] if s.pattern else []),
         ("rows", f"{s.rows:,}"),
         ("questions", f"{s.questions:,}"),
         ("answered", f"{s.answered:,}"),
@@ -176,6 +178,8 @@ def run(
 def _print_plan(p) -> None:
     t = Table(title="openjev-batch run --dry-run", show_header=False)
     for k, v in [
+        *([("model", p.model)] if p.model else []),
+        *([("request pattern (sglang)", p.sglang_pattern)] if p.sglang_pattern else []),
         ("rows", f"{p.rows:,}"),
         ("questions", f"{p.questions:,}"),
         ("row/question errors", f"{p.errors:,}"),

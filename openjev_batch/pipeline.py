@@ -21,6 +21,7 @@ from .backends import Backend, BranchResult, load_backend
 from .config import RunConfig, load_questions
 from .errors import BackendError, OutputCheckError
 from .io import ResultWriter, check_input, read_rows
+from .model_info import model_info
 from .plan import Window, plan
 from .prompt import Prompter
 from .readout import read_out
@@ -43,6 +44,8 @@ class Summary:
     warm_tokens: int
     wall_s: float
     output: str
+    model: str = ""  # model_info.describe(): architecture, hybrid/recurrent layers, MoE
+    pattern: str = ""  # the request pattern the backend chose for it
 
     @property
     def computed_tokens(self) -> int:
@@ -266,6 +269,8 @@ def run_job(
         warm_tokens=backend.warm_tokens - warm0,
         wall_s=time.perf_counter() - t0,
         output=str(out),
+        model=_describe(getattr(backend, "model_info", None) or model_info(cfg.model)),
+        pattern=getattr(backend, "pattern", ""),
     )
 
 
@@ -282,6 +287,8 @@ class PlanSummary:
     windows: int
     wall_s: float
     peak_rss_mb: float
+    model: str = ""  # model_info.describe() from the checkpoint's config ('' when it cannot be read)
+    sglang_pattern: str = ""  # the request pattern the sglang backend would choose for it
 
     @property
     def expected_hit_rate(self) -> float:
@@ -327,6 +334,21 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
             logical += w.logical_tokens
             unique += w.unique_tokens
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB → MiB
+    info = model_info(cfg.model)
     return PlanSummary(
-        rows, questions, errors, branches, logical, unique, windows, time.perf_counter() - t0, rss
+        rows,
+        questions,
+        errors,
+        branches,
+        logical,
+        unique,
+        windows,
+        time.perf_counter() - t0,
+        rss,
+        _describe(info),
+        info.sglang_pattern() if info.known else "",
     )
+
+
+def _describe(info) -> str:
+    return info.describe() if info.known else ""

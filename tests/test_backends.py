@@ -212,3 +212,72 @@ def test_sglang_engine_schedulers_use_the_sync_free_gather(sglang_backend):
 
     # The engine the tests' parity checks run on is the one whose scheduler processes install the gather.
     assert type(sglang_backend.engine).run_scheduler_process_func is sglang_patches.run_scheduler_process
+
+
+def test_state_budget_from_engine_info():
+    """What the sglang backend reads from `Engine.get_server_info()` for a hybrid model (no engine needed):
+    the slots our scheduler patch reports win; sglang's own fields are the fallbacks."""
+    from openjev_batch.backends.sglang import state_budget_from_info
+    from openjev_batch.backends.sglang_patches import STATE_SLOTS, STATE_SLOTS_PER_REQUEST
+
+    patched = {
+        "max_running_requests": None,
+        "internal_states": [
+            {STATE_SLOTS: 422, STATE_SLOTS_PER_REQUEST: 3, "effective_max_running_requests_per_dp": 140}
+        ],
+    }
+    b = state_budget_from_info(patched)
+    assert (b.slots, b.per_request, b.max_running) == (422, 3, 140)
+    user_set = state_budget_from_info({"max_mamba_cache_size": 100, "max_running_requests": 20})
+    assert (user_set.slots, user_set.per_request, user_set.max_running) == (100, 3, 20)
+    only_cap = state_budget_from_info({"internal_states": [{"effective_max_running_requests_per_dp": 50}]})
+    assert only_cap.slots == 150 and only_cap.max_running == 50
+    assert state_budget_from_info({"max_total_num_tokens": 1000}) is None
+    assert state_budget_from_info({"max_running_requests": True}) is None  # a bool is not a count
+
+
+@pytest.mark.sglang
+def test_sglang_prefix_first_pattern_matches_hf_and_reuses_prefixes(sglang_backend, hf_backend, monkeypatch):
+    """The hybrid models' request pattern, run on the real CPU engine with the tiny dense model (the CPU
+    build has no linear-attention kernels): per state-budgeted group, one prefix-only request per distinct
+    prefix (carrying token_ids_logprob, sglang#34719), then every branch of the group; answers equal hf's,
+    every branch reuses its prefix, the prefix-only requests count as warm-up tokens."""
+    from openjev_batch.plan import StateBudget, state_groups
+
+    calls = []
+    real = sglang_backend.engine.async_generate
+
+    async def spy(**kw):
+        calls.append(kw)
+        return await real(**kw)
+
+    monkeypatch.setattr(sglang_backend.engine, "async_generate", spy)
+    budget = StateBudget(slots=40, per_request=3)  # 2 in flight → 18 slots a group → 1 prefix + 4 branches…
+    monkeypatch.setattr(sglang_backend, "state_budget", budget)
+    shared = tuple(range(800, 860))
+    rows = make_rows(n_rows=4, n_q=3, seed=7) + make_rows(n_rows=2, n_q=2, shared=shared, seed=8)
+    rows = [RowPrompt(i, str(i), r.prefix, r.branches) for i, r in enumerate(rows)]
+    sglang_backend.engine.flush_cache()
+    (w,) = plan(rows, 100_000)
+    groups = state_groups(w.rows, budget, sglang_backend.depth)
+    assert len(groups) >= 3
+    warm0 = sglang_backend.warm_tokens
+    a, b = hf_backend.prefill(w), sglang_backend.prefill(w)
+    prefix_only = [
+        kw for kw in calls if all(len(x) in {len(r.prefix) for r in w.rows} for x in kw["input_ids"])
+    ]
+    assert len(calls) == 2 * len(groups) and len(prefix_only) == len(groups)
+    assert sum(len(kw["input_ids"]) for kw in prefix_only) == len({r.prefix for r in w.rows})
+    for kw in calls:
+        assert len(kw["token_ids_logprob"]) == len(kw["input_ids"]) and all(kw["token_ids_logprob"])
+        assert kw["sampling_params"]["max_new_tokens"] == 0
+    for r, ra, rb in zip(w.rows, a, b, strict=True):
+        for br, x, y in zip(r.branches, ra, rb, strict=True):
+            assert y.error is None
+            assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs, strict=True)) <= 1e-4
+            assert y.prompt_tokens == len(r.prefix) + len(br.suffix)
+            assert y.cached_tokens >= len(r.prefix) - 1  # every branch, the first included, reuses it
+    # the warm-up is the prefix-only requests' work: at least each distinct prefix's new tokens, at most
+    # every prefix whole (two prefix-only requests in one batch do not share their common 60 tokens)
+    warm = sglang_backend.warm_tokens - warm0
+    assert sum(w.new_prefix_tokens) - len(w.rows) <= warm <= sum(len(r.prefix) for r in w.rows)

@@ -11,6 +11,14 @@ without it crashes the scheduler (sgl-project/sglang#34719, open). No token is d
 read from `meta_info["output_token_ids_logprobs"][0]` entries `(logprob, token_id, _)` by token id.
 The scheduler processes gather those logprobs without a GPU synchronisation (`sglang_patches`,
 sgl-project/sglang#39642), so sglang's overlap scheduler builds batch k+1 while batch k runs.
+
+Hybrid models (a recurrent state per sequence: Qwen3.5 / 3.6, Qwen3-Next; `model_info`) use another
+pattern, measured on the H200 (`../shared/research/hybrid-models.md`): sglang caches such a prefix's state
+only where a finished request left it, and a finished branch leaves it inside its suffix, so a first branch
+as the warm-up caches nothing its siblings can use (1.8 % radix hit). Per group of rows: one **prefix-only**
+request per distinct prefix (`max_new_tokens=0`, still carrying `token_ids_logprob`: #34719), then the
+group's branches; groups are sized by the engine's recurrent-state slots (`plan.state_groups`), so a cached
+prefix state is not evicted before its branches run.
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ import os
 from typing import Any
 
 from ..errors import BackendError
-from ..plan import Window
+from ..model_info import ModelInfo, model_info
+from ..plan import StateBudget, Window, state_groups
 from .base import Backend, BackendOptions, BranchResult
 from .sglang_patches import engine_class
 
@@ -132,6 +141,31 @@ def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
     return kw
 
 
+def state_budget_from_info(info: dict[str, Any]) -> StateBudget | None:
+    """The recurrent-state budget from `Engine.get_server_info()`: the slot counts our scheduler patch adds
+    (`sglang_patches.state_slots`), else sglang's own `max_mamba_cache_size` when the user set it, else
+    `max_running_requests` × 3 (sglang caps running requests at slots // 3 for hybrid models); the running
+    cap from `effective_max_running_requests_per_dp` / `max_running_requests`. None when nothing says."""
+    from .sglang_patches import STATE_SLOTS, STATE_SLOTS_PER_REQUEST
+
+    states = info.get("internal_states") or [{}]
+    inner = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+
+    def get(key: str) -> int | None:
+        for d in (inner, info):
+            v = d.get(key)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        return None
+
+    running = get("effective_max_running_requests_per_dp") or get("max_running_requests")
+    per_request = get(STATE_SLOTS_PER_REQUEST) or 3
+    slots = get(STATE_SLOTS) or get("max_mamba_cache_size") or (running * 3 if running else None)
+    if not slots:
+        return None
+    return StateBudget(slots=slots, per_request=per_request, max_running=running)
+
+
 class SGLangBackend(Backend):
     name = "sglang"
 
@@ -155,6 +189,21 @@ class SGLangBackend(Backend):
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         info = self.engine.get_server_info()
         self._capacity = int(info.get("max_total_num_tokens") or 0) or None
+        self.model_info: ModelInfo = model_info(opts.model)
+        # Hybrid models: prefix-only requests, rows in flight bounded by the engine's state slots.
+        self.state_budget = state_budget_from_info(info) if self.model_info.recurrent else None
+        if self.model_info.recurrent and self.state_budget is None:
+            self.state_budget = StateBudget(slots=48)  # sglang said nothing: a small, safe guess
+        self.pattern = self._describe_pattern()
+
+    def _describe_pattern(self) -> str:
+        if self.state_budget is None:
+            return f"first branch per prefix as the warm-up, {self.groups_per_window} groups, {self.depth} in flight"
+        b = self.state_budget
+        return (
+            f"prefix-only request per prefix, groups sized by {b.slots} state slots "
+            f"({b.per_request} per running request, ≤ {b.max_running or '?'} running), {self.depth} in flight"
+        )
 
     def kv_budget_tokens(self) -> int:
         # Leave room for the running batch's own activations and fragmentation of the radix tree.
@@ -201,7 +250,73 @@ class SGLangBackend(Backend):
         return groups
 
     def prefill(self, window: Window) -> list[list[BranchResult]]:
-        """Per group: the first branch of each distinct prefix (its answer is read too, so a row with N
+        """Label logprobs for every branch of the window: the hybrid pattern for recurrent-state models,
+        else the first-branch warm-up pattern. Raises BackendError if the engine fails."""
+        if self.state_budget is not None:
+            return self._prefill_prefix_first(window)
+        return self._prefill_first_branch(window)
+
+    def _run_groups(self, groups: list) -> None:
+        """Run coroutine factories `groups` with `depth` in flight on the engine's loop; raises BackendError
+        for the first failure once every group has finished or failed (no request of the window is left
+        pending in the engine's loop when the caller retries a half)."""
+
+        async def run_all() -> list:
+            sem = asyncio.Semaphore(max(1, self.depth))
+
+            async def one(g):
+                async with sem:
+                    await g()
+
+            return await asyncio.gather(*(one(g) for g in groups), return_exceptions=True)
+
+        errs = [e for e in self.engine.loop.run_until_complete(run_all()) if isinstance(e, BaseException)]
+        if errs:
+            e = errs[0]
+            raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
+
+    def _prefill_prefix_first(self, window: Window) -> list[list[BranchResult]]:
+        """Hybrid models. Per state-budgeted group (`plan.state_groups`): a prefix-only request for each
+        distinct prefix (its state is cached at the prefix's end — sglang: at ⌊P/64⌋·64 with the default
+        `extra_buffer` strategy), then every branch of the group, which reuses it. Prefix-only requests
+        count as warm-up tokens (what they computed)."""
+        rows = window.rows
+        results: list[list[BranchResult | None]] = [[None] * len(r.branches) for r in rows]
+
+        def make(start: int, end: int):
+            async def run() -> None:
+                firsts = [i for i in range(start, end) if i == start or rows[i].prefix != rows[i - 1].prefix]
+                pre = self._request(
+                    [list(rows[i].prefix) for i in firsts],
+                    [list(rows[i].branches[0].label_ids) for i in firsts],  # #34719
+                )
+                outs = await self.engine.async_generate(**pre)
+                for o in outs if isinstance(outs, list) else [outs]:
+                    meta = o.get("meta_info", {})
+                    self.warm_tokens += int(meta.get("prompt_tokens", 0)) - int(meta.get("cached_tokens", 0))
+                keys = [(i, j) for i in range(start, end) for j in range(len(rows[i].branches))]
+                req = self._request(
+                    [list(rows[i].prefix + rows[i].branches[j].suffix) for i, j in keys],
+                    [list(rows[i].branches[j].label_ids) for i, j in keys],
+                )
+                outs = await self.engine.async_generate(**req)
+                for (i, j), o in zip(keys, outs if isinstance(outs, list) else [outs], strict=True):
+                    results[i][j] = self._result(rows[i], j, o)
+
+            return run
+
+        self._run_groups([make(a, b) for a, b in state_groups(rows, self.state_budget, self.depth)])
+        return results  # type: ignore[return-value]
+
+    @staticmethod
+    def _result(row, j: int, out: dict) -> BranchResult:
+        meta = out.get("meta_info", {})
+        vals, err = read_label_logprobs(meta, row.branches[j].label_ids)
+        n = len(row.prefix) + len(row.branches[j].suffix)
+        return BranchResult(vals, int(meta.get("prompt_tokens", n)), int(meta.get("cached_tokens", 0)), err)
+
+    def _prefill_first_branch(self, window: Window) -> list[list[BranchResult]]:
+        """Dense models. Per group: the first branch of each distinct prefix (its answer is read too, so a row with N
         questions costs N requests, not N+1: the prefix is still prefilled once), then every other branch,
         whose prefix is by then in the radix cache. `depth` groups are in flight at once. Every request
         carries `token_ids_logprob` (#34719). Raises BackendError if the engine fails."""

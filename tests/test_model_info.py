@@ -1,0 +1,93 @@
+"""model_info: the model's kind from its config alone (configs built with transformers' own classes, no
+weights), and `run --dry-run` showing it with the request pattern it implies."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import EXAMPLES, cli
+
+from openjev_batch.model_info import UNKNOWN, from_config, model_info
+
+
+def _cfg(config, arch: str) -> dict:
+    d = config.to_dict()
+    d["architectures"] = [arch]
+    return d
+
+
+def test_qwen3_5_moe_35b_a3b_is_hybrid_moe():
+    from transformers import Qwen3_5MoeTextConfig
+
+    info = from_config(_cfg(Qwen3_5MoeTextConfig(), "Qwen3_5MoeForCausalLM"))
+    assert info.recurrent and info.moe
+    assert (info.layers, info.recurrent_layers, info.attention_layers) == (40, 30, 10)
+    assert (info.experts, info.experts_per_token) == (256, 8)
+    assert 2.3e9 < info.active_params < 2.5e9  # "~2.4 B active parameters a token"
+    assert "hybrid" in info.describe() and "256 experts" in info.describe()
+    assert "prefix-only" in info.sglang_pattern()
+
+
+def test_multimodal_checkpoint_is_read_through_its_text_config():
+    from transformers import Qwen3_5Config, Qwen3_5MoeConfig
+
+    moe = from_config(_cfg(Qwen3_5MoeConfig(), "Qwen3_5MoeForConditionalGeneration"))
+    assert moe.recurrent and moe.moe and moe.architecture == "Qwen3_5MoeForConditionalGeneration"
+    dense = from_config(_cfg(Qwen3_5Config(), "Qwen3_5ForConditionalGeneration"))
+    assert dense.recurrent and not dense.moe
+
+
+def test_hybrid_without_layer_types_uses_full_attention_interval():
+    cfg = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "num_hidden_layers": 8}
+    assert from_config({**cfg, "full_attention_interval": 4}).recurrent_layers == 6
+    assert from_config({**cfg, "full_attention_interval": 2}).recurrent_layers == 4
+    nemotron = {"architectures": ["NemotronHForCausalLM"], "hybrid_override_pattern": "M-M-M*-M-"}
+    assert from_config(nemotron).recurrent_layers == 4 and from_config(nemotron).attention_layers == 1
+
+
+def test_plain_moe_and_dense_models_keep_no_state():
+    from transformers import Qwen3Config, Qwen3MoeConfig
+
+    a3b = Qwen3MoeConfig(
+        hidden_size=2048,
+        num_hidden_layers=48,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        head_dim=128,
+        num_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=768,
+    )
+    info = from_config(_cfg(a3b, "Qwen3MoeForCausalLM"))
+    assert info.moe and not info.recurrent and (info.experts, info.experts_per_token) == (128, 8)
+    assert 2.5e9 < info.active_params < 3.0e9  # Qwen3-30B-A3B: ~3.3 B active with embeddings
+    dense = from_config(_cfg(Qwen3Config(num_hidden_layers=2), "Qwen3ForCausalLM"))
+    assert not dense.moe and not dense.recurrent and dense.layers == 2
+    assert "warm-up" in dense.sglang_pattern()
+
+
+def test_unreadable_config_is_unknown(tmp_path):
+    assert model_info(str(tmp_path)) == UNKNOWN  # a folder without config.json
+    assert model_info("no-such-org/no-such-model-xyz") == UNKNOWN  # not in the local cache
+    assert not UNKNOWN.known and not UNKNOWN.recurrent
+
+
+def test_dry_run_shows_a_hybrid_model_and_its_request_pattern(tmp_path, qwen3_tok_dir):
+    from transformers import Qwen3_5MoeTextConfig
+
+    m = tmp_path / "qwen35-config-only"
+    shutil.copytree(qwen3_tok_dir, m)
+    (m / "config.json").write_text(json.dumps(_cfg(Qwen3_5MoeTextConfig(), "Qwen3_5MoeForCausalLM")))
+    r = cli("run", EXAMPLES / "tickets.jsonl", "-o", tmp_path / "o.parquet", "-m", m, "-b", "hf", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "Qwen3_5MoeForCausalLM" in r.stdout and "30 recurrent-state" in r.stdout
+    assert "prefix-only request per prefix" in r.stdout
+
+
+@pytest.mark.parametrize("arch", ["Qwen3ForCausalLM"])
+def test_dry_run_shows_a_dense_model(tmp_path, tiny_model, arch):
+    r = cli("run", EXAMPLES / "tickets.jsonl", "-o", tmp_path / "o.parquet", "-m", tiny_model, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert arch in r.stdout and "2 attention layers" in r.stdout and "warm-up" in r.stdout
