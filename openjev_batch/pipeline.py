@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from .backends import Backend, BranchResult, load_backend
 from .config import RunConfig, load_questions
-from .errors import BackendError, OutputCheckError
+from .errors import BackendError, ConfigError, OutputCheckError
 from .io import ResultWriter, check_input, read_rows
 from .model_info import model_info
 from .plan import Window, plan
@@ -200,6 +200,7 @@ def job_manifest(cfg: RunConfig) -> dict[str, Any]:
         "attention_backend": cfg.attention_backend,
         "engine_args": {k: repr(v) for k, v in sorted(cfg.engine_args.items())},
         "chunk_rows": cfg.chunk_rows,
+        "limit": cfg.limit,
         "keep": list(cfg.keep),
         # the questions' content, not their path: an edited file must not mix old and new answers
         "questions_sha256": hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest()
@@ -219,6 +220,8 @@ def run_job(
     dead, output count check failed); the partial output is then kept for `--resume`.
     """
     t0 = time.perf_counter()
+    if cfg.output is None:
+        raise ConfigError("an output path (-o) is needed; only --dry-run runs without one")
     check_input(cfg.input, cfg.keep)
     shared = load_questions(cfg.questions_file) if cfg.questions_file else None
     own = backend is None
@@ -235,7 +238,7 @@ def run_job(
         writer = ResultWriter(cfg.output, cfg.keep, job_manifest(cfg), resume=cfg.resume)
         n_rows = expected = 0
         tables = []
-        for i, chunk in enumerate(read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows)):
+        for i, chunk in enumerate(read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows, cfg.limit)):
             n_rows += len(chunk)
             expected += sum(max(1, len(r.qids if isinstance(r, RowError) else r.questions)) for r in chunk)
             done = writer.done(i) if cfg.resume else None
@@ -289,10 +292,18 @@ class PlanSummary:
     peak_rss_mb: float
     model: str = ""  # model_info.describe() from the checkpoint's config ('' when it cannot be read)
     sglang_pattern: str = ""  # the request pattern the sglang backend would choose for it
+    backend: str = "sglang"
+    unique_tokens_hf: int = 0
 
     @property
     def expected_hit_rate(self) -> float:
+        """sglang: the radix cache shares any common token prefix (the planner's LCP count)."""
         return 1 - self.unique_tokens / self.logical_tokens if self.logical_tokens else 0.0
+
+    @property
+    def expected_hit_rate_hf(self) -> float:
+        """hf: its KV cache is reused only by the next row with an identical prefix."""
+        return 1 - self.unique_tokens_hf / self.logical_tokens if self.logical_tokens else 0.0
 
 
 def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
@@ -315,8 +326,8 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
             raise _BE(f"cannot load the tokenizer of {cfg.model!r}: {e}") from e
     prompter = Prompter(tokenizer)
     budget = cfg.kv_budget_tokens or 1 << 20
-    rows = questions = errors = branches = logical = unique = windows = 0
-    for chunk in read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows):
+    rows = questions = errors = branches = logical = unique = unique_hf = windows = 0
+    for chunk in read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows, cfg.limit):
         rows += len(chunk)
         good = [r for r in chunk if isinstance(r, Row)]
         for r in chunk:
@@ -333,6 +344,12 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
             branches += w.n_branches
             logical += w.logical_tokens
             unique += w.unique_tokens
+            # the hf backend keeps one prefix's cache: only an identical next prefix reuses it
+            prev = None
+            for r in w.rows:
+                fresh = len(r.prefix) if r.prefix != prev else 0
+                unique_hf += fresh + sum(len(b.suffix) for b in r.branches)
+                prev = r.prefix
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB → MiB
     info = model_info(cfg.model)
     return PlanSummary(
@@ -347,6 +364,8 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
         rss,
         _describe(info),
         info.sglang_pattern() if info.known else "",
+        backend=cfg.backend,
+        unique_tokens_hf=unique_hf,
     )
 
 

@@ -358,7 +358,7 @@ def run_job_ray(
         import ray
         import ray.data  # noqa: F401 - the [data] extra
     except ImportError as e:
-        raise ConfigError(f"--ray needs Ray Data: pip install 'openjev-batch[ray]' ({e})") from None
+        raise ConfigError(f"--ray needs Ray Data: pip install '.[ray]' in a checkout ({e})") from None
     if opts.workers < 1 or opts.bucket_rows < 1 or opts.ship_rows < 1 or opts.cpus_per_worker < 0:
         raise ConfigError("--workers, bucket_rows and ship_rows must be ≥ 1, cpus_per_worker ≥ 0")
     if opts.grouping not in ("blocks", "groupby"):
@@ -393,7 +393,7 @@ def run_job_ray(
             }
             refs.append(ray.put(pa.table(t)))
 
-        for i, chunk in enumerate(read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows)):
+        for i, chunk in enumerate(read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows, cfg.limit)):
             n_rows += len(chunk)
             expected = np.array([n_records(r) for r in chunk], np.int64)
             done = cfg.resume and writer.part(i).exists()

@@ -102,7 +102,10 @@ class _Question(BaseModel):
         c, t = self.criteria, self.type
         if t == "noul":
             if c is not None and (not isinstance(c, dict) or set(c) - {"true", "false"}):
-                raise ValueError("criteria: noul criteria must be an object with keys 'true' and/or 'false'")
+                got = f" (got keys {', '.join(map(repr, c))})" if isinstance(c, dict) else ""
+                raise ValueError(
+                    f"criteria: noul criteria must be an object with keys 'true' and/or 'false'{got}"
+                )
         elif t == "choice":
             if not isinstance(c, dict):
                 raise ValueError("criteria: choice needs an object mapping option name → description")
@@ -154,6 +157,18 @@ def _error_text(where: str, e: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _noul_keys(c: dict) -> dict:
+    """noul criteria keys as `true`/`false`: a Python bool key (a dict built in code, or YAML's unquoted
+    `true:` read by a plain YAML loader) and any case (`True:`) mean the same option."""
+    out = {}
+    for k, v in c.items():
+        name = str(k).lower() if isinstance(k, bool) or str(k).lower() in ("true", "false") else k
+        if name in out:
+            raise ValueError(f"criteria: {name!r} given twice")
+        out[name] = v
+    return out
+
+
 def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     """Validate one question. Errors read ``questions.<qid>.<field>: <why>``."""
     where = f"questions.{qid}"
@@ -174,6 +189,11 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
                         qid, raw.get("type"), f"{where}.criteria: duplicate option name {dup!r}"
                     )
                 c = dict(c)
+            if raw.get("type") == "noul" and isinstance(c, dict):
+                try:
+                    c = _noul_keys(c)
+                except ValueError as e:
+                    return QuestionError(qid, "noul", f"{where}.{e}")
             raw = {**raw, "criteria": c}
         q = _Question.model_validate(raw)
     except json.JSONDecodeError as e:
@@ -301,6 +321,20 @@ def duplicate_id_error(rid: str, first: int, pos: int) -> str:
     )
 
 
+def _state_hint(rec: dict[str, Any]) -> str:
+    """A hint for a row that carries its conversation under another common name (`text`, `messages`, …)."""
+    if "state" in rec:
+        return ""
+    for name in ("text", "messages", "conversation", "prompt", "content", "input"):
+        if rec.get(name) is not None:
+            return (
+                f" (the row has a {name!r} column: rename it to 'state'; `classify` reads 'text')"
+                if name == "text"
+                else f" (the row has a {name!r} column: rename it to 'state')"
+            )
+    return ""
+
+
 def parse_row(
     pos: int, rec: dict[str, Any], shared_questions: Any = None, keep: tuple[str, ...] = ()
 ) -> Row | RowError:
@@ -332,7 +366,7 @@ def parse_row(
                 return RowError(pos, rid, f"row {rid}: questions: {e}", kept=kept)
         qids, qtypes = ids_and_types(questions)
         if "state" not in rec or rec["state"] is None:
-            return RowError(pos, rid, f"row {rid}: state: missing", qids, kept, qtypes)
+            return RowError(pos, rid, f"row {rid}: state: missing{_state_hint(rec)}", qids, kept, qtypes)
         try:
             messages, plain = parse_state(rec["state"])
         except ValueError as e:

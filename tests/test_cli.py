@@ -114,8 +114,8 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
     [
         (["run", "nope.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf"], "no such file"),
         (
-            ["run", "examples/tickets.jsonl", "-o", "x.csv", "-m", "M", "-b", "hf"],
-            "output must be a .parquet",
+            ["run", "examples/tickets.jsonl", "-o", "x.txt", "-m", "M", "-b", "hf"],
+            "output must be a .parquet, .jsonl or .csv file",
         ),
         (
             ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "vllm"],
@@ -127,7 +127,7 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
         ),
         (
             ["run", "examples/tickets.jsonl", "-o", "examples", "-m", "M", "-b", "hf"],
-            "output must be a .parquet",
+            "output must be a .parquet, .jsonl or .csv file",
         ),
         (
             ["run", "examples/tickets.jsonl", "-o", "docs.parquet/x.parquet", "-m", "M", "-b", "hf"],
@@ -154,7 +154,15 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
         ),
         (
             ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "/no/model", "-b", "hf"],
-            "cannot load model",
+            "model /no/model: no such folder",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "smollm2", "-b", "hf"],
+            "did you mean smollm2-135m?",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf"],
+            "cannot load model 'M'",
         ),
         (
             ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf", "-q", "missing.yaml"],

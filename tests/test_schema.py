@@ -129,7 +129,11 @@ def test_parquet_nested_and_json_string_columns(tmp_path):
 @pytest.mark.parametrize(
     "name,content,match",
     [
-        ("in.csv", "a,b", "unknown extension"),
+        ("in.txt", "a,b", "unknown extension"),
+        ("in.parquet.gz", "x", "unknown extension"),
+        ("arr.json", '{"id": 1}', "expected a JSON array of row objects"),
+        ("bad.json", "[{", "cannot read as JSON"),
+        ("header.csv", "id,state\n", "no rows"),
         ("none.jsonl", None, "no such file"),
         ("e.jsonl", "", "empty"),
         ("bad.parquet", "not parquet", "cannot read as Parquet"),

@@ -30,7 +30,14 @@ def load_backend(name: str, opts: BackendOptions) -> Backend:
     if name not in _BACKENDS:
         raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(NAMES)}")
     module, cls = _BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)(opts)
+    try:
+        return getattr(importlib.import_module(module), cls)(opts)
+    except BackendError as e:
+        from ..models import model_hint
+
+        if str(e).startswith("cannot load model") and (hint := model_hint(opts.model)):
+            raise BackendError(f"{e}{hint}") from e.__cause__
+        raise
 
 
 __all__ = ["Backend", "BackendOptions", "BranchResult", "NAMES", "default_backend", "load_backend"]
