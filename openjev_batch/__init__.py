@@ -1,3 +1,16 @@
-"""openjev-batch: offline batch classification read from next-token label logprobs."""
+"""openjev-batch: offline batch classification read from next-token label logprobs.
+
+Python API (imported lazily, so `import openjev_batch` stays light): `Classifier` (a model kept open across
+calls: `with Classifier(model, backend="hf") as clf: out = clf.run(df, questions)`) and `run` (one shot).
+"""
 
 __version__ = "0.1.0"
+__all__ = ["Classifier", "run", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in ("Classifier", "run"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'openjev_batch' has no attribute {name!r}")

@@ -47,6 +47,17 @@ def validation_message(e: ValidationError) -> str:
     )
 
 
+def check_keep(v: tuple[str, ...]) -> tuple[str, ...]:
+    """Kept columns must not clash with an output column or repeat. Raises ValueError."""
+    from .io import OUTPUT_SCHEMA
+
+    if clash := [k for k in v if k in OUTPUT_SCHEMA.names]:
+        raise ValueError(f"{', '.join(clash)} already output column(s); rename the input column")
+    if len(set(v)) != len(v):
+        raise ValueError(f"a column is named twice in {', '.join(v)}")
+    return v
+
+
 class EngineOptions(BaseModel):
     """The backend/engine options that `run` and `classify` share, and the BackendOptions built from them."""
 
@@ -104,13 +115,7 @@ class RunConfig(EngineOptions):
     @field_validator("keep")
     @classmethod
     def _keep(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        from .io import OUTPUT_SCHEMA
-
-        if clash := [k for k in v if k in OUTPUT_SCHEMA.names]:
-            raise ValueError(f"{', '.join(clash)} already output column(s); rename the input column")
-        if len(set(v)) != len(v):
-            raise ValueError(f"a column is named twice in {', '.join(v)}")
-        return v
+        return check_keep(v)
 
     @field_validator("backend")
     @classmethod
@@ -189,11 +194,17 @@ def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
         raise ConfigError(f"--questions: no such file {path}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigError(f"--questions {path}: cannot parse: {e}") from None
+    return shared_questions(raw, f"--questions {path}")
+
+
+def shared_questions(raw: Any, source: str) -> tuple[QuestionSpec, ...]:
+    """A question map applied to every row (a `--questions` file's content, or the Python API's mapping):
+    every question must be valid. Raises ConfigError naming `source` and each question's problem."""
     try:
         qs = parse_questions(raw)
     except ValueError as e:
-        raise ConfigError(f"--questions {path}: {e}") from None
+        raise ConfigError(f"{source}: {e}") from None
     bad = [q.error for q in qs if isinstance(q, QuestionError)]
     if bad:
-        raise ConfigError(f"--questions {path}: " + "; ".join(bad))
+        raise ConfigError(f"{source}: " + "; ".join(bad))
     return qs  # type: ignore[return-value]

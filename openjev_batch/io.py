@@ -421,6 +421,19 @@ class TableWriter:
         (self.f if self.fmt == "jsonl" else self.w).close()
 
 
+def records_table(records: list[dict[str, Any]], keep: tuple[str, ...] = ()) -> pa.Table:
+    """Output records → an Arrow table: OUTPUT_SCHEMA's columns, then the kept columns with the type Arrow
+    infers (mixed types, as a JSONL column may hold, become their JSON text)."""
+    cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in OUTPUT_SCHEMA}
+    for k in keep:
+        vals = [r[k] for r in records]
+        try:
+            cols[k] = pa.array(vals)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types in a JSONL column: keep their JSON text
+            cols[k] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in vals])
+    return pa.table(cols)
+
+
 class ResultWriter:
     """Writes results chunk by chunk so a job can be resumed, and the target appears only when complete.
 
@@ -468,18 +481,8 @@ class ResultWriter:
         return pq.read_table(p) if p.exists() else None
 
     def write(self, chunk: int, records: list[dict[str, Any]]) -> None:
-        cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in OUTPUT_SCHEMA}
-        for k in self.keep:
-            vals = [r[k] for r in records]
-            try:
-                cols[k] = pa.array(vals)
-            except (
-                pa.ArrowInvalid,
-                pa.ArrowTypeError,
-            ):  # mixed types in a JSONL column: keep their JSON text
-                cols[k] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in vals])
         tmp = self.part(chunk).with_suffix(".tmp")
-        pq.write_table(pa.table(cols), tmp)
+        pq.write_table(records_table(records, self.keep), tmp)
         os.replace(tmp, self.part(chunk))
         self.rows_written += len(records)
 

@@ -257,23 +257,42 @@ def run_job(
     finally:
         if own:
             backend.close()
+    return summarize(
+        stats,
+        n_rows,
+        backend.warm_tokens - warm0,
+        time.perf_counter() - t0,
+        str(out),
+        _describe(getattr(backend, "model_info", None) or model_info(cfg.model)),
+        getattr(backend, "pattern", ""),
+    )
+
+
+def summarize(
+    stats: pa.Table,
+    n_rows: int,
+    warm_tokens: int,
+    wall_s: float,
+    output: str,
+    model: str = "",
+    pattern: str = "",
+) -> Summary:
+    """A job's Summary from its output's error and token columns (the CLI's run and the Python API)."""
     ok = pc.is_null(stats.column("error"))
     answered = stats.filter(ok)
-    total = int(pc.sum(answered.column("branch_tokens")).as_py() or 0)
-    cached = int(pc.sum(answered.column("cached_tokens")).as_py() or 0)
     return Summary(
         rows=n_rows,
         questions=stats.num_rows,
         answered=answered.num_rows,
         errors=stats.num_rows - answered.num_rows,
         prefix_tokens=int(pc.sum(answered.column("prefix_tokens")).as_py() or 0),
-        branch_tokens=total,
-        cached_tokens=cached,
-        warm_tokens=backend.warm_tokens - warm0,
-        wall_s=time.perf_counter() - t0,
-        output=str(out),
-        model=_describe(getattr(backend, "model_info", None) or model_info(cfg.model)),
-        pattern=getattr(backend, "pattern", ""),
+        branch_tokens=int(pc.sum(answered.column("branch_tokens")).as_py() or 0),
+        cached_tokens=int(pc.sum(answered.column("cached_tokens")).as_py() or 0),
+        warm_tokens=warm_tokens,
+        wall_s=wall_s,
+        output=output,
+        model=model,
+        pattern=pattern,
     )
 
 

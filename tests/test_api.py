@@ -1,0 +1,98 @@
+"""The Python API on the tiny model: DataFrames in, the CLI's output out, one engine across calls."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import polars as pl
+import pytest
+from conftest import cli, write_jsonl
+
+import openjev_batch as ob
+from openjev_batch.errors import BackendError, ConfigError
+
+Q = {
+    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+    "kind": {"type": "choice", "instructions": "Kind?", "criteria": {"billing": None, "bug": "a defect"}},
+    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "mid", "high"]},
+}
+ROWS = [
+    {"id": "t1", "state": "I want my money back for order 7.", "channel": "mail"},
+    {"id": "t2", "state": [{"role": "user", "content": "The app crashes on start"}], "channel": "chat"},
+    {"id": "t3", "state": "Invoice is wrong, twice", "channel": "mail"},
+    {"id": "t4", "state": "", "channel": "chat"},  # a bad row: an error cell, not an exception
+]
+
+
+@pytest.fixture(scope="module")
+def clf(tiny_model):
+    with ob.Classifier(str(tiny_model), backend="hf", device="cpu") as c:
+        yield c
+
+
+def test_polars_matches_the_cli(clf, tiny_model, tmp_path):
+    p = write_jsonl(tmp_path / "in.jsonl", ROWS)
+    qf = tmp_path / "q.json"
+    qf.write_text(json.dumps(Q))
+    out = tmp_path / "o.parquet"
+    r = cli("run", p, "-q", qf, "-o", out, "-m", tiny_model, "-b", "hf", "--keep", "channel", "--no-progress")
+    assert r.returncode == 3, r.stderr  # t4 has an error
+    want = pl.read_parquet(out)
+    df = pl.DataFrame(
+        {"id": [r["id"] for r in ROWS], "state": [json.dumps(r["state"]) if isinstance(r["state"], list)
+                                                   else r["state"] for r in ROWS],
+         "channel": [r["channel"] for r in ROWS]}
+    )  # fmt: skip
+    got = clf.run(df, Q, keep="channel")
+    assert isinstance(got, pl.DataFrame)
+    assert got.columns == want.columns and got.dtypes == want.dtypes
+    assert got.equals(want)
+    assert got.filter(pl.col("id") == "t4")["error"].to_list() == ["row t4: state: empty conversation"] * 3
+    s = clf.last_summary
+    assert (s.rows, s.questions, s.answered, s.errors) == (4, 12, 9, 3)
+    assert 0 < s.cache_hit_rate < 1
+
+
+def test_pandas_and_dicts_and_one_engine_across_calls(clf):
+    backend = clf.backend
+    pdf = pd.DataFrame({"id": [10, 11], "state": ["refund please", "it is broken"], "src": ["a", "b"]})
+    got = clf.run(pdf, Q, keep="all")
+    assert isinstance(got, pd.DataFrame) and list(got["id"]) == ["10", "10", "10", "11", "11", "11"]
+    assert list(got["src"]) == ["a"] * 3 + ["b"] * 3 and got["error"].isna().all()
+    for probs, answer, options in zip(got["probs"], got["answer"], got["options"], strict=True):
+        assert abs(sum(probs) - 1) < 1e-9 and answer == options[max(range(len(probs)), key=probs.__getitem__)]
+    # per-row questions from an iterable of dicts; same numbers as the shared map for the same row
+    dicts = [{"id": 10, "state": "refund please", "questions": Q}, {"id": "x", "state": "hm"}]
+    got2 = clf.run(dicts)
+    assert isinstance(got2, pl.DataFrame) and clf.backend is backend  # no reload
+    assert got2["probs"].to_list()[:3] == [list(p) for p in got["probs"][:3]]
+    assert got2["error"].to_list()[3].startswith("row x: questions: missing")
+    assert clf.run(dicts, limit=1, output="arrow").num_rows == 3
+
+
+def test_refusals(clf):
+    with pytest.raises(ConfigError, match="questions.bad.type: unknown question type 'rank'"):
+        clf.run([{"state": "x"}], {"bad": {"type": "rank", "instructions": "?"}})
+    with pytest.raises(ConfigError, match="keep column.*not in the data: nope"):
+        clf.run(pl.DataFrame({"state": ["x"]}), Q, keep="nope")
+    with pytest.raises(ConfigError, match="keep: score already output"):
+        clf.run(pl.DataFrame({"state": ["x"], "score": [1]}), Q, keep=["score"])
+    with pytest.raises(BackendError, match="hf backend has no engine options"):
+        ob.Classifier("m", backend="hf", tp_size=2)
+    with pytest.raises(ConfigError, match="did you mean smollm2-135m"):
+        ob.Classifier("smollm2", backend="hf")
+
+
+def test_readme_example_runs(tiny_model, monkeypatch, capsys):
+    """The README's Python API example, run as written (the tiny model in place of smollm2-135m)."""
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    ns: dict = {}
+    exec(compile(block.replace('"smollm2-135m"', repr(str(tiny_model))), "README", "exec"), ns)
+    assert isinstance(ns["out"], pl.DataFrame) and ns["out"].height == 2
+    assert isinstance(ns["more"], pd.DataFrame) and len(ns["more"]) == 3
+    assert "refund" in capsys.readouterr().out
