@@ -185,12 +185,14 @@ def prompts_for(tok, path, qpath):
     return [rp for rp, _ in pr.build_many(rows) if rp is not None]
 
 
-def run_product(backend, path, qpath, out) -> dict:
+def run_product(backend, path, qpath, out, **options) -> dict:
+    """The product end to end (`run_job`) on a started backend; `options`: documented run options
+    (e.g. chunk_rows = --chunk-rows)."""
     from openjev_batch.config import build_config
     from openjev_batch.pipeline import run_job
 
     cfg = build_config(
-        input=path, output=out, model="-", backend="sglang", questions_file=qpath, progress=False
+        input=path, output=out, model="-", backend="sglang", questions_file=qpath, progress=False, **options
     )
     t = time.perf_counter()
     done = [0]
@@ -209,6 +211,8 @@ def run_product(backend, path, qpath, out) -> dict:
         "logical_tokens": s.branch_tokens,
         "computed_tokens": s.computed_tokens,
         "cache_hit_rate": round(s.cache_hit_rate, 4),
+        "pattern": s.pattern,
+        **options,
     }
 
 
@@ -725,6 +729,183 @@ def stage_sweep_small() -> None:
         backend.close()
 
 
+def label_logprob_parity(ref_path: Path, new_path: Path) -> dict:
+    """Two outputs of the same job: max/mean |Δ raw label logprob| (log P_i + log label_mass), answer
+    agreement, and agreement where the reference's top two options are > 0.1 apart in probability."""
+    import math
+
+    import pyarrow.parquet as pq
+
+    a, b = pq.read_table(ref_path).to_pylist(), pq.read_table(new_path).to_pylist()
+    d, agree, clear, clear_agree, errs = [], 0, 0, 0, 0
+    for x, y in zip(a, b, strict=True):
+        assert (x["id"], x["question_id"]) == (y["id"], y["question_id"])
+        if x["error"] or y["error"]:
+            errs += 1
+            continue
+        d += [
+            abs(math.log(p) + math.log(x["label_mass"]) - math.log(q) - math.log(y["label_mass"]))
+            for p, q in zip(x["probs"], y["probs"], strict=True)
+        ]
+        agree += x["answer"] == y["answer"]
+        top = sorted(x["probs"], reverse=True)
+        if top[0] - top[1] > 0.1:
+            clear += 1
+            clear_agree += x["answer"] == y["answer"]
+    n = len(a) - errs
+    return {
+        "questions": len(a),
+        "errors": errs,
+        "max_abs_logprob_diff": round(max(d), 5) if d else None,
+        "mean_abs_logprob_diff": round(sum(d) / len(d), 6) if d else None,
+        "answer_agreement": round(agree / n, 4) if n else None,
+        "clear_questions": clear,
+        "clear_answer_agreement": round(clear_agree / clear, 4) if clear else None,
+    }
+
+
+def roofline_stage(w3_rows: int, limit_s: float, parts: tuple[str, ...]) -> None:
+    """Issue 19 on one machine: the product's path today (triton, no CUDA graphs, one chunk), and each
+    change — host overlap (--chunk-rows below the job size), multi-item scoring (--engine-arg
+    enable_mis=true, flashinfer), prefill CUDA graphs (decode graphs off) — on 0.6B W1/W2/W3 (W3: the
+    first `w3_rows` tickets), parity of multi-item vs today on the same ids; then 8B W1 with multi-item and
+    today's path. A part is skipped when fewer than its estimated seconds remain before `limit_s`."""
+    import workloads as wl
+    from transformers import AutoTokenizer
+
+    from openjev_batch.backends.sglang import prefill_graph_args
+    from openjev_batch.plan import plan
+
+    t_start = time.time()
+    small = make_model("qwen3-0.6b", weights=True)
+    tok = AutoTokenizer.from_pretrained(small)
+    d = WORK / "wl"
+    d.mkdir(parents=True, exist_ok=True)
+    if not (d / "w1.jsonl").exists():
+        wl.w1(tok, d)
+    if not (d / "w2.jsonl").exists():
+        wl.w2(tok, d)
+    w3p = d / f"w3_{w3_rows}.jsonl"
+    if not w3p.exists():
+        wl.w3(tok, d, rows=w3_rows)
+        (d / "w3.jsonl").rename(w3p)
+    w = {
+        "w1": (d / "w1.jsonl", d / "w1_questions.json"),
+        "w2": (d / "w2.jsonl", None),
+        "w3": (w3p, d / "w3_questions.json"),
+    }
+    key = "issue19"
+    res: dict = {key: {"w3_rows": w3_rows}}
+    r = res[key]
+    log("setup", round(time.time() - t_start, 1), "s")
+    for name in ("w1", "w2", "w3"):
+        t = time.perf_counter()
+        prompts = prompts_for(tok, *w[name])
+        host = time.perf_counter() - t
+        unique = sum(x.unique_tokens for x in plan(prompts, 1 << 40, 1 << 40))
+        r[f"{name}_shape"] = {
+            "host_prompt_s": round(host, 2),
+            "unique_tokens": unique,
+            "roofline_s": round(roofline_s("qwen3-0.6b", unique), 3),
+            "roofline_attn_s": round(roofline_attn_s("qwen3-0.6b", unique, prompts), 3),
+        }
+    save(res)
+    overlap_rows = {"w2": 2048, "w3": max(500, w3_rows // 5)}
+
+    def left() -> float:
+        return limit_s - (time.time() - t_start)
+
+    def engine_part(tag: str, model, est_s: float, runs, attention="triton", **extra) -> None:
+        if tag not in parts:
+            return
+        if left() < est_s:
+            r[tag] = {"skipped": f"{left():.0f} s left, needs ~{est_s:.0f} s"}
+            log(tag, r[tag])
+            save(res)
+            return
+        x = r[tag] = {}
+        try:
+            backend, x["engine_start_s"] = start_sglang_defaults(model, attention=attention, **extra)
+        except Exception as e:  # noqa: BLE001 - record and go on to the next part
+            x["error"] = f"{type(e).__name__}: {e}"[:2000]
+            log(tag, "engine failed", x["error"])
+            save(res)
+            subprocess.run(["pkill", "-9", "-f", "[s]glang::"], check=False)
+            return
+        x["engine_kwargs"] = backend.engine_kwargs_used
+        x["scoring"] = backend.scoring
+        log(tag, "engine start", x["engine_start_s"], backend.scoring)
+        try:
+            t = time.perf_counter()
+            warm(backend, w)
+            x["warm_s"] = round(time.perf_counter() - t, 1)
+            log(tag, "warm", x["warm_s"])
+            save(res)
+            for label, name, options in runs:
+                if left() < 15:
+                    x[label] = {"skipped": "time"}
+                    continue
+                with contextlib.suppress(Exception):
+                    flush(backend.engine)
+                out = WORK / f"{tag}_{label}.parquet"
+                if label == "w2_profiled":
+                    with profiled(f"{tag}_w2"):
+                        x[label] = run_product(backend, *w[name], out, **options)
+                else:
+                    x[label] = run_product(backend, *w[name], out, **options)
+                log(tag, label, x[label])
+                save(res)
+        except Exception as e:  # noqa: BLE001
+            x["error"] = f"{type(e).__name__}: {e}"[:2000]
+            log(tag, "failed", x["error"])
+            save(res)
+        finally:
+            backend.close()
+            subprocess.run(["pkill", "-9", "-f", "[s]glang::"], check=False)
+
+    base_runs = [("w1", "w1", {}), ("w2", "w2", {}), ("w3", "w3", {})]
+    ov_runs = [(f"{n}_overlap", n, {"chunk_rows": overlap_rows[n]}) for n in ("w2", "w3")]
+    engine_part("today", small, 60, [base_runs[0], ("w1_again", "w1", {}), *base_runs[1:], ov_runs[1]])
+    engine_part(
+        "multi_item",
+        small,
+        120,
+        [*base_runs, ("w1_again", "w1", {}), *ov_runs, ("w2_profiled", "w2", {})],
+        attention="flashinfer",
+        enable_mis=True,
+    )
+    for name in ("w1", "w2", "w3"):
+        ref, new = WORK / f"today_{name}.parquet", WORK / f"multi_item_{name}.parquet"
+        if ref.exists() and new.exists():
+            r.setdefault("parity_multi_item_vs_today", {})[name] = label_logprob_parity(ref, new)
+            log("parity", name, r["parity_multi_item_vs_today"][name])
+    save(res)
+    engine_part(
+        "prefill_graphs",
+        small,
+        70,
+        [base_runs[0], ("w1_again", "w1", {}), *base_runs[1:]],
+        **prefill_graph_args(),
+    )
+    big = make_model("qwen3-8b", weights=False)
+    engine_part(
+        "big_multi_item",
+        big,
+        75,
+        [("w1", "w1", {}), ("w1_again", "w1", {})],
+        attention="flashinfer",
+        enable_mis=True,
+        load_format="dummy",
+    )
+    engine_part("big_today", big, 60, [("w1", "w1", {}), ("w1_again", "w1", {})], load_format="dummy")
+    for name in ("w1",):
+        ref, new = WORK / f"big_today_{name}.parquet", WORK / f"big_multi_item_{name}.parquet"
+        if ref.exists() and new.exists():
+            r.setdefault("parity_big_multi_item_vs_today", {})[name] = label_logprob_parity(ref, new)
+    r["wall_s"] = round(time.time() - t_start, 1)
+    save(res)
+
+
 KNOBS = {
     "k-chunk32k": {"chunked_prefill_size": 32768, "max_prefill_tokens": 32768},
     "k-nooverlap": {"disable_overlap_schedule": True},
@@ -787,6 +968,13 @@ def main() -> None:
         elif stage == "k64-big":
             knobs = {"chunked_prefill_size": 65536, "max_prefill_tokens": 65536}
             stage_sync("qwen3-8b", ["w1"], repeats=2, knobs=knobs, tag="-chunk64k")
+        elif stage == "issue19":
+            parts = tuple(
+                os.environ.get("PARTS", "today,multi_item,prefill_graphs,big_multi_item,big_today").split(",")
+            )
+            roofline_stage(
+                int(os.environ.get("W3_ROWS", "5000")), float(os.environ.get("LIMIT_S", "530")), parts
+            )
         elif stage in KNOBS:
             stage_prof(KNOBS[stage], tag="-" + stage)
         else:

@@ -10,6 +10,7 @@ import hashlib
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,21 +140,28 @@ def prefill_window(backend: Backend, window: Window) -> list[list[BranchResult]]
         return [res for half in window.halves() for res in prefill_window(backend, half)]
 
 
-def _chunk_records(
-    chunk,
-    prompter: Prompter,
-    backend: Backend,
-    cfg: RunConfig,
-    budget: int,
-    on_progress: Callable[[int, int], None] | None,
-) -> list[dict[str, Any]]:
-    """One input chunk → its output records, in input order (rows, then each row's questions)."""
+def _prompt_chunk(chunk, prompter: Prompter) -> tuple[list, dict]:
+    """The host stage of one chunk: render + tokenize → (RowPrompts, {(pos, qid): error} of failed questions)."""
     prompts, failed = [], {}
     rows = [r for r in chunk if isinstance(r, Row)]
     for row, (rp, fails) in zip(rows, prompter.build_many(rows), strict=True):
         if rp is not None:
             prompts.append(rp)
         failed.update({(row.pos, f.qid): f.error for f in fails})
+    return prompts, failed
+
+
+def _chunk_records(
+    chunk,
+    prompted: tuple[list, dict],
+    backend: Backend,
+    cfg: RunConfig,
+    budget: int,
+    on_progress: Callable[[int, int], None] | None,
+) -> list[dict[str, Any]]:
+    """One input chunk and its host stage (`_prompt_chunk`) → its output records, in input order (rows, then
+    each row's questions)."""
+    prompts, failed = prompted
     results: dict[tuple[int, str], tuple[int, BranchResult]] = {}
     for window in plan(prompts, budget, cfg.max_branches_per_window):
         for rp, outs in zip(window.rows, prefill_window(backend, window), strict=True):
@@ -238,14 +246,36 @@ def run_job(
         writer = ResultWriter(cfg.output, cfg.keep, job_manifest(cfg), resume=cfg.resume)
         n_rows = expected = 0
         tables = []
-        for i, chunk in enumerate(read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows, cfg.limit)):
-            n_rows += len(chunk)
-            expected += sum(max(1, len(r.qids if isinstance(r, RowError) else r.questions)) for r in chunk)
-            done = writer.done(i) if cfg.resume else None
-            if done is None:
-                writer.write(i, _chunk_records(chunk, prompter, backend, cfg, budget, on_progress))
-                done = writer.done(i)
-            tables.append(done.select(["error", "prefix_tokens", "branch_tokens", "cached_tokens"]))
+        chunks = read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows, cfg.limit)
+
+        def host(skip: bool):
+            """Read the next chunk and, unless it is already done (--resume), render + tokenize it."""
+            chunk = next(chunks, None)
+            return None if chunk is None else (chunk, None if skip else _prompt_chunk(chunk, prompter))
+
+        # The host stage of chunk i+1 runs in a thread while chunk i is on the engine (the tokenizer's batch
+        # calls release the GIL). Only that thread touches the reader and the prompter; each chunk is planned
+        # and prefilled exactly as before, so the output is the same.
+        pool = ThreadPoolExecutor(1, thread_name_prefix="openjev-host")
+        try:
+            pending = pool.submit(host, cfg.resume and writer.done(0) is not None)
+            i = 0
+            while (item := pending.result()) is not None:
+                chunk, prompted = item
+                pending = pool.submit(host, cfg.resume and writer.done(i + 1) is not None)
+                n_rows += len(chunk)
+                expected += sum(
+                    max(1, len(r.qids if isinstance(r, RowError) else r.questions)) for r in chunk
+                )
+                done = writer.done(i) if prompted is None else None
+                if done is None:
+                    prompted = prompted or _prompt_chunk(chunk, prompter)
+                    writer.write(i, _chunk_records(chunk, prompted, backend, cfg, budget, on_progress))
+                    done = writer.done(i)
+                tables.append(done.select(["error", "prefix_tokens", "branch_tokens", "cached_tokens"]))
+                i += 1
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
         stats = pa.concat_tables(tables) if tables else None
         if stats is None or stats.num_rows != expected:
             got = 0 if stats is None else stats.num_rows

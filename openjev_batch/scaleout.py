@@ -41,7 +41,7 @@ from .backends import load_backend
 from .config import RunConfig, load_questions
 from .errors import BackendError, ConfigError, OpenjevError, OutputCheckError
 from .io import OUTPUT_SCHEMA, ResultWriter, check_input, read_rows
-from .pipeline import Summary, _chunk_records, job_manifest
+from .pipeline import Summary, _chunk_records, _prompt_chunk, job_manifest
 from .plan import RowPrompt
 from .prompt import Failed, Prompter
 from .schema import Row, RowError
@@ -144,7 +144,7 @@ class RenderStage:
 
 
 class _Prebuilt:
-    """Stands in for the Prompter in `pipeline._chunk_records`: the render stage already built the prompts."""
+    """Stands in for the Prompter in `pipeline._prompt_chunk`: the render stage already built the prompts."""
 
     def __init__(self, built: dict[int, tuple[RowPrompt | None, tuple[Failed, ...]]]):
         self.built = built
@@ -170,7 +170,7 @@ class ScoreStage:
         warm0 = self.backend.warm_tokens
         records = _chunk_records(
             rows,
-            _Prebuilt({it[0].pos: (it[1], it[2]) for it in items}),
+            _prompt_chunk(rows, _Prebuilt({it[0].pos: (it[1], it[2]) for it in items})),
             self.backend,
             self.cfg,
             self.budget,

@@ -281,3 +281,56 @@ def test_sglang_prefix_first_pattern_matches_hf_and_reuses_prefixes(sglang_backe
     # every prefix whole (two prefix-only requests in one batch do not share their common 60 tokens)
     warm = sglang_backend.warm_tokens - warm0
     assert sum(w.new_prefix_tokens) - len(w.rows) <= warm <= sum(len(r.prefix) for r in w.rows)
+
+
+def test_multi_item_choice(tiny_model, tmp_path, monkeypatch):
+    """Multi-item scoring: asked for and exact → on with flashinfer; refused with the reason when it cannot
+    be exact or cannot run; off by default unless MULTI_ITEM_DEFAULT; never on a CPU."""
+    import json
+    import shutil
+
+    import openjev_batch.backends.sglang as sb
+    from openjev_batch.backends import BackendError, BackendOptions
+
+    def choose(model=tiny_model, device="cuda", **kw):
+        opts = BackendOptions(model=str(model), **kw)
+        args = {"device": device, **opts.engine_args}
+        return sb.choose_multi_item(opts, args), args
+
+    why, kw = choose(engine_args={"enable_mis": True})
+    assert why is None and kw["enable_mis"] is True and kw["attention_backend"] == "flashinfer"
+    assert choose(engine_args={"enable_mis": False})[1].get("enable_mis") is None
+    with pytest.raises(BackendError, match="flashinfer attention, not triton"):
+        choose(attention_backend="triton", engine_args={"enable_mis": True})
+    with pytest.raises(BackendError, match="CUDA GPU"):
+        choose(device="cpu", engine_args={"enable_mis": True})
+    hybrid = tmp_path / "hybrid"
+    shutil.copytree(tiny_model, hybrid)
+    cfg = json.loads((hybrid / "config.json").read_text())
+    (hybrid / "config.json").write_text(json.dumps({**cfg, "architectures": ["Qwen3_5ForCausalLM"]}))
+    with pytest.raises(BackendError, match="not a 1-D RoPE full-attention model"):
+        choose(model=hybrid, engine_args={"enable_mis": True})
+    monkeypatch.setattr(sb, "MULTI_ITEM_DEFAULT", False)
+    assert choose()[0] == "off by default"
+    monkeypatch.setattr(sb, "MULTI_ITEM_DEFAULT", True)
+    why, kw = choose()
+    assert why is None and kw["enable_mis"] is True
+    assert "not a 1-D RoPE" in choose(model=hybrid)[0] and "enable_mis" not in choose(model=hybrid)[1]
+    assert "CUDA GPU" in choose(device="cpu")[0]
+    assert "not triton" in choose(attention_backend="triton")[0]
+
+
+def test_prefill_graph_args_are_server_args():
+    """The prefill-graph switches exist in the installed sglang (0.5.17 kit and 0.5.19 alike)."""
+    pytest.importorskip("sglang")
+    import dataclasses
+
+    from sglang.srt.server_args import ServerArgs
+
+    from openjev_batch.backends.sglang import PREFILL_GRAPH_TOKENS, prefill_graph_args
+
+    fields = {f.name for f in dataclasses.fields(ServerArgs)}
+    assert set(prefill_graph_args()) <= fields and "enable_mis" in fields
+    sizes = list(PREFILL_GRAPH_TOKENS)
+    assert sizes == sorted(set(sizes)) and sizes[-1] == 32_768
+    assert all(b / a <= 2 for a, b in zip(sizes, sizes[1:], strict=False))  # sglang pads at most 2×

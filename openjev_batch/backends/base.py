@@ -73,6 +73,7 @@ class Backend(ABC):
     name: str = "?"
     tokenizer: Any
     warm_tokens: int = 0
+    scoring: str = "branches"  # the prefill path: one pass per branch; sglang may say "multi-item"
 
     @abstractmethod
     def kv_budget_tokens(self) -> int: ...

@@ -19,6 +19,11 @@ as the warm-up caches nothing its siblings can use (1.8 % radix hit). Per group 
 request per distinct prefix (`max_new_tokens=0`, still carrying `token_ids_logprob`: #34719), then the
 group's branches; groups are sized by the engine's recurrent-state slots (`plan.state_groups`), so a cached
 prefix state is not evicted before its branches run.
+
+Multi-item scoring (`scoring == "multi-item"`, sglang `enable_mis`, flashinfer attention): for models where it
+is exact (`mis.exactness`) one request per prefix carries all of its branches' suffixes (`mis.pack_window`),
+so a W2-shaped job sends ~80 requests instead of 12,000. Such an engine has no radix cache and no chunked
+prefill, and every request it gets must carry delimiter indices (the liveness check too).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import math
 import os
 from typing import Any
 
+from .. import mis
 from ..errors import BackendError
 from ..model_info import ModelInfo, model_info
 from ..plan import StateBudget, Window, state_groups
@@ -80,17 +86,95 @@ def import_sglang():
     return sglang
 
 
-def gpu_prefill_defaults() -> dict[str, Any]:
+# Prefill CUDA graphs: sglang ≥ 0.5.17 captures a "breakable" prefill graph (eager attention between captured
+# pieces) per token count; a forward pads up to the next captured size (at most 2×, sglang's limit). Its
+# default list for a 32k budget has 106 sizes (engine start 35 → 77 s on the H200); these 19, ~1.3× apart,
+# keep the padding ≤ 33 % for a fraction of the capture time. Decode graphs stay off (nothing decodes).
+PREFILL_GRAPH_TOKENS = (
+    512,
+    768,
+    1024,
+    1280,
+    1536,
+    2048,
+    2560,
+    3072,
+    4096,
+    5120,
+    6144,
+    8192,
+    10240,
+    12288,
+    16384,
+    20480,
+    24576,
+    28672,
+    32768,
+)
+PREFILL_GRAPHS_DEFAULT = False  # chosen by the H200 measurement (docs/benchmarks.md, run d)
+
+
+def prefill_graph_args(sizes: tuple[int, ...] = PREFILL_GRAPH_TOKENS) -> dict[str, Any]:
+    """Engine args for prefill CUDA graphs of these token counts without decode graphs (sglang ≥ 0.5.17;
+    the legacy `disable_cuda_graph=True` turns off both)."""
+    return {
+        "disable_cuda_graph": False,
+        "disable_decode_cuda_graph": True,
+        "cuda_graph_bs_prefill": list(sizes),
+    }
+
+
+def gpu_prefill_defaults(fields: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
     """Engine defaults for prefill-only work on a GPU, each measured on the H200 (docs/benchmarks.md):
-    no CUDA graphs (they serve decode, which never runs here; skipping their capture saves start time and
-    memory), and on a GPU of ≥ 80 GiB a 32k-token prefill budget instead of sglang's 16k (W1 0.6B: fewer,
-    larger extend batches, 2.8 → 2.3 s). `--engine-arg` overrides any of them."""
+    no decode CUDA graphs (decoding never runs here; skipping their capture saves start time and memory),
+    prefill graphs per PREFILL_GRAPHS_DEFAULT where sglang has them (`fields`: ServerArgs' field names),
+    and on a GPU of ≥ 80 GiB a 32k-token prefill budget instead of sglang's 16k (W1 0.6B: fewer, larger
+    extend batches, 2.8 → 2.3 s). `--engine-arg` overrides any of them."""
     import torch
 
     kw: dict[str, Any] = {"disable_cuda_graph": True}
+    if PREFILL_GRAPHS_DEFAULT and {"disable_decode_cuda_graph", "cuda_graph_bs_prefill"} <= set(fields):
+        kw = prefill_graph_args()
     if torch.cuda.is_available() and torch.cuda.get_device_properties(0).total_memory >= 80 * 2**30:
         kw.update(chunked_prefill_size=32_768, max_prefill_tokens=32_768)
     return kw
+
+
+# Multi-item scoring when the user does not choose (`--engine-arg enable_mis=true|false`): on a CUDA GPU, for
+# models where it is exact, when the attention backend is unset or flashinfer. Chosen by the H200 measurement
+# (docs/benchmarks.md, run d).
+MULTI_ITEM_DEFAULT = False
+
+
+def choose_multi_item(opts: BackendOptions, kw: dict[str, Any]) -> str | None:
+    """Decide multi-item scoring for an engine about to start with `kw` (from `engine_kwargs`); sets
+    `enable_mis` and flashinfer attention in `kw` when it is chosen. Returns None when it is on, else why not.
+    Raises BackendError when the user asked for it (`enable_mis=true`) and it cannot be exact or cannot run."""
+    asked = opts.engine_args.get("enable_mis")
+    if asked is not None and not asked:
+        kw.pop("enable_mis", None)
+        return "turned off (enable_mis=false)"
+    why = None
+    if kw.get("device") != "cuda":
+        why = "needs a CUDA GPU (flashinfer attention)"
+    elif opts.attention_backend not in (None, "flashinfer"):
+        why = f"needs flashinfer attention, not {opts.attention_backend}"
+    elif asked is None and not MULTI_ITEM_DEFAULT:
+        return "off by default"
+    else:
+        try:
+            from transformers import AutoConfig
+
+            why = mis.exactness(AutoConfig.from_pretrained(opts.model))
+        except Exception as e:  # noqa: BLE001 - an unreadable config only means: no multi-item scoring
+            why = f"cannot read the model config ({type(e).__name__})"
+    if why is not None:
+        if asked:
+            raise BackendError(f"multi-item scoring (enable_mis=true) is not possible here: {why}")
+        kw.pop("enable_mis", None)
+        return why
+    kw.update(enable_mis=True, attention_backend="flashinfer")
+    return None
 
 
 def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
@@ -130,7 +214,7 @@ def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
             sleep_on_idle=True,
         )
     else:
-        kw.update(gpu_prefill_defaults())
+        kw.update(gpu_prefill_defaults(fields))
     for k in ("attention_backend", "mem_fraction_static", "context_length"):
         if getattr(opts, k) is not None:
             kw[k] = getattr(opts, k)
@@ -174,6 +258,7 @@ class SGLangBackend(Backend):
         from transformers import AutoTokenizer
 
         kw = engine_kwargs(opts)
+        self.multi_item_off_reason = choose_multi_item(opts, kw)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(opts.model)
         except Exception as e:
@@ -194,9 +279,25 @@ class SGLangBackend(Backend):
         self.state_budget = state_budget_from_info(info) if self.model_info.recurrent else None
         if self.model_info.recurrent and self.state_budget is None:
             self.state_budget = StateBudget(slots=48)  # sglang said nothing: a small, safe guess
+        self.multi_item = bool(info.get("enable_mis", kw.get("enable_mis")))
+        if self.multi_item and self.max_new_tokens != 0:  # sglang reads items only for prefill-only requests
+            self.close()
+            raise BackendError(f"multi-item scoring needs sglang >= 0.5.17, not {sglang.__version__}")
+        self.scoring = "multi-item" if self.multi_item else "branches"
+        # A packed request is one forward (chunked prefill is off on such an engine): keep it within the
+        # prefill budget and below the context (sglang refuses input_ids of ≥ context_len tokens).
+        ctx = getattr(getattr(self.engine, "tokenizer_manager", None), "context_len", None)
+        budget = int(info.get("max_prefill_tokens") or 16_384)
+        self.pack_tokens = min(budget, int(ctx) - 16) if ctx else budget
+        vocab = len(self.tokenizer)
+        self.delimiter_id = mis.DELIMITER_ID if vocab > mis.DELIMITER_ID else 0  # any valid id (never read)
         self.pattern = self._describe_pattern()
 
     def _describe_pattern(self) -> str:
+        if self.multi_item:
+            return (
+                f"multi-item scoring: one request per prefix with its suffixes (≤ {self.pack_tokens} tokens)"
+            )
         if self.state_budget is None:
             return f"first branch per prefix as the warm-up, {self.groups_per_window} groups, {self.depth} in flight"
         b = self.state_budget
@@ -252,9 +353,61 @@ class SGLangBackend(Backend):
     def prefill(self, window: Window) -> list[list[BranchResult]]:
         """Label logprobs for every branch of the window: the hybrid pattern for recurrent-state models,
         else the first-branch warm-up pattern. Raises BackendError if the engine fails."""
+        if self.multi_item:
+            return self._prefill_multi_item(window)
         if self.state_budget is not None:
             return self._prefill_prefix_first(window)
         return self._prefill_first_branch(window)
+
+    async def _generate_mis(self, packs: list[mis.Pack]) -> list[dict]:
+        """One batch of multi-item requests. `Engine.async_generate` has no `multi_item_delimiter_indices`
+        argument (0.5.17–0.5.19), so the request object goes to the tokenizer manager, as
+        `Engine.async_generate` and `Engine.score` do themselves."""
+        from sglang.srt.managers.io_struct import GenerateReqInput
+
+        obj = GenerateReqInput(
+            input_ids=[list(p.input_ids) for p in packs],
+            multi_item_delimiter_indices=[list(p.delimiters) for p in packs],
+            token_ids_logprob=[list(p.label_ids) for p in packs],
+            return_logprob=True,
+            logprob_start_len=0,  # as Engine.score: the logprobs at every delimiter
+            sampling_params={"max_new_tokens": 0, "temperature": 0},
+            stream=False,
+        )
+        outs = await self.engine.tokenizer_manager.generate_request(obj, None).__anext__()
+        return outs if isinstance(outs, list) else [outs]
+
+    def _prefill_multi_item(self, window: Window) -> list[list[BranchResult]]:
+        """The window's branches as multi-item packs (one prefix, many suffixes each), sent in `depth` × 2
+        batches so the engine's loop turns results into records while later packs run. Per branch:
+        prompt tokens = prefix + suffix (its logical length); cached = the prefix for all but a pack's first
+        item (computed once per pack); the delimiters are counted in `warm_tokens`."""
+        rows = window.rows
+        packs = mis.pack_window(window, self.pack_tokens, self.delimiter_id)
+        results: list[list[BranchResult | None]] = [[None] * len(r.branches) for r in rows]
+        n_batches = max(1, min(len(packs), 2 * max(1, self.depth)))
+        step = -(-len(packs) // n_batches)
+        batches = [packs[k : k + step] for k in range(0, len(packs), step)]
+
+        async def run_batch(batch: list[mis.Pack]) -> None:
+            outs = await self._generate_mis(batch)
+            for pk, o in zip(batch, outs, strict=True):
+                labels = [rows[i].branches[j].label_ids for i, j in pk.items]
+                for k, ((i, j), (vals, err)) in enumerate(
+                    zip(pk.items, mis.read_pack(o.get("meta_info", {}), pk, labels), strict=True)
+                ):
+                    n = len(rows[i].prefix) + len(rows[i].branches[j].suffix)
+                    results[i][j] = BranchResult(vals, n, 0 if k == 0 else len(rows[i].prefix), err)
+
+        async def run_all() -> list:
+            return await asyncio.gather(*(run_batch(b) for b in batches), return_exceptions=True)
+
+        errs = [e for e in self.engine.loop.run_until_complete(run_all()) if isinstance(e, BaseException)]
+        if errs:
+            e = errs[0]
+            raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
+        self.warm_tokens += sum(len(p.delimiters) for p in packs)
+        return results  # type: ignore[return-value]
 
     def _run_groups(self, groups: list) -> None:
         """Run coroutine factories `groups` with `depth` in flight on the engine's loop; raises BackendError
@@ -359,8 +512,19 @@ class SGLangBackend(Backend):
         return results  # type: ignore[return-value]
 
     def check_alive(self) -> None:
-        """A one-token request; raises BackendError when the engine no longer answers."""
-        self._generate([[self.tokenizer.eos_token_id or 0]], [[0]])
+        """A one-token request (a one-item pack on a multi-item engine: every request there needs delimiter
+        indices); raises BackendError when the engine no longer answers."""
+        t = self.tokenizer.eos_token_id or 0
+        if not self.multi_item:
+            self._generate([[t]], [[0]])
+            return
+        ids, delims = mis.build([t], [[t]], self.delimiter_id)
+        try:
+            self.engine.loop.run_until_complete(
+                self._generate_mis([mis.Pack(ids, delims, (0,), ((0, 0),), 1)])
+            )
+        except Exception as e:
+            raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
 
     def close(self) -> None:
         eng, self.engine = getattr(self, "engine", None), None
