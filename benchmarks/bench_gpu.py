@@ -764,19 +764,11 @@ def label_logprob_parity(ref_path: Path, new_path: Path) -> dict:
     }
 
 
-def roofline_stage(w3_rows: int, limit_s: float, parts: tuple[str, ...]) -> None:
-    """Issue 19 on one machine: the product's path today (triton, no CUDA graphs, one chunk), and each
-    change — host overlap (--chunk-rows below the job size), multi-item scoring (--engine-arg
-    enable_mis=true, flashinfer), prefill CUDA graphs (decode graphs off) — on 0.6B W1/W2/W3 (W3: the
-    first `w3_rows` tickets), parity of multi-item vs today on the same ids; then 8B W1 with multi-item and
-    today's path. A part is skipped when fewer than its estimated seconds remain before `limit_s`."""
+def issue19_workloads(w3_rows: int):
+    """0.6B model, tokenizer and the W1/W2/W3 files (W3: its first `w3_rows` tickets), built once."""
     import workloads as wl
     from transformers import AutoTokenizer
 
-    from openjev_batch.backends.sglang import prefill_graph_args
-    from openjev_batch.plan import plan
-
-    t_start = time.time()
     small = make_model("qwen3-0.6b", weights=True)
     tok = AutoTokenizer.from_pretrained(small)
     d = WORK / "wl"
@@ -794,10 +786,96 @@ def roofline_stage(w3_rows: int, limit_s: float, parts: tuple[str, ...]) -> None
         "w2": (d / "w2.jsonl", None),
         "w3": (w3p, d / "w3_questions.json"),
     }
-    key = "issue19"
-    res: dict = {key: {"w3_rows": w3_rows}}
+    return small, tok, w
+
+
+def issue19_parts(key: str, tags: list[str], w3_rows: int, deadline: float) -> None:
+    """Engine parts of issue 19, results under results.json[key][tag]. Each part starts one engine with the
+    product's defaults plus its engine args (documented `--engine-arg`s) and runs the product (`run_job`)
+    on its workloads; a part is skipped when fewer than its estimated seconds remain before `deadline`."""
+    from openjev_batch.backends.sglang import prefill_graph_args
+
+    small, tok, w = issue19_workloads(w3_rows)
+    overlap_rows = {"w2": 2048, "w3": max(500, w3_rows // 5)}
+    base = [("w1", "w1", {}), ("w1_again", "w1", {}), ("w2", "w2", {}), ("w3", "w3", {})]
+    overlap = [(f"{n}_overlap", n, {"chunk_rows": overlap_rows[n]}) for n in ("w2", "w3")]
+    big_runs = [("w1", "w1", {}), ("w1_again", "w1", {})]
+    mis = {"attention": "flashinfer", "enable_mis": True}
+    # tag: (8B?, estimated seconds, runs, engine args)
+    table = {
+        "today": (False, 60, [*base, overlap[1]], {}),
+        "multi_item": (False, 110, [*base, *overlap, ("w2_profiled", "w2", {})], mis),
+        "prefill_graphs": (False, 60, [base[0], base[2], base[3]], prefill_graph_args()),
+        "big_multi_item": (True, 60, big_runs, {**mis, "load_format": "dummy"}),
+        "big_today": (True, 60, big_runs, {"load_format": "dummy"}),
+    }
+    res: dict = {key: {}}
     r = res[key]
-    log("setup", round(time.time() - t_start, 1), "s")
+    for tag in tags:
+        is_big, est_s, runs, extra = table[tag]
+        left = deadline - time.time()
+        if left < est_s:
+            r[tag] = {"skipped": f"{left:.0f} s left, needs ~{est_s} s"}
+            log(tag, r[tag])
+            save(res)
+            continue
+        model = make_model("qwen3-8b", weights=False) if is_big else small
+        x = r[tag] = {}
+        extra = dict(extra)
+        attention = extra.pop("attention", "triton")
+        try:
+            backend, x["engine_start_s"] = start_sglang_defaults(model, attention=attention, **extra)
+        except Exception as e:  # noqa: BLE001 - record it and go on with the next part
+            x["error"] = f"{type(e).__name__}: {e}"[:2000]
+            log(tag, "engine failed", x["error"])
+            save(res)
+            subprocess.run(["pkill", "-9", "-f", "[s]glang::"], check=False)
+            continue
+        x["engine_kwargs"] = backend.engine_kwargs_used
+        x["scoring"] = backend.scoring
+        log(tag, "engine start", x["engine_start_s"], backend.scoring)
+        save(res)
+        try:
+            t = time.perf_counter()
+            warm(backend, w)
+            x["warm_s"] = round(time.perf_counter() - t, 1)
+            log(tag, "warm", x["warm_s"])
+            save(res)
+            for label, name, options in runs:
+                if deadline - time.time() < 15:
+                    x[label] = {"skipped": "time"}
+                    continue
+                with contextlib.suppress(Exception):
+                    flush(backend.engine)
+                out = WORK / f"{tag}_{label}.parquet"
+                ctx = profiled(f"{tag}_w2") if label == "w2_profiled" else contextlib.nullcontext()
+                with ctx:
+                    x[label] = run_product(backend, *w[name], out, **options)
+                log(tag, label, x[label])
+                save(res)
+        except Exception as e:  # noqa: BLE001
+            x["error"] = f"{type(e).__name__}: {e}"[:2000]
+            log(tag, "failed", x["error"])
+            save(res)
+        finally:
+            with contextlib.suppress(Exception):
+                backend.close()
+            subprocess.run(["pkill", "-9", "-f", "[s]glang::"], check=False)
+
+
+def roofline_stage(w3_rows: int, limit_s: float) -> None:
+    """Issue 19 on one machine: the product's path today (triton attention, no CUDA graphs, one chunk) and
+    each change — host overlap (`--chunk-rows` below the job size), multi-item scoring (`--engine-arg
+    enable_mis=true`, flashinfer), prefill CUDA graphs (decode graphs off) — on 0.6B W1/W2/W3, parity of
+    multi-item vs today on the same ids, and 8B W1 with multi-item and today's path. The multi-item parts
+    run in a child process: an engine that dies there (sglang kills its owner) leaves the other parts."""
+    from openjev_batch.plan import plan
+
+    t0 = time.time()
+    deadline = t0 + limit_s
+    small, tok, w = issue19_workloads(w3_rows)
+    res: dict = {"issue19": {"w3_rows": w3_rows}}
+    r = res["issue19"]
     for name in ("w1", "w2", "w3"):
         t = time.perf_counter()
         prompts = prompts_for(tok, *w[name])
@@ -809,100 +887,32 @@ def roofline_stage(w3_rows: int, limit_s: float, parts: tuple[str, ...]) -> None
             "roofline_s": round(roofline_s("qwen3-0.6b", unique), 3),
             "roofline_attn_s": round(roofline_attn_s("qwen3-0.6b", unique, prompts), 3),
         }
+    r["setup_s"] = round(time.time() - t0, 1)
+    log("setup", r["setup_s"], r)
     save(res)
-    overlap_rows = {"w2": 2048, "w3": max(500, w3_rows // 5)}
-
-    def left() -> float:
-        return limit_s - (time.time() - t_start)
-
-    def engine_part(tag: str, model, est_s: float, runs, attention="triton", **extra) -> None:
-        if tag not in parts:
-            return
-        if left() < est_s:
-            r[tag] = {"skipped": f"{left():.0f} s left, needs ~{est_s:.0f} s"}
-            log(tag, r[tag])
-            save(res)
-            return
-        x = r[tag] = {}
-        try:
-            backend, x["engine_start_s"] = start_sglang_defaults(model, attention=attention, **extra)
-        except Exception as e:  # noqa: BLE001 - record and go on to the next part
-            x["error"] = f"{type(e).__name__}: {e}"[:2000]
-            log(tag, "engine failed", x["error"])
-            save(res)
-            subprocess.run(["pkill", "-9", "-f", "[s]glang::"], check=False)
-            return
-        x["engine_kwargs"] = backend.engine_kwargs_used
-        x["scoring"] = backend.scoring
-        log(tag, "engine start", x["engine_start_s"], backend.scoring)
-        try:
-            t = time.perf_counter()
-            warm(backend, w)
-            x["warm_s"] = round(time.perf_counter() - t, 1)
-            log(tag, "warm", x["warm_s"])
-            save(res)
-            for label, name, options in runs:
-                if left() < 15:
-                    x[label] = {"skipped": "time"}
-                    continue
-                with contextlib.suppress(Exception):
-                    flush(backend.engine)
-                out = WORK / f"{tag}_{label}.parquet"
-                if label == "w2_profiled":
-                    with profiled(f"{tag}_w2"):
-                        x[label] = run_product(backend, *w[name], out, **options)
-                else:
-                    x[label] = run_product(backend, *w[name], out, **options)
-                log(tag, label, x[label])
-                save(res)
-        except Exception as e:  # noqa: BLE001
-            x["error"] = f"{type(e).__name__}: {e}"[:2000]
-            log(tag, "failed", x["error"])
-            save(res)
-        finally:
-            backend.close()
-            subprocess.run(["pkill", "-9", "-f", "[s]glang::"], check=False)
-
-    base_runs = [("w1", "w1", {}), ("w2", "w2", {}), ("w3", "w3", {})]
-    ov_runs = [(f"{n}_overlap", n, {"chunk_rows": overlap_rows[n]}) for n in ("w2", "w3")]
-    engine_part("today", small, 60, [base_runs[0], ("w1_again", "w1", {}), *base_runs[1:], ov_runs[1]])
-    engine_part(
-        "multi_item",
-        small,
-        120,
-        [*base_runs, ("w1_again", "w1", {}), *ov_runs, ("w2_profiled", "w2", {})],
-        attention="flashinfer",
-        enable_mis=True,
-    )
-    for name in ("w1", "w2", "w3"):
-        ref, new = WORK / f"today_{name}.parquet", WORK / f"multi_item_{name}.parquet"
+    issue19_parts("issue19_today", ["today"], w3_rows, deadline)
+    env = {**os.environ, "W3_ROWS": str(w3_rows), "DEADLINE": str(deadline)}
+    try:
+        subprocess.run(
+            [sys.executable, __file__, "issue19-mis"], env=env, timeout=max(1, deadline - time.time() + 60)
+        )
+    except subprocess.TimeoutExpired:
+        log("multi-item child timed out")
+    subprocess.run(["pkill", "-9", "-f", "[s]glang::"], check=False)
+    for a, b, name in [("today", "multi_item", n) for n in ("w1", "w2", "w3")] + [
+        ("big_today", "big_multi_item", "w1")
+    ]:
+        ref, new = WORK / f"{a}_{name}.parquet", WORK / f"{b}_{name}.parquet"
         if ref.exists() and new.exists():
-            r.setdefault("parity_multi_item_vs_today", {})[name] = label_logprob_parity(ref, new)
-            log("parity", name, r["parity_multi_item_vs_today"][name])
-    save(res)
-    engine_part(
-        "prefill_graphs",
-        small,
-        70,
-        [base_runs[0], ("w1_again", "w1", {}), *base_runs[1:]],
-        **prefill_graph_args(),
-    )
-    big = make_model("qwen3-8b", weights=False)
-    engine_part(
-        "big_multi_item",
-        big,
-        75,
-        [("w1", "w1", {}), ("w1_again", "w1", {})],
-        attention="flashinfer",
-        enable_mis=True,
-        load_format="dummy",
-    )
-    engine_part("big_today", big, 60, [("w1", "w1", {}), ("w1_again", "w1", {})], load_format="dummy")
+            r[f"parity_{b}_vs_{a}_{name}"] = p = label_logprob_parity(ref, new)
+            log("parity", b, "vs", a, name, p)
+            save(res)
+    issue19_parts("issue19_graphs", ["prefill_graphs", "big_today"], w3_rows, deadline)
     for name in ("w1",):
         ref, new = WORK / f"big_today_{name}.parquet", WORK / f"big_multi_item_{name}.parquet"
         if ref.exists() and new.exists():
-            r.setdefault("parity_big_multi_item_vs_today", {})[name] = label_logprob_parity(ref, new)
-    r["wall_s"] = round(time.time() - t_start, 1)
+            r[f"parity_big_multi_item_vs_big_today_{name}"] = label_logprob_parity(ref, new)
+    r["wall_s"] = round(time.time() - t0, 1)
     save(res)
 
 
