@@ -334,3 +334,55 @@ def test_prefill_graph_args_are_server_args():
     sizes = list(PREFILL_GRAPH_TOKENS)
     assert sizes == sorted(set(sizes)) and sizes[-1] == 32_768
     assert all(b / a <= 2 for a, b in zip(sizes, sizes[1:], strict=False))  # sglang pads at most 2×
+
+
+@pytest.mark.parametrize("variant", ["moe", "moe-multimodal", "dense"])
+def test_hf_hybrid_qwen3_5_equals_full_forward(variant, qwen3_tok_dir, tmp_path):
+    """Qwen3.5 / 3.6 text models on the CPU through transformers' torch fallback for Gated DeltaNet: the
+    text-only classes and the text path of a `…ForConditionalGeneration` checkpoint. Every question of a
+    row — not only the first — equals a full forward pass (each branch starts from a copy of the prefix
+    cache); the old crop-style reuse, which left the previous branch's recurrent state in place, is far
+    off on the same model (so this test can fail)."""
+    import copy
+
+    from tiny import make_tiny_qwen3_5_moe
+    from transformers import DynamicCache
+
+    from openjev_batch.backends import BackendOptions, load_backend
+
+    d = make_tiny_qwen3_5_moe(
+        qwen3_tok_dir, tmp_path / variant, multimodal=variant == "moe-multimodal", dense=variant == "dense"
+    )
+    with load_backend("hf", BackendOptions(model=str(d), device="cpu")) as b:
+        m = b.model
+        assert type(m).__name__ == ("Qwen3_5ForCausalLM" if variant == "dense" else "Qwen3_5MoeForCausalLM")
+        rows = make_rows(n_rows=3, n_q=3, shared=(500, 501, 502))
+        (w,) = plan(rows, 10_000)
+        out = b.prefill(w)
+        worst = leak = 0.0
+        crop_ran = True
+        for r, res in zip(w.rows, out, strict=True):
+            cache = DynamicCache(config=m.config)
+            with torch.no_grad():
+                m(input_ids=torch.tensor([r.prefix]), past_key_values=cache, use_cache=True)
+            base = copy.deepcopy(cache)
+            for br, x in zip(r.branches, res, strict=True):
+                assert x.error is None
+                ref = full_forward(m, r.prefix + br.suffix, br.label_ids)
+                worst = max(worst, max(abs(p - q) for p, q in zip(x.logprobs, ref, strict=True)))
+                if base is None:
+                    continue
+                with torch.no_grad():  # crop-style: the same cache for every branch
+                    logits = m(
+                        input_ids=torch.tensor([br.suffix]), past_key_values=base, use_cache=True
+                    ).logits
+                lp = torch.log_softmax(logits[0, -1], -1)
+                try:
+                    base.crop(len(r.prefix))
+                except ValueError:  # transformers >= 5.20 refuses a positive crop: nothing to compare with
+                    base = None
+                    continue
+                leak = max(leak, max(abs(lp[t].item() - q) for t, q in zip(br.label_ids, ref, strict=True)))
+            crop_ran = crop_ran and base is not None
+    assert worst <= 1e-5
+    assert leak > 1e-3 or not crop_ran

@@ -80,3 +80,73 @@ def make_tiny_qwen3_classifier(tokenizer_dir: Path, out: Path, seed: int = 0) ->
                 p.normal_(0, 0.3)
     model.save_pretrained(out, safe_serialization=True)
     return out
+
+
+def make_tiny_qwen3_5_moe(
+    tokenizer_dir: Path,
+    out: Path,
+    seed: int = 0,
+    multimodal: bool = False,
+    dense: bool = False,
+    std: float = 0.05,
+) -> Path:
+    """A float32 random Qwen3.5-MoE (the Qwen3.6-35B-A3B layout shrunk: 4 layers, 3 Gated DeltaNet + 1
+    gated full attention, 8 experts top-2 + a shared expert, hidden 32) around the real Qwen3 tokenizer.
+    `multimodal`: saved as `Qwen3_5MoeForConditionalGeneration` (text + a tiny vision tower), the form the
+    hub's checkpoints take; `dense`: `Qwen3_5ForCausalLM` (no experts). `std` 0.05: label logprobs spread
+    by ~1 nat, while float32 noise of the cache path stays ~1e-6 (0.3 makes the recurrence amplify it to
+    3e-5, above the 1e-5 parity bar)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in Path(tokenizer_dir).iterdir():
+        if f.is_file():
+            shutil.copy(f, out / f.name)
+    tok = AutoTokenizer.from_pretrained(out)
+    text = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"],
+        full_attention_interval=4,  # sglang reads it (research/hybrid-models.md)
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        linear_conv_kernel_dim=4,
+        max_position_embeddings=40960,
+        tie_word_embeddings=False,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+    )
+    torch.manual_seed(seed)
+    if dense:
+        from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+        model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(intermediate_size=64, **text))
+    else:
+        moe = dict(
+            moe_intermediate_size=16, shared_expert_intermediate_size=16, num_experts=8, num_experts_per_tok=2
+        )
+        if multimodal:
+            from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
+
+            vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
+            cfg = Qwen3_5MoeConfig(
+                text_config={**text, **moe}, vision_config=vision, tie_word_embeddings=False
+            )
+            model = Qwen3_5MoeForConditionalGeneration(cfg)
+        else:
+            from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+
+            model = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(**text, **moe))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, std)
+    model.save_pretrained(out, safe_serialization=True)
+    return out
