@@ -259,6 +259,13 @@ class SGLangBackend(Backend):
 
         kw = engine_kwargs(opts)
         self.multi_item_off_reason = choose_multi_item(opts, kw)
+        self.model_info: ModelInfo = model_info(opts.model)
+        self.moe_config_dir = None
+        if self.model_info.moe and kw.get("device") != "cpu":
+            from .. import moe_configs
+
+            # tuned fused-MoE kernel configs sglang 0.5.17 lacks (E=256, N=512 on the H200); see moe_configs
+            self.moe_config_dir = moe_configs.use_for_engine()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(opts.model)
         except Exception as e:
@@ -274,7 +281,6 @@ class SGLangBackend(Backend):
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         info = self.engine.get_server_info()
         self._capacity = int(info.get("max_total_num_tokens") or 0) or None
-        self.model_info: ModelInfo = model_info(opts.model)
         # Hybrid models: prefix-only requests, rows in flight bounded by the engine's state slots.
         self.state_budget = state_budget_from_info(info) if self.model_info.recurrent else None
         if self.model_info.recurrent and self.state_budget is None:
