@@ -961,6 +961,10 @@ def main() -> None:
             stage_final("qwen3-0.6b")
         elif stage == "final-big":
             stage_final("qwen3-8b")
+        elif stage.startswith("hybrid"):  # issue 17: hybrid:35b:35b-stock-moe:30b (benchmarks/hybrid_gpu.py)
+            subprocess.run(
+                [sys.executable, str(ROOT / "benchmarks/hybrid_gpu.py"), *stage.split(":")[1:]], check=False
+            )
         elif stage == "classify":
             subprocess.run([sys.executable, str(ROOT / "benchmarks/classify_gpu.py")], check=False)
         elif stage == "sync-big":
