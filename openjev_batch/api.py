@@ -183,7 +183,7 @@ class Classifier:
         import pyarrow as pa
 
         from .io import OUTPUT_SCHEMA, parse_records, records_table
-        from .pipeline import _chunk_records, summarize
+        from .pipeline import _chunk_records, _prompt_chunk, summarize
 
         t0 = time.perf_counter()
         kind = _kind(data)
@@ -203,7 +203,9 @@ class Classifier:
         for chunk in parse_records(_records_of(data, kind, CHUNK_ROWS), shared, keep_t, limit):
             n_rows += len(chunk)
             records.extend(
-                _chunk_records(chunk, self.prompter, self.backend, self._loop, budget, on_progress)
+                _chunk_records(
+                    chunk, _prompt_chunk(chunk, self.prompter), self.backend, self._loop, budget, on_progress
+                )
             )
         table = records_table(records, keep_t) if records else OUTPUT_SCHEMA.empty_table()
         self.last_summary = summarize(

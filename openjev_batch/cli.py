@@ -216,7 +216,19 @@ def run(
     err.print(t)
     if s.errors:
         err.print(f"[yellow]{s.errors} question(s) have errors[/]: see the `error` column of {s.output}")
+        _print_top_errors(s)
         raise typer.Exit(EXIT_ROW_ERRORS)
+
+
+def _print_top_errors(s) -> None:
+    """The most frequent distinct errors with their counts (row names taken off; one example row each)."""
+    shown = sum(c for c, _, _ in s.top_errors)
+    width = len(f"{s.top_errors[0][0]:,}") if s.top_errors else 0
+    for c, msg, where in s.top_errors:
+        line = f"  {c:>{width},} × {msg}" + (f"  (e.g. {where})" if where else "")
+        err.print(line, markup=False, highlight=False)
+    if s.errors > shown:
+        err.print(f"  … and {s.errors - shown:,} more", markup=False, highlight=False)
 
 
 def _print_plan(p) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,8 @@ class Summary:
     output: str
     model: str = ""  # model_info.describe(): architecture, hybrid/recurrent layers, MoE
     pattern: str = ""  # the request pattern the backend chose for it
+    # the most frequent distinct errors: (count, error without its row name, one row it came from)
+    top_errors: tuple[tuple[int, str, str], ...] = ()
 
     @property
     def computed_tokens(self) -> int:
@@ -56,6 +59,29 @@ class Summary:
     def cache_hit_rate(self) -> float:
         """1 − computed/logical: the share of logical tokens the job did not have to compute."""
         return 1 - self.computed_tokens / self.branch_tokens if self.branch_tokens else 0.0
+
+
+TOP_ERRORS = 5
+
+
+def top_errors(stats: pa.Table, n: int = TOP_ERRORS) -> tuple[tuple[int, str, str], ...]:
+    """The `n` most frequent distinct errors in an output's `id` and `error` columns, most frequent first
+    (ties: first seen first). Every error starts with its row's name (`row T7: …`, or `row at index 4: …`
+    for a row without a usable id); that name is taken off, so the same fault on many rows counts as one
+    error. Numbers inside the rest (token counts) are kept: `branch has 40,210 tokens` and `… 41,003 …`
+    are two errors, each with its exact text."""
+    errs = stats.filter(pc.invert(pc.is_null(stats.column("error"))))
+    counts: dict[str, list] = {}
+    ids = errs.column("id").to_pylist() if "id" in errs.column_names else [None] * errs.num_rows
+    for rid, e in zip(ids, errs.column("error").to_pylist(), strict=True):
+        name = f"row {rid}: " if rid is not None else None
+        if name is None or not e.startswith(name):
+            m = re.match(r"row at index [0-9]+: ", e)
+            name = m.group(0) if m else ""
+        c = counts.setdefault(e[len(name) :], [0, name.removesuffix(": ")])
+        c[0] += 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1][0])[:n]  # stable: ties keep first-seen order
+    return tuple((c, msg, where) for msg, (c, where) in ranked)
 
 
 def _record(row_id: str, kept: dict, qid: str | None, qtype: str | None, **kw: Any) -> dict[str, Any]:
@@ -120,16 +146,60 @@ def _answer_record(row: Row, q: QuestionSpec, prefix_len: int, res: BranchResult
     )
 
 
-def prefill_window(backend: Backend, window: Window) -> list[list[BranchResult]]:
+# A backend that fails the same way on this many rows, each run alone, with no successful call between them
+# (three different prefixes, so not one repeated conversation), is broken itself (an API mismatch, a missing
+# kernel, a dead engine): the job ends (exit 4) instead of writing every row as an error. Three keeps the
+# cost low (a window of R rows reaches its first single row after log2(R) calls) while two bad rows in a
+# row stay row errors.
+BROKEN_AFTER_ROWS = 3
+
+
+def _signature(e: BaseException) -> str:
+    """An exception's type and message with numbers masked: the same fault on different rows differs only
+    in sizes and positions (`crop with a positive value (64)` vs `(71)`)."""
+    return f"{type(e).__name__}: {re.sub(r'[0-9]+', '#', str(e))}"
+
+
+class FailureTracker:
+    """Tells a broken backend from bad rows across a job's windows (see BROKEN_AFTER_ROWS)."""
+
+    def __init__(self, backend_name: str, partial: str | None = None):
+        self.backend_name = backend_name
+        self.resume_hint = f" (finished chunks are kept in {partial}: rerun with --resume)" if partial else ""
+        # (prefix, error) of the single-row failures since the last successful call
+        self.streak: list[tuple[tuple[int, ...], BaseException]] = []
+
+    def succeeded(self) -> None:
+        self.streak.clear()
+
+    def row_failed(self, prefix: tuple[int, ...], e: BaseException) -> None:
+        if self.streak and _signature(self.streak[-1][1]) != _signature(e):
+            self.streak.clear()
+        self.streak.append((prefix, e))
+        if len({p for p, _ in self.streak}) >= BROKEN_AFTER_ROWS:
+            first = self.streak[0][1]
+            raise BackendError(
+                f"the {self.backend_name} backend fails on every row it is given ({len(self.streak)} rows in a "
+                f"row, each alone, same error), so the backend itself is broken, not the rows: "
+                f"{type(first).__name__}: {str(first)[:500]}{self.resume_hint}"
+            ) from first
+
+
+def prefill_window(
+    backend: Backend, window: Window, tracker: FailureTracker | None = None
+) -> list[list[BranchResult]]:
     """`backend.prefill` with fault isolation: an engine error or out-of-memory on a window is retried on
     its two halves, down to single rows; a row that still fails gets the error on each of its branches.
-    A dead engine (BackendError from `backend.check_alive()`) ends the job."""
+    A dead engine (BackendError from `backend.check_alive()`) ends the job, and so does a backend that fails
+    the same way on several rows alone with nothing succeeding between (`FailureTracker`)."""
+    tracker = tracker or FailureTracker(backend.name)
     try:
-        return backend.prefill(window)
-    except (BackendError, RuntimeError, ValueError) as e:  # torch's OutOfMemoryError is a RuntimeError
+        out = backend.prefill(window)
+    except Exception as e:  # torch's OutOfMemoryError is a RuntimeError; API mismatches are any type
         backend.check_alive()
         if len(window.rows) == 1:
             r = window.rows[0]
+            tracker.row_failed(r.prefix, e)
             msg = f"{type(e).__name__}: {e}"[:500]
             return [
                 [
@@ -137,7 +207,9 @@ def prefill_window(backend: Backend, window: Window) -> list[list[BranchResult]]
                     for b in r.branches
                 ]
             ]
-        return [res for half in window.halves() for res in prefill_window(backend, half)]
+        return [res for half in window.halves() for res in prefill_window(backend, half, tracker)]
+    tracker.succeeded()
+    return out
 
 
 def _prompt_chunk(chunk, prompter: Prompter) -> tuple[list, dict]:
@@ -158,13 +230,16 @@ def _chunk_records(
     cfg: RunConfig,
     budget: int,
     on_progress: Callable[[int, int], None] | None,
+    tracker: FailureTracker | None = None,
 ) -> list[dict[str, Any]]:
     """One input chunk and its host stage (`_prompt_chunk`) → its output records, in input order (rows, then
-    each row's questions)."""
+    each row's questions). `tracker` carries the broken-backend evidence across chunks (a fresh one per
+    call if not given)."""
+    tracker = tracker or FailureTracker(backend.name)
     prompts, failed = prompted
     results: dict[tuple[int, str], tuple[int, BranchResult]] = {}
     for window in plan(prompts, budget, cfg.max_branches_per_window):
-        for rp, outs in zip(window.rows, prefill_window(backend, window), strict=True):
+        for rp, outs in zip(window.rows, prefill_window(backend, window, tracker), strict=True):
             for b, res in zip(rp.branches, outs, strict=True):
                 results[(rp.pos, b.qid)] = (len(rp.prefix), res)
         if on_progress:
@@ -244,6 +319,7 @@ def run_job(
         )
         budget = cfg.kv_budget_tokens or backend.kv_budget_tokens()
         writer = ResultWriter(cfg.output, cfg.keep, job_manifest(cfg), resume=cfg.resume)
+        tracker = FailureTracker(backend.name, partial=f"{cfg.output}.partial")
         n_rows = expected = 0
         tables = []
         chunks = read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows, cfg.limit)
@@ -270,9 +346,11 @@ def run_job(
                 done = writer.done(i) if prompted is None else None
                 if done is None:
                     prompted = prompted or _prompt_chunk(chunk, prompter)
-                    writer.write(i, _chunk_records(chunk, prompted, backend, cfg, budget, on_progress))
+                    writer.write(
+                        i, _chunk_records(chunk, prompted, backend, cfg, budget, on_progress, tracker)
+                    )
                     done = writer.done(i)
-                tables.append(done.select(["error", "prefix_tokens", "branch_tokens", "cached_tokens"]))
+                tables.append(done.select(["id", "error", "prefix_tokens", "branch_tokens", "cached_tokens"]))
                 i += 1
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -323,6 +401,7 @@ def summarize(
         output=output,
         model=model,
         pattern=pattern,
+        top_errors=top_errors(stats),
     )
 
 

@@ -18,6 +18,7 @@ already pays once more (`DynamicLayer.update` concatenates the new keys onto the
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 
 import torch
@@ -50,6 +51,11 @@ class HFBackend(Backend):
         except Exception as e:
             raise BackendError(f"cannot load model {opts.model!r} with transformers: {e}") from e
         self.device = device
+        # Newer transformers (5.24; not 5.12) name the forward argument `cache`, not `past_key_values`;
+        # the old name still works there with a FutureWarning ("will be removed in version 5.40.0").
+        # Pass the one this version's forward declares.
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self.context_length = opts.context_length or getattr(
             self.model.config, "max_position_embeddings", None
         )
@@ -61,7 +67,7 @@ class HFBackend(Backend):
     @torch.inference_mode()
     def _last_logprobs(self, ids: tuple[int, ...], cache) -> torch.Tensor:
         x = torch.tensor([ids], device=self.device)  # [1, T]
-        out = self.model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = self.model(input_ids=x, **{self._cache_arg: cache}, use_cache=True, logits_to_keep=1)
         return torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # [V]
 
     @torch.inference_mode()
