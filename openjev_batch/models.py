@@ -180,7 +180,7 @@ def _build(spec: ModelSpec, dl: Path, out: Path) -> None:
     missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
     if spec.kind == "gguf" and missing:  # transformers needs both to read GGUF; say so before downloading
         raise ModelFetchError(
-            f"converting GGUF needs {' and '.join(missing)}: pip install {' '.join(missing)} (the models extra)"
+            f"converting GGUF needs {' and '.join(missing)}: pip install {' '.join(missing)} (dependencies of openjev-batch)"
         )
     archives = _download(spec, dl)
     if spec.kind == "tokenizer":

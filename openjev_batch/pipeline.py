@@ -166,23 +166,24 @@ class FailureTracker:
     def __init__(self, backend_name: str, partial: str | None = None):
         self.backend_name = backend_name
         self.resume_hint = f" (finished chunks are kept in {partial}: rerun with --resume)" if partial else ""
-        # (prefix, error) of the single-row failures since the last successful call
-        self.streak: list[tuple[tuple[int, ...], BaseException]] = []
+        # (prefix, signature, message) of the single-row failures since the last successful call; text
+        # only: an exception's traceback holds the failed call's frames (and on a GPU their tensors)
+        self.streak: list[tuple[tuple[int, ...], str, str]] = []
 
     def succeeded(self) -> None:
         self.streak.clear()
 
     def row_failed(self, prefix: tuple[int, ...], e: BaseException) -> None:
-        if self.streak and _signature(self.streak[-1][1]) != _signature(e):
+        sig = _signature(e)
+        if self.streak and self.streak[-1][1] != sig:
             self.streak.clear()
-        self.streak.append((prefix, e))
-        if len({p for p, _ in self.streak}) >= BROKEN_AFTER_ROWS:
-            first = self.streak[0][1]
+        self.streak.append((prefix, sig, f"{type(e).__name__}: {str(e)[:500]}"))
+        if len({p for p, _, _ in self.streak}) >= BROKEN_AFTER_ROWS:
             raise BackendError(
-                f"the {self.backend_name} backend fails on every row it is given ({len(self.streak)} rows in a "
-                f"row, each alone, same error), so the backend itself is broken, not the rows: "
-                f"{type(first).__name__}: {str(first)[:500]}{self.resume_hint}"
-            ) from first
+                f"the {self.backend_name} backend failed the same way on {len(self.streak)} rows in a row, "
+                f"each run alone, with no call succeeding between them, so the backend itself is broken, "
+                f"not the rows: {self.streak[0][2]}{self.resume_hint}"
+            )
 
 
 def prefill_window(

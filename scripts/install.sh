@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install openjev-batch and its engines into a venv (default .venv), from the project's own files.
+# Install openjev-batch and its engines into a venv (default .venv), from the project's own files:
+# the pinned path (the oldest transformers/tokenizers pyproject allows, and the CPU sglang test engine).
+# A plain `pip install .` (newest releases) is the other supported path; .ci/run tests both.
 #
 #   bash scripts/install.sh [VENV] [--no-sglang]
 #
@@ -8,7 +10,7 @@
 #   your CUDA torch first and the script keeps it.
 # - sglang 0.5.19 is installed with --no-deps: its declared dependency tree is CUDA-only
 #   (flashinfer, sgl-kernel, cuda-python); the light packages its Engine imports are listed here.
-#   On a CPU machine, tests put openjev_batch/_cpu_shims on PYTHONPATH (see docs/sglang-cpu.md).
+#   On a CPU machine, tests put tests/shims on PYTHONPATH (see README, Development).
 set -euo pipefail
 VENV=${1:-.venv}
 WITH_SGLANG=1
@@ -21,7 +23,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   $PIP install -q "torch==2.13.0" || $PIP install -q --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0"
 fi
 $PIP install -q "transformers==5.12.1" "tokenizers==0.22.2"
-$PIP install -q -e "$HERE[dev,models,ray]"
+$PIP install -q -e "$HERE[dev,ray]"
 if [ "$WITH_SGLANG" = 1 ]; then
   $PIP install -q --no-deps "sglang==0.5.19" "torchvision==0.28.0"
   $PIP install -q aiohttp einops fastapi interegular msgspec ninja orjson packaging \

@@ -524,6 +524,7 @@ def test_cli_classify(tiny_classifier, tiny_model, hf_cls, tmp_path):
 
 
 def test_engine_kwargs_for_qwen3_and_qwen3_5():
+    pytest.importorskip("sglang")  # ServerArgs validates the kwargs
     from openjev_batch.backends.classify_sglang import engine_kwargs
 
     q3 = Checkpoint("m", LABELS, "Qwen3ForSequenceClassification", {})

@@ -1,0 +1,85 @@
+"""What pyproject declares is installable: the `sglang` extra (a GPU host's one command) resolves, with pip's
+own resolver against the package registry, together with openjev-batch's dependency ranges, for the oldest
+and the newest sglang the backend supports. Each sglang release pins its torch/transformers/tokenizers, so
+a range of ours that excludes them would make `pip install 'openjev-batch[sglang]'` fail or fall back.
+
+Needs the registry (`pip install --dry-run` downloads metadata, installs nothing). Without it the test is
+skipped, unless OPENJEV_REQUIRE_REGISTRY=1 (CI), where it fails instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SUPPORTED = ("0.5.18", "0.5.23")  # both ends of the extra (0.5.17 pins torch 2.11, below ours: pyproject)
+
+
+def _pip(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+def _registry_or_skip() -> None:
+    r = _pip("index", "versions", "sglang", timeout=120)
+    if r.returncode != 0:
+        if os.environ.get("OPENJEV_REQUIRE_REGISTRY") == "1":
+            pytest.fail(f"package registry unreachable: {r.stderr[-500:]}")
+        pytest.skip("package registry unreachable (set OPENJEV_REQUIRE_REGISTRY=1 to fail instead)")
+
+
+def test_sglang_extra_covers_the_supported_range():
+    (req,) = [Requirement(r) for r in PYPROJECT["project"]["optional-dependencies"]["sglang"]]
+    assert req.name == "sglang"
+    assert all(req.specifier.contains(v) for v in SUPPORTED)
+    assert not req.specifier.contains("0.5.17") and not req.specifier.contains("0.5.24")
+
+
+@pytest.mark.registry
+@pytest.mark.parametrize("sglang", SUPPORTED)
+def test_sglang_extra_resolves_with_our_ranges(sglang, tmp_path):
+    _registry_or_skip()
+    report = tmp_path / "report.json"
+    r = _pip(
+        "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+        f"{ROOT}[sglang]", f"sglang=={sglang}",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = {
+        canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
+        for i in json.loads(report.read_text())["install"]
+    }
+    assert got["sglang"] == sglang and got["openjev-batch"] == PYPROJECT["project"]["version"]
+    for spec in PYPROJECT["project"]["dependencies"]:
+        req = Requirement(spec)
+        assert req.specifier.contains(got[canonicalize_name(req.name)], prereleases=True), (spec, got)
+    # the engine's own pins won: the torch/transformers sglang was built against, not the newest
+    pins = _pins_of(sglang)
+    for name in ("torch", "transformers", "tokenizers"):
+        if name in pins:
+            assert got[name] == pins[name], (name, got[name], pins[name])
+
+
+def _pins_of(sglang: str) -> dict[str, str]:
+    """`name==version` requirements of that sglang release, from pip's view of its metadata."""
+    r = _pip("install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet", "--report", "-",
+             f"sglang=={sglang}")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    (item,) = json.loads(r.stdout)["install"]
+    pins = {}
+    for spec in item["metadata"].get("requires_dist", []):
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)==([^;\s]+)", spec.strip())
+        if m:
+            pins[canonicalize_name(m.group(1))] = m.group(2)
+    return pins
