@@ -88,7 +88,7 @@ def build_workloads(tok, base: Path, rows_w1=(64, 256), w3_rows=5000) -> dict:
         if not (d / "w1.jsonl").exists():
             wl.w1(tok, d, rows=n)
         out[f"w1_{n}"] = (d / "w1.jsonl", d / "w1_questions.json")
-    if w3_rows:
+    if w3_rows > 0:
         d = base / f"w3_{w3_rows}"
         d.mkdir(parents=True, exist_ok=True)
         if not (d / "w3.jsonl").exists():
@@ -397,6 +397,11 @@ def main() -> None:
             items += [("w1_256", "product"), ("w1_256", "today"), ("w1_256", "compare")]
             items += [(w3, "product"), (w3, "today"), (w3, "compare")]
             bench_engine("hybrid/35b-a3b", m35, wls, items, dummy, res)
+        elif stage == "35b-quick":  # the second call: the product's one-group-at-a-time schedule vs today's
+            items = [("w1_64", w) for w in ("product", "today", "compare", "chunk:8")] + [
+                ("w1_256", "product")
+            ]
+            bench_engine("hybrid/35b-a3b-depth1", m35, wls, items, dummy, res)
         elif stage == "35b-stock-moe":
             # the same engine with sglang's own configs only (its default kernel config for E=256, N=512)
             from openjev_batch import moe_configs

@@ -216,20 +216,28 @@ def test_sglang_engine_schedulers_use_the_sync_free_gather(sglang_backend):
 
 def test_state_budget_from_engine_info():
     """What the sglang backend reads from `Engine.get_server_info()` for a hybrid model (no engine needed):
-    the slots our scheduler patch reports win; sglang's own fields are the fallbacks."""
+    the scheduler's resolved `max_mamba_cache_size` (what sglang 0.5.17 reported on the H200), the user's
+    own setting at the top level, else the running cap × 3."""
     from openjev_batch.backends.sglang import state_budget_from_info
-    from openjev_batch.backends.sglang_patches import STATE_SLOTS, STATE_SLOTS_PER_REQUEST
 
-    patched = {
+    h200 = {  # the fields as sglang 0.5.17 returned them for the 35B-A3B shape (2026-12-01 run)
         "max_running_requests": None,
         "internal_states": [
-            {STATE_SLOTS: 422, STATE_SLOTS_PER_REQUEST: 3, "effective_max_running_requests_per_dp": 140}
+            {
+                "max_mamba_cache_size": 207,
+                "mamba_radix_cache_strategy": "auto",
+                "effective_max_running_requests_per_dp": 69,
+            }
         ],
     }
-    b = state_budget_from_info(patched)
-    assert (b.slots, b.per_request, b.max_running) == (422, 3, 140)
+    b = state_budget_from_info(h200)
+    assert (b.slots, b.per_request, b.max_running) == (207, 3, 69)
     user_set = state_budget_from_info({"max_mamba_cache_size": 100, "max_running_requests": 20})
     assert (user_set.slots, user_set.per_request, user_set.max_running) == (100, 3, 20)
+    no_buffer = state_budget_from_info(
+        {**user_set.__dict__, "max_mamba_cache_size": 100, "mamba_radix_cache_strategy": "no_buffer"}
+    )
+    assert no_buffer.per_request == 1
     only_cap = state_budget_from_info({"internal_states": [{"effective_max_running_requests_per_dp": 50}]})
     assert only_cap.slots == 150 and only_cap.max_running == 50
     assert state_budget_from_info({"max_total_num_tokens": 1000}) is None
@@ -252,14 +260,14 @@ def test_sglang_prefix_first_pattern_matches_hf_and_reuses_prefixes(sglang_backe
         return await real(**kw)
 
     monkeypatch.setattr(sglang_backend.engine, "async_generate", spy)
-    budget = StateBudget(slots=40, per_request=3)  # 2 in flight → 18 slots a group → 1 prefix + 4 branches…
+    budget = StateBudget(slots=20, per_request=3)  # 18 usable slots a group: a prefix + 5 branches
     monkeypatch.setattr(sglang_backend, "state_budget", budget)
     shared = tuple(range(800, 860))
     rows = make_rows(n_rows=4, n_q=3, seed=7) + make_rows(n_rows=2, n_q=2, shared=shared, seed=8)
     rows = [RowPrompt(i, str(i), r.prefix, r.branches) for i, r in enumerate(rows)]
     sglang_backend.engine.flush_cache()
     (w,) = plan(rows, 100_000)
-    groups = state_groups(w.rows, budget, sglang_backend.depth)
+    groups = state_groups(w.rows, budget, sglang_backend.hybrid_depth)
     assert len(groups) >= 3
     warm0 = sglang_backend.warm_tokens
     a, b = hf_backend.prefill(w), sglang_backend.prefill(w)

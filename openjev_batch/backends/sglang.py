@@ -226,25 +226,30 @@ def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
 
 
 def state_budget_from_info(info: dict[str, Any]) -> StateBudget | None:
-    """The recurrent-state budget from `Engine.get_server_info()`: the slot counts our scheduler patch adds
-    (`sglang_patches.state_slots`), else sglang's own `max_mamba_cache_size` when the user set it, else
-    `max_running_requests` × 3 (sglang caps running requests at slots // 3 for hybrid models); the running
-    cap from `effective_max_running_requests_per_dp` / `max_running_requests`. None when nothing says."""
-    from .sglang_patches import STATE_SLOTS, STATE_SLOTS_PER_REQUEST
-
+    """The recurrent-state budget from `Engine.get_server_info()`: `max_mamba_cache_size`, which sglang
+    computes in the scheduler process and reports in `internal_states` (0.5.17 on the H200: 207 slots for
+    the 35B-A3B shape at the default memory fraction), or at the top level when the user set it; else
+    `max_running_requests` × 3. The running cap from `effective_max_running_requests_per_dp` /
+    `max_running_requests`. Slots per running request: 3 (its state + the two ping-pong tracking buffers of
+    sglang's default `extra_buffer` strategy with the overlap scheduler; sglang logs the same ratio when it
+    caps running requests), 1 with the `no_buffer` strategy. None when nothing says."""
     states = info.get("internal_states") or [{}]
     inner = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
 
-    def get(key: str) -> int | None:
+    def get(key: str) -> Any:
         for d in (inner, info):
             v = d.get(key)
-            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            if v is not None:
                 return v
         return None
 
-    running = get("effective_max_running_requests_per_dp") or get("max_running_requests")
-    per_request = get(STATE_SLOTS_PER_REQUEST) or 3
-    slots = get(STATE_SLOTS) or get("max_mamba_cache_size") or (running * 3 if running else None)
+    def count(key: str) -> int | None:
+        v = get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+    running = count("effective_max_running_requests_per_dp") or count("max_running_requests")
+    per_request = 1 if get("mamba_radix_cache_strategy") == "no_buffer" else 3
+    slots = count("max_mamba_cache_size") or (running * 3 if running else None)
     if not slots:
         return None
     return StateBudget(slots=slots, per_request=per_request, max_running=running)
@@ -309,7 +314,7 @@ class SGLangBackend(Backend):
         b = self.state_budget
         return (
             f"prefix-only request per prefix, groups sized by {b.slots} state slots "
-            f"({b.per_request} per running request, ≤ {b.max_running or '?'} running), {self.depth} in flight"
+            f"({b.per_request} per running request, ≤ {b.max_running or '?'} running), one group at a time"
         )
 
     def kv_budget_tokens(self) -> int:
@@ -335,6 +340,11 @@ class SGLangBackend(Backend):
     # Pipeline shape (measured on the H200, docs/benchmarks.md): groups per window and groups in flight.
     groups_per_window = 8
     depth = 2
+    # Hybrid models: one state-budgeted group at a time, each as large as the state slots allow. Measured on
+    # the H200 (35B-A3B shape, 207 slots, W1 64 rows, benchmarks/results/2026-12-01-h200-hybrid.json): two
+    # groups in flight halve each group (3 rows) and took 6.84 s; prefix-first chunks of 8 rows one after
+    # another (8 × 25 = 200 slots) took 3.14 s, both with every prefix token served from the cache.
+    hybrid_depth = 1
 
     def _groups(self, window: Window) -> list[tuple[list, list]]:
         """Cut the window's rows into ≤ `groups_per_window` runs of about equal branch count, never splitting
@@ -415,13 +425,13 @@ class SGLangBackend(Backend):
         self.warm_tokens += sum(len(p.delimiters) for p in packs)
         return results  # type: ignore[return-value]
 
-    def _run_groups(self, groups: list) -> None:
+    def _run_groups(self, groups: list, depth: int) -> None:
         """Run coroutine factories `groups` with `depth` in flight on the engine's loop; raises BackendError
         for the first failure once every group has finished or failed (no request of the window is left
         pending in the engine's loop when the caller retries a half)."""
 
         async def run_all() -> list:
-            sem = asyncio.Semaphore(max(1, self.depth))
+            sem = asyncio.Semaphore(max(1, depth))
 
             async def one(g):
                 async with sem:
@@ -464,7 +474,8 @@ class SGLangBackend(Backend):
 
             return run
 
-        self._run_groups([make(a, b) for a, b in state_groups(rows, self.state_budget, self.depth)])
+        d = self.hybrid_depth
+        self._run_groups([make(a, b) for a, b in state_groups(rows, self.state_budget, d)], d)
         return results  # type: ignore[return-value]
 
     @staticmethod

@@ -62,57 +62,9 @@ def apply() -> bool:
     return True
 
 
-STATE_SLOTS = "openjev_state_slots"
-STATE_SLOTS_PER_REQUEST = "openjev_state_slots_per_request"
-
-
-def state_slots(scheduler) -> dict[str, int]:
-    """The recurrent-state pool of a hybrid model's scheduler: its slots (sglang computes
-    `max_mamba_cache_size` inside the scheduler process, so the main process's server args do not have it)
-    and the slots one running request holds (its state + the ping-pong tracking buffers of the
-    `extra_buffer` strategy). Empty for a model without a state pool."""
-    pool = getattr(scheduler, "req_to_token_pool", None)
-    mamba = getattr(pool, "mamba_pool", None)
-    size = getattr(mamba, "size", None)
-    if not isinstance(size, int):
-        return {}
-    extra = (
-        getattr(pool, "mamba_ping_pong_track_buffer_size", 0)
-        if getattr(pool, "enable_mamba_extra_buffer", False)
-        else 0
-    )
-    return {STATE_SLOTS: size, STATE_SLOTS_PER_REQUEST: 1 + int(extra)}
-
-
-def apply_state_info() -> bool:
-    """Add `state_slots` to the scheduler's `get_internal_state` answer (what `Engine.get_server_info()`
-    returns under `internal_states`), so the backend can budget rows in flight by state slots."""
-    try:
-        from sglang.srt.managers.scheduler import Scheduler
-    except ImportError:
-        return False
-    orig = getattr(Scheduler, "get_internal_state", None)
-    if orig is None or getattr(orig, "_openjev", False):
-        return orig is not None
-
-    def get_internal_state(self, *a, **kw):
-        ret = orig(self, *a, **kw)
-        if isinstance(ret, dict):
-            try:
-                ret.update(state_slots(self))
-            except Exception:  # never break the scheduler for an informational field
-                pass
-        return ret
-
-    get_internal_state._openjev = True
-    Scheduler.get_internal_state = get_internal_state
-    return True
-
-
 def run_scheduler_process(*args: Any, **kwargs: Any) -> Any:
     """sglang's scheduler process entry point with the gather installed first (spawned by reference)."""
     apply()
-    apply_state_info()
     from sglang.srt.managers.scheduler import run_scheduler_process as run
 
     return run(*args, **kwargs)
