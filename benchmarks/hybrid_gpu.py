@@ -252,6 +252,8 @@ def bench_engine(key: str, model_dir: Path, wls: dict, plan_items: list, extra: 
             elif what == "compare":
                 a = bg.WORK / f"{key.replace('/', '_')}_{name}_product.parquet"
                 b = bg.WORK / f"{key.replace('/', '_')}_{name}_today.parquet"
+                if not ("product" in x and "today" in x):  # one of them was skipped (deadline)
+                    continue
                 x[what] = compare(a, b)
             if isinstance(x.get(what), dict) and "s" in x[what] and x.get("roofline_s"):
                 x[what]["pct_roofline"] = round(100 * x["roofline_s"] / x[what]["s"], 1)
