@@ -82,7 +82,10 @@ def use_for_engine() -> str | None:
     the user set it; returns the folder used, or None."""
     if os.environ.get(ENV):
         return os.environ[ENV]
-    d = config_dir()
+    try:
+        d = config_dir()
+    except OSError:  # an unwritable cache: sglang's own configs only (slower kernels, same numbers)
+        return None
     if d is None:
         return None
     os.environ[ENV] = str(d)
