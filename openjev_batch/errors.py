@@ -25,6 +25,11 @@ class LabelError(OpenjevError):
     """The tokenizer cannot provide enough verified single-token labels in the answer context."""
 
 
+class PromptError(OpenjevError):
+    """The chat template or tokenizer cannot give a prompt whose content stays text and whose prefix ids
+    are the model's natural tokenization (checked once, at start-up)."""
+
+
 class ModelFetchError(OpenjevError):
     """A packaged model could not be fetched or converted."""
 

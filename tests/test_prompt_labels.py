@@ -23,7 +23,7 @@ def test_64_labels_single_distinct_in_context(prompter, qwen3_tok):
     labels = prompter.labels
     assert len(labels) == 64 and len({lb.token_id for lb in labels}) == 64
     assert [lb.text for lb in labels[:27]] == candidates()[:27]  # A…Z then AA
-    _, tail = prompter.split(prompter.render("x"))
+    tail = prompter.tail
     ctx = qwen3_tok(tail + ANSWER_LEAD, add_special_tokens=False)["input_ids"]
     for lb in labels:
         ids = qwen3_tok(tail + ANSWER_LEAD + " " + lb.text, add_special_tokens=False)["input_ids"]
@@ -54,7 +54,8 @@ def test_too_few_labels_fails_at_startup(qwen3_tok):
 
 
 def test_template_rendered_once_thinking_disabled(prompter):
-    text = prompter.render("Text:\nhi\n\n")
+    row = parse_row(0, {"id": "r", "state": "hi", "questions": Q})
+    text = prompter.branch_text(row, row.questions[0])
     assert text.count("<|im_start|>assistant") == 1
     assert "<think>\n\n</think>" in text  # Qwen3's template with enable_thinking=False
 
@@ -68,9 +69,8 @@ def test_prefix_is_exact_prefix_and_matches_joint_tokenization(prompter, qwen3_t
         row = parse_row(0, {"id": "r", "state": state, "questions": Q})
         rp, failed = prompter.build(row)
         assert not failed and len(rp.branches) == 3
-        prefix_text, tail = prompter.split(prompter.render(prompter.body(row)))
         for b, q in zip(rp.branches, row.questions, strict=True):
-            full = prefix_text + prompter.question_text(q) + tail + ANSWER_LEAD
+            full = prompter.branch_text(row, q)
             assert rp.prefix + b.suffix == tuple(qwen3_tok(full, add_special_tokens=False)["input_ids"])
             assert full.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\nAnswer:")
         assert rp.branches[1].label_ids == tuple(lb.token_id for lb in prompter.labels[:2])
