@@ -267,6 +267,9 @@ def validate(
     questions: Path = typer.Option(
         None, "--questions", "-q", help="JSON/YAML question map applied to every row."
     ),
+    keep: str = typer.Option(
+        "", "--keep", help="Columns `run --keep` would copy (their values are checked too)."
+    ),
     show: int = typer.Option(20, min=0, help="Print at most this many errors."),
 ) -> None:
     """Check the schema and limits of an input file without loading a model."""
@@ -281,7 +284,7 @@ def validate(
         shared = load_questions(questions) if questions else None
         rows = n_q = 0
         errors: list[str] = []
-        for chunk in read_rows(input, shared):
+        for chunk in read_rows(input, shared, tuple(k.strip() for k in keep.split(",") if k.strip())):
             for r in chunk:
                 rows += 1
                 if isinstance(r, RowError):

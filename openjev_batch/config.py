@@ -189,9 +189,12 @@ def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
     """Read a `--questions` file (JSON or YAML mapping question_id → question); every question must be
     valid. Raises ConfigError with each question's problem."""
     try:
-        raw = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
+        # utf-8-sig: a byte-order mark at the start is not part of the first key
+        raw = yaml.load(Path(path).read_text(encoding="utf-8-sig"), Loader=_UniqueKeyLoader)  # noqa: S506
     except FileNotFoundError:
         raise ConfigError(f"--questions: no such file {path}") from None
+    except RecursionError:  # PyYAML composes and constructs recursively, one frame per level
+        raise ConfigError(f"--questions {path}: cannot parse: nested too deeply") from None
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigError(f"--questions {path}: cannot parse: {e}") from None
     return shared_questions(raw, f"--questions {path}")

@@ -21,7 +21,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import InputFileError
-from .schema import Row, RowError, duplicate_id_error, ids_and_types, parse_row, unidentified_row_error
+from .schema import (
+    InvalidText,
+    Row,
+    RowError,
+    duplicate_id_error,
+    ids_and_types,
+    parse_row,
+    unidentified_row_error,
+)
 
 JSONL_EXT = (".jsonl", ".ndjson")
 KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
@@ -135,6 +143,8 @@ def _jsonl_records(f, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any
     pos = 0
     with f:
         for lineno, raw in enumerate(f, 1):
+            if lineno == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark (Windows editors)
             if not raw.strip():
                 continue
             try:
@@ -146,6 +156,8 @@ def _jsonl_records(f, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any
                 chunk.append((pos, f"line {lineno}: not valid UTF-8 (byte {e.start})"))
             except json.JSONDecodeError as e:
                 chunk.append((pos, f"line {lineno}: malformed JSON ({e})"))
+            except RecursionError:  # json's C decoder recurses once per level
+                chunk.append((pos, f"line {lineno}: JSON nested too deeply"))
             except ValueError as e:
                 chunk.append((pos, f"line {lineno}: {e}"))
             pos += 1
@@ -161,7 +173,9 @@ def _json_records(path: Path, compression: str | None, chunk_rows: int):
     with open_binary(path, compression) as f:
         raw = f.read()
     try:
-        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+        data = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=_no_duplicate_keys)
+    except RecursionError:
+        raise InputFileError(f"{path}: cannot read as JSON: nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as e:
         raise InputFileError(
             f"{path}: cannot read as JSON: {e} (one object per line? name it .jsonl)"
@@ -191,7 +205,10 @@ def _csv_reader(path: Path, compression: str | None):
     parse = pacsv.ParseOptions(newlines_in_values=True)
     with open_binary(path, compression) as f:
         names = pacsv.open_csv(f, parse_options=parse).schema.names
-    conv = pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=True)
+    # check_utf8=False: an undecodable cell is that row's error (`_batch_records`), not the whole file's
+    conv = pacsv.ConvertOptions(
+        column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=True, check_utf8=False
+    )
     return pacsv.open_csv(open_binary(path, compression), parse_options=parse, convert_options=conv)
 
 
@@ -218,7 +235,7 @@ def _arrow_batches(files: list[Path]) -> Iterator[pa.RecordBatch]:
 def _rechunk(batches, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
     pos, buf = 0, []
     for b in batches:
-        buf.extend(b.to_pylist())
+        buf.extend(_batch_records(b))
         while len(buf) >= chunk_rows:
             yield list(enumerate(buf[:chunk_rows], pos))
             pos += chunk_rows
@@ -266,6 +283,28 @@ def _records(path: Path, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, 
         raise
     except Exception as e:
         raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES[fmt]}: {e}") from e
+
+
+def _batch_records(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    """A record batch (Parquet, CSV, datasets) as row dicts. Arrow does not validate UTF-8 on read: a cell that does not decode
+    becomes an `InvalidText`, which `parse_row` reports as that row's error naming the column."""
+    try:
+        return batch.to_pylist()
+    except UnicodeDecodeError:
+        pass
+    cols: dict[str, list[Any]] = {}
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        try:
+            cols[name] = col.to_pylist()
+        except UnicodeDecodeError:
+            vals: list[Any] = []
+            for i in range(len(col)):
+                try:
+                    vals.append(col[i].as_py())
+                except UnicodeDecodeError as e:
+                    vals.append(InvalidText(f"not valid UTF-8 (byte {e.object[e.start]:#04x} at {e.start})"))
+            cols[name] = vals
+    return [dict(zip(cols, vs, strict=True)) for vs in zip(*cols.values(), strict=True)]
 
 
 def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:

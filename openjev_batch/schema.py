@@ -19,6 +19,14 @@ MAX_QUESTIONS = 64
 MIN_OPTIONS, MAX_OPTIONS = 2, 64
 MAX_BRANCH_TOKENS = 32_768
 MAX_ROW_TOKENS = 262_144
+# Hostile sizes are refused before any tokenization, so one row's memory stays bounded (a 50 MB state
+# string peaked at 6.3 GB RSS in the tokenizer). 2 MiB of conversation is ~2× what the 262,144-token row
+# limit admits of English text; 256 KiB of question text ~2× a 32,768-token branch.
+MAX_STATE_BYTES = 2 * 2**20
+MAX_QUESTION_BYTES = 256 * 2**10
+MAX_ID_CHARS = 4096  # row and question ids (they are repeated in every output row and error)
+MAX_DEPTH = 64  # nesting of any input value (JSON objects/lists); deeper is a row error, not a RecursionError
+INT64 = (-(2**63), 2**63 - 1)
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 QUESTION_TYPES = ("noul", "choice", "score")
 
@@ -27,6 +35,47 @@ QUESTION_TYPES = ("noul", "choice", "score")
 class Message:
     role: str
     content: str
+
+
+@dataclass(frozen=True)
+class InvalidText:
+    """Stands in for an input cell that could not be decoded (invalid UTF-8 in a Parquet string column);
+    `parse_row` turns it into a row error naming the field."""
+
+    why: str
+
+
+def value_problem(value: Any, ints: bool = False) -> str | None:
+    """Why `value` cannot be carried as text/Arrow data, or None: a lone surrogate in a string (JSON `\\ud800`
+    escapes; not encodable as UTF-8), an undecodable cell, nesting deeper than MAX_DEPTH, and with `ints` an
+    integer outside int64 (Arrow's integer type). Iterative: a 100,000-deep value costs no recursion."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    return f"not valid Unicode text (lone surrogate {v[e.start]!r} at character {e.start})"
+        elif isinstance(v, dict | list | tuple):
+            if depth >= MAX_DEPTH:
+                return f"nested deeper than {MAX_DEPTH} levels"
+            items = v.items() if isinstance(v, dict) else v
+            for x in items:
+                stack.extend(
+                    ((x[0], depth + 1), (x[1], depth + 1)) if isinstance(v, dict) else ((x, depth + 1),)
+                )
+        elif isinstance(v, InvalidText):
+            return v.why
+        elif ints and isinstance(v, int) and not isinstance(v, bool) and not INT64[0] <= v <= INT64[1]:
+            return f"integer {str(v)[:30]}{'…' if len(str(v)) > 30 else ''} is outside int64"
+    return None
+
+
+def text_bytes(s: str) -> int:
+    """UTF-8 size of `s` (4 × its length bounds it, so only strings near a limit are encoded)."""
+    return len(s.encode("utf-8", "surrogatepass")) if not s.isascii() else len(s)
 
 
 @dataclass(frozen=True)
@@ -195,12 +244,20 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
                 except ValueError as e:
                     return QuestionError(qid, "noul", f"{where}.{e}")
             raw = {**raw, "criteria": c}
+        if (problem := value_problem(raw)) is not None:
+            t = raw.get("type") if isinstance(raw, dict) else None
+            return QuestionError(qid, t if t in QUESTION_TYPES else None, f"{where}: {problem}")
         q = _Question.model_validate(raw)
     except json.JSONDecodeError as e:
         return QuestionError(qid, None, f"{where}: malformed JSON ({e.msg} at char {e.pos})")
     except ValidationError as e:
         t = raw.get("type") if isinstance(raw, dict) else None
         return QuestionError(qid, t if t in QUESTION_TYPES else None, _error_text(where, e))
+    texts = [q.instructions, *_criteria_texts(q.criteria)]
+    if (n := sum(map(text_bytes, texts))) > MAX_QUESTION_BYTES:
+        return QuestionError(
+            qid, q.type, f"{where}: question text is {n:,} bytes, limit {MAX_QUESTION_BYTES:,}"
+        )
     if q.type == "noul":
         c = q.criteria or {}
         return QuestionSpec(
@@ -214,6 +271,12 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     )
 
 
+def _criteria_texts(c: Any) -> list[str]:
+    if isinstance(c, dict):
+        return [str(x) for kv in c.items() for x in kv if x is not None]
+    return [x for x in c or () if isinstance(x, str)]
+
+
 def parse_questions(raw: Any) -> tuple[QuestionSpec | QuestionError, ...]:
     """Validate a question map. Raises ValueError (message without the row) when the map itself is bad."""
     d = _pairs_to_dict(raw, "questions")
@@ -224,6 +287,10 @@ def parse_questions(raw: Any) -> tuple[QuestionSpec | QuestionError, ...]:
         raise ValueError(f"{len(d)} questions; at most {MAX_QUESTIONS} a row")
     if any(not str(k).strip() for k in d):
         raise ValueError("a question id is empty")
+    for k in d:
+        if (problem := value_problem(str(k))) is not None or len(str(k)) > MAX_ID_CHARS:
+            shown = repr(str(k)[:40])
+            raise ValueError(f"question id {shown}: {problem or f'longer than {MAX_ID_CHARS:,} characters'}")
     return tuple(parse_question(str(k), v) for k, v in d.items())
 
 
@@ -238,6 +305,8 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
     or an object with `messages`); malformed JSON is an error only when the string starts like one
     (`{"messages"` or `[{"`). Any other string is the text of one user message, also one that begins with
     `{` or `[` ("{name} wrote: …", "[URGENT] …", "[1, 2] are my orders")."""
+    if isinstance(raw, str) and (n := text_bytes(raw)) > MAX_STATE_BYTES:
+        raise ValueError(f"{n:,} bytes of text, limit {MAX_STATE_BYTES:,}")
     if isinstance(raw, str):
         s = raw.strip()
         if s[:1] in "[{":
@@ -251,6 +320,8 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
                 isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed)
             )
             if is_conversation:
+                if (problem := value_problem(parsed)) is not None:
+                    raise ValueError(problem)
                 raw = parsed
         if isinstance(raw, str):
             if not s:
@@ -279,6 +350,8 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
         out.append(Message(m["role"], m["content"]))
     if not any(m.content.strip() for m in out):
         raise ValueError("empty conversation")
+    if (n := sum(text_bytes(m.content) for m in out)) > MAX_STATE_BYTES:
+        raise ValueError(f"{n:,} bytes of message text, limit {MAX_STATE_BYTES:,}")
     return tuple(out), False
 
 
@@ -341,7 +414,18 @@ def parse_row(
     """One input record → Row or RowError (never raises). `shared_questions` is the parsed
     ``--questions`` file, used when given; otherwise the row's own `questions` field."""
     kept = {k: rec.get(k) for k in keep}
-    rid, id_problem = row_id(rec.get("id"), pos)
+    # A kept value that Arrow cannot hold is the row's error and is written as null.
+    kept_problem = next(
+        (f"{k}: {p}" for k, v in kept.items() if (p := value_problem(v, ints=True)) is not None), None
+    )
+    kept = (
+        {k: (None if value_problem(v, ints=True) else v) for k, v in kept.items()} if kept_problem else kept
+    )
+    raw_id = rec.get("id")
+    id_problem = value_problem(raw_id)
+    if id_problem is None and isinstance(raw_id, str) and len(raw_id) > MAX_ID_CHARS:
+        id_problem = f"longer than {MAX_ID_CHARS:,} characters"
+    rid, id_problem = ("", id_problem) if id_problem else row_id(raw_id, pos)
     if id_problem:
         return unidentified_row_error(pos, f"id: {id_problem}", shared_questions, kept)
     qids: tuple[str, ...] = ()
@@ -358,6 +442,8 @@ def parse_row(
         else:
             try:
                 questions = parse_questions(rec["questions"])
+            except RecursionError:
+                return RowError(pos, rid, f"row {rid}: questions: JSON nested too deeply", kept=kept)
             except json.JSONDecodeError as e:
                 return RowError(
                     pos, rid, f"row {rid}: questions: malformed JSON ({e.msg} at char {e.pos})", kept=kept
@@ -367,10 +453,16 @@ def parse_row(
         qids, qtypes = ids_and_types(questions)
         if "state" not in rec or rec["state"] is None:
             return RowError(pos, rid, f"row {rid}: state: missing{_state_hint(rec)}", qids, kept, qtypes)
+        if (problem := value_problem(rec["state"])) is not None:
+            return RowError(pos, rid, f"row {rid}: state: {problem}", qids, kept, qtypes)
         try:
             messages, plain = parse_state(rec["state"])
+        except RecursionError:
+            return RowError(pos, rid, f"row {rid}: state: JSON nested too deeply", qids, kept, qtypes)
         except ValueError as e:
             return RowError(pos, rid, f"row {rid}: state: {e}", qids, kept, qtypes)
+        if kept_problem:
+            return RowError(pos, rid, f"row {rid}: {kept_problem}", qids, kept, qtypes)
     except Exception as e:  # a bad row never sinks the job
         return RowError(pos, rid, f"row {rid}: {type(e).__name__}: {e}", qids, kept)
     qs = tuple(

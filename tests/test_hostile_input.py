@@ -1,0 +1,179 @@
+"""Hostile bytes and sizes: lone surrogates, deep nesting, integers beyond int64, invalid UTF-8 in Parquet,
+a byte-order mark, huge strings. Each is a row error naming row and field (or, in a --questions file, a job
+error with exit 4), never a traceback; `validate` reports what `run` rejects."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import cli
+
+from openjev_batch.io import read_rows
+from openjev_batch.schema import MAX_DEPTH, MAX_QUESTION_BYTES, MAX_STATE_BYTES, Row, RowError, parse_row
+
+Q = {"q": {"type": "noul", "instructions": "Is it about money?"}}
+QJ = json.dumps(Q)
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def line(**rec) -> str:
+    """One JSONL line; lone surrogates written as JSON escapes (`\\ud800`), as json.dumps does."""
+    return json.dumps({"questions": Q, **rec})
+
+
+def hostile_jsonl(path):
+    lines = [
+        "\ufeff" + line(id="bom", state="first line after a byte-order mark", channel="web"),
+        line(id="ok", state="fine", channel="mail"),
+        line(id="s1", state="bad \ud800 text", channel="web"),
+        line(id="id\udfff", state="fine", channel="web"),
+        line(
+            id="q1",
+            state="fine",
+            questions={"q": {"type": "noul", "instructions": "Is \ud800 it?"}},
+            channel="web",
+        ),
+        line(
+            id="q2",
+            state="fine",
+            questions={"q\ud800": {"type": "noul", "instructions": "Is it?"}},
+            channel="x",
+        ),
+        line(id="k1", state="fine", channel="\udc00"),
+        line(id="k2", state="fine", channel=2**70),
+        DEEP,
+        line(id="d1", state=DEEP, channel="web"),
+        line(id="d2", state="fine", channel=json.loads("[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5))),
+        line(id="d3", state="fine", questions=DEEP, channel="web"),
+        line(id="big", state="x" * (MAX_STATE_BYTES + 1), channel="web"),
+        line(
+            id="bigq",
+            state="fine",
+            questions={"q": {"type": "noul", "instructions": "y" * (MAX_QUESTION_BYTES + 1)}},
+        ),
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+EXPECTED = {  # row id (None: unidentified) → the error's field and cause
+    "s1": r"row s1: state: not valid Unicode text \(lone surrogate '\\ud800' at character 4\)",
+    "q1": r"row q1: questions\.q: not valid Unicode text",
+    "q2": r"row q2: questions: question id 'q\\ud800': not valid Unicode text",
+    "k1": r"row k1: channel: not valid Unicode text",
+    "k2": r"row k2: channel: integer 1180591620717411303424 is outside int64",
+    "d1": r"row d1: state: JSON nested too deeply",
+    "d2": rf"row d2: channel: nested deeper than {MAX_DEPTH} levels",
+    "d3": r"row d3: questions: JSON nested too deeply",
+    "big": rf"row big: state: {MAX_STATE_BYTES + 1:,} bytes of text, limit {MAX_STATE_BYTES:,}",
+    "bigq": rf"row bigq: questions\.q: question text is {MAX_QUESTION_BYTES + 1:,} bytes",
+}
+UNIDENTIFIED = [
+    r"row at index 3: id: not valid Unicode text \(lone surrogate '\\udfff' at character 2\)",
+    r"row at index 8: line 9: JSON nested too deeply",
+]
+
+
+def test_read_rows_turns_each_into_a_row_error(tmp_path):
+    rows = [r for chunk in read_rows(hostile_jsonl(tmp_path / "in.jsonl"), keep=("channel",)) for r in chunk]
+    assert isinstance(rows[0], Row) and rows[0].id == "bom" and rows[0].kept == {"channel": "web"}
+    assert isinstance(rows[1], Row)
+    errors = {
+        r.id: (r.error if isinstance(r, RowError) else r.questions[0].error)
+        for r in rows[2:]
+        if r.id is not None
+    }
+    for rid, pattern in EXPECTED.items():
+        assert re.fullmatch(pattern + ".*", errors[rid]), (rid, errors[rid])
+    unidentified = [r.error for r in rows if isinstance(r, RowError) and r.id is None]
+    assert len(unidentified) == len(UNIDENTIFIED)
+    for e, pattern in zip(unidentified, UNIDENTIFIED, strict=True):
+        assert re.fullmatch(pattern + ".*", e), e
+    assert rows[6].kept == {"channel": None} and rows[7].kept == {"channel": None}  # written as null
+
+
+def test_parse_row_values_without_recursion():
+    """A 100,000-deep value given as a Python object (not JSON text) is refused by an iterative walk."""
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    r = parse_row(0, {"id": "a", "state": "x", "questions": Q, "c": deep}, keep=("c",))
+    assert isinstance(r, RowError) and r.error == f"row a: c: nested deeper than {MAX_DEPTH} levels"
+    r = parse_row(
+        0, {"id": "a", "state": [{"role": "user", "content": "x" * MAX_STATE_BYTES}] * 2, "questions": Q}
+    )
+    assert isinstance(r, RowError) and "bytes of message text, limit" in r.error
+
+
+def test_run_and_validate_report_the_same_rows(tmp_path, tiny_model):
+    """The real command on the hostile file: exit 3, every hostile row named with its field, the good rows
+    answered, no traceback; `validate --keep` finds exactly the rows `run` rejects."""
+    inp = hostile_jsonl(tmp_path / "in.jsonl")
+    out = tmp_path / "out.parquet"
+    r = cli("run", inp, "-o", out, "-m", tiny_model, "-b", "hf", "--keep", "channel", "--no-progress")
+    assert r.returncode == 3, r.stderr
+    assert "Traceback" not in r.stderr
+    t = pq.read_table(out).to_pylist()
+    by_id = {x["id"]: x for x in t if x["id"] is not None}
+    assert by_id["bom"]["error"] is None and by_id["ok"]["error"] is None and by_id["bom"]["channel"] == "web"
+    for rid, pattern in EXPECTED.items():
+        assert re.fullmatch(pattern + ".*", by_id[rid]["error"]), (rid, by_id[rid]["error"])
+    run_errors = sorted({x["error"] for x in t if x["error"]})
+    v = cli("validate", inp, "--keep", "channel", "--show", "100")
+    assert v.returncode == 3 and "Traceback" not in v.stderr
+    shown = sorted(set(re.findall(r"✗ (.*)", v.stderr)))
+    assert shown == run_errors
+    assert f"{len(EXPECTED) + len(UNIDENTIFIED)} errors" in v.stdout
+
+
+def invalid_utf8_parquet(path):
+    """Arrow does not check UTF-8 when a binary buffer is viewed as strings, nor when Parquet is read."""
+    ids = pa.array([b"a", b"b\xff", b"c", b"d"], pa.binary()).view(pa.string())
+    state = pa.array([b"fine", b"fine", b"bad \xc3\x28 bytes", b"fine"], pa.binary()).view(pa.string())
+    chan = pa.array([b"web", b"web", b"web", b"\xe2\x82"], pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"id": ids, "state": state, "questions": [QJ] * 4, "channel": chan}), path)
+    return path
+
+
+def test_invalid_utf8_in_parquet_is_a_row_error(tmp_path):
+    rows = [r for c in read_rows(invalid_utf8_parquet(tmp_path / "in.parquet"), keep=("channel",)) for r in c]
+    assert isinstance(rows[0], Row)
+    assert rows[1].id is None and rows[1].error == "row at index 1: id: not valid UTF-8 (byte 0xff at 1)"
+    assert rows[2].error == "row c: state: not valid UTF-8 (byte 0xc3 at 4)"
+    assert rows[3].error.startswith("row d: channel: not valid UTF-8") and rows[3].kept == {"channel": None}
+    v = cli("validate", tmp_path / "in.parquet", "--keep", "channel")
+    assert v.returncode == 3 and "3 errors" in v.stdout and "Traceback" not in v.stderr
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("a: " + DEEP, "cannot parse: nested too deeply"),
+        ('q:\n  type: noul\n  instructions: "bad \\ud800"\n', "questions.q: not valid Unicode text"),
+        (
+            '"q\\udc00":\n  type: noul\n  instructions: "fine"\n',
+            r"question id 'q\udc00': not valid Unicode",
+        ),
+    ],
+)
+def test_hostile_questions_file_is_a_job_error(tmp_path, text, message):
+    qf = tmp_path / "q.yaml"
+    qf.write_text(text, encoding="utf-8")
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "state": "x"}) + "\n")
+    r = cli("validate", inp, "-q", qf)
+    assert r.returncode == 4 and "Traceback" not in r.stderr
+    assert message in " ".join(r.stderr.split()), r.stderr
+
+
+def test_questions_file_with_a_byte_order_mark(tmp_path):
+    qf = tmp_path / "q.yaml"
+    qf.write_bytes(b"\xef\xbb\xbf" + json.dumps(Q).encode())
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "a", "state": "x"}).encode() + b"\n")
+    r = cli("validate", inp, "-q", qf)
+    assert r.returncode == 0 and "1 rows, 1 questions, 0 errors" in r.stdout, r.stdout + r.stderr
