@@ -285,6 +285,9 @@ def load_classifier(
     `batch_tokens` bounds the padded tokens of one hf forward pass (sglang batches by itself)."""
     if name not in _CLASSIFIERS:
         raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(_CLASSIFIERS)}")
+    from .models import check_model_trust
+
+    check_model_trust(opts)  # before any engine or loader sees the checkpoint
     ckpt = ckpt or read_checkpoint(opts.model)
     module, cls = _CLASSIFIERS[name].split(":")
     return getattr(importlib.import_module(module), cls)(opts, ckpt, batch_tokens=batch_tokens)

@@ -96,6 +96,12 @@ def run(
         "--engine-arg",
         help="Extra sglang.Engine argument key=value (repeatable; unknown keys are errors).",
     ),
+    allow_pickle: bool = typer.Option(
+        False, "--allow-pickle", help="Load pickle-format weights (.bin/.pt), which can run code [refused]."
+    ),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="Run the checkpoint's own Python code (auto_map) [refused]."
+    ),
     chunk_rows: int = typer.Option(
         20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
     ),
@@ -157,6 +163,8 @@ def run(
             attention_backend=attention_backend,
             context_length=context_length,
             engine_args=parse_engine_args(engine_arg or []),
+            allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code,
             chunk_rows=chunk_rows,
             max_branches_per_window=max_branches,
             progress=progress,
@@ -332,6 +340,12 @@ def eval_(
     context_length: int = typer.Option(None, help="Model context length override."),
     mem_fraction_static: float = typer.Option(None, help="sglang: GPU memory fraction."),
     engine_arg: list[str] = typer.Option(None, "--engine-arg", help="Extra sglang.Engine key=value."),
+    allow_pickle: bool = typer.Option(
+        False, "--allow-pickle", help="Load pickle-format weights (.bin/.pt), which can run code [refused]."
+    ),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="Run the checkpoint's own Python code (auto_map) [refused]."
+    ),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
@@ -350,6 +364,8 @@ def eval_(
             context_length=context_length,
             mem_fraction_static=mem_fraction_static,
             engine_args=parse_engine_args(engine_arg or []),
+            allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code,
             max_branches_per_window=max_branches,
             progress=progress,
         )
@@ -435,6 +451,12 @@ def classify(
     engine_arg: list[str] = typer.Option(
         None, "--engine-arg", help="Extra sglang.Engine key=value (repeatable)."
     ),
+    allow_pickle: bool = typer.Option(
+        False, "--allow-pickle", help="Load pickle-format weights (.bin/.pt), which can run code [refused]."
+    ),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="Run the checkpoint's own Python code (auto_map) [refused]."
+    ),
     chunk_rows: int = typer.Option(20_000, help="Rows read, planned and written per chunk (bounds memory)."),
     max_rows: int = typer.Option(4096, help="Most rows per window."),
     batch_tokens: int = typer.Option(16_384, help="hf: most padded tokens per forward pass."),
@@ -462,6 +484,8 @@ def classify(
             attention_backend=attention_backend,
             context_length=context_length,
             engine_args=parse_engine_args(engine_arg or []),
+            allow_pickle=allow_pickle,
+            trust_remote_code=trust_remote_code,
             chunk_rows=chunk_rows,
             max_rows_per_window=max_rows,
             batch_tokens=batch_tokens,

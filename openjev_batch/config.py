@@ -71,6 +71,8 @@ class EngineOptions(BaseModel):
     attention_backend: str | None = None
     context_length: int | None = Field(None, gt=0)
     engine_args: dict[str, Any] = Field(default_factory=dict)
+    allow_pickle: bool = False
+    trust_remote_code: bool = False
 
     def backend_options(self, model: str) -> BackendOptions:
         """The options the backend is started with (single machine, Ray actors and classify alike)."""
@@ -84,6 +86,8 @@ class EngineOptions(BaseModel):
             attention_backend=self.attention_backend,
             context_length=self.context_length,
             engine_args=dict(self.engine_args),
+            allow_pickle=self.allow_pickle,
+            trust_remote_code=self.trust_remote_code,
         )
 
 

@@ -450,7 +450,7 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
     shared = load_questions(cfg.questions_file) if cfg.questions_file else None
     if tokenizer is None:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+            tokenizer = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
         except Exception as e:
             raise _BE(f"cannot load the tokenizer of {cfg.model!r}: {e}") from e
     prompter = Prompter(tokenizer)

@@ -29,6 +29,9 @@ def load_backend(name: str, opts: BackendOptions) -> Backend:
     """Import and start the backend `name`. Raises BackendError for an unknown or uninstalled backend."""
     if name not in _BACKENDS:
         raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(NAMES)}")
+    from ..models import check_model_trust
+
+    check_model_trust(opts)  # before any engine or loader sees the checkpoint
     module, cls = _BACKENDS[name].split(":")
     try:
         return getattr(importlib.import_module(module), cls)(opts)

@@ -37,6 +37,9 @@ class BackendOptions:
     attention_backend: str | None = None
     context_length: int | None = None
     engine_args: dict[str, Any] = field(default_factory=dict)
+    # Checkpoints are data too: pickle weights and a model's own Python code run only when asked for.
+    allow_pickle: bool = False  # --allow-pickle: load .bin/.pt weights (pickles can execute code)
+    trust_remote_code: bool = False  # --trust-remote-code: import the checkpoint's own modules (auto_map)
 
 
 def refuse_engine_options(opts: BackendOptions, backend: str) -> None:
@@ -57,6 +60,15 @@ def refuse_engine_options(opts: BackendOptions, backend: str) -> None:
         raise BackendError(
             f"the {backend} backend has no engine options; drop {'; '.join(given)} (sglang only)"
         )
+
+
+def loader_options(opts: BackendOptions, weights: bool = True) -> dict[str, Any]:
+    """transformers `from_pretrained` options that keep a checkpoint from running code: its own modules only
+    with --trust-remote-code, pickle weights only with --allow-pickle (`use_safetensors=True` refuses them)."""
+    kw: dict[str, Any] = {"trust_remote_code": opts.trust_remote_code}
+    if weights and not opts.allow_pickle:
+        kw["use_safetensors"] = True
+    return kw
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import torch
 from ..classify import Checkpoint, ClassifierBackend, ClsResult, prompt_ids
 from ..errors import BackendError
 from ..plan import Window
-from .base import BackendOptions, refuse_engine_options
+from .base import BackendOptions, loader_options, refuse_engine_options
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -35,8 +35,10 @@ class HFClassifier(ClassifierBackend):
         if dtype not in _DTYPES:
             raise BackendError(f"unknown dtype {dtype!r}; expected auto or one of {', '.join(_DTYPES)}")
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(opts.model)
-            model = AutoModelForSequenceClassification.from_pretrained(opts.model, dtype=_DTYPES[dtype])
+            self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
+            model = AutoModelForSequenceClassification.from_pretrained(
+                opts.model, dtype=_DTYPES[dtype], **loader_options(opts)
+            )
         except Exception as e:
             raise BackendError(f"cannot load classifier {opts.model!r} with transformers: {e}") from e
         self.model = model.to(device).eval()

@@ -25,7 +25,7 @@ from ..classify import Checkpoint, ClassifierBackend, ClsResult, prompt_ids
 from ..errors import BackendError
 from ..plan import Window
 from ..sglang_models import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE
-from .base import BackendOptions
+from .base import BackendOptions, loader_options
 from .sglang import engine_kwargs as engine_kwargs_base
 from .sglang import import_sglang
 
@@ -80,7 +80,7 @@ class SGLangClassifier(ClassifierBackend):
         kw = engine_kwargs(opts, ckpt)
         override = OVERRIDES.get(ckpt.architecture)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(opts.model)
+            self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
         except Exception as e:
             raise BackendError(f"cannot load the tokenizer of {opts.model!r}: {e}") from e
 

@@ -25,7 +25,7 @@ import torch
 
 from ..errors import BackendError
 from ..plan import Window
-from .base import Backend, BackendOptions, BranchResult, refuse_engine_options
+from .base import Backend, BackendOptions, BranchResult, loader_options, refuse_engine_options
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -44,9 +44,11 @@ class HFBackend(Backend):
         if dtype not in _DTYPES:
             raise BackendError(f"unknown dtype {dtype!r}; expected auto or one of {', '.join(_DTYPES)}")
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(opts.model)
+            self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
             self.model = (
-                AutoModelForCausalLM.from_pretrained(opts.model, dtype=_DTYPES[dtype]).to(device).eval()
+                AutoModelForCausalLM.from_pretrained(opts.model, dtype=_DTYPES[dtype], **loader_options(opts))
+                .to(device)
+                .eval()
             )
         except Exception as e:
             raise BackendError(f"cannot load model {opts.model!r} with transformers: {e}") from e

@@ -38,7 +38,7 @@ from .. import mis
 from ..errors import BackendError
 from ..model_info import ModelInfo, model_info
 from ..plan import StateBudget, Window, state_groups
-from .base import Backend, BackendOptions, BranchResult
+from .base import Backend, BackendOptions, BranchResult, loader_options
 from .sglang_patches import engine_class
 
 
@@ -177,6 +177,10 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any]) -> str | None:
     return None
 
 
+# sglang load formats that never unpickle: safetensors files, random weights, GGUF (a flat binary format)
+SAFE_LOAD_FORMATS = frozenset({"safetensors", "fastsafetensors", "dummy", "gguf"})
+
+
 def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
     """`sglang.Engine` keyword arguments from the user's options: prefill-only defaults, sglang's CPU path
     when there is no GPU, the named options, `extra` (e.g. is_embedding), then `--engine-arg`s, which win.
@@ -220,8 +224,27 @@ def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
             kw[k] = getattr(opts, k)
     if opts.dtype != "auto":
         kw["dtype"] = opts.dtype
+    # sglang's "auto" loader reads .bin pickles and retries a legacy-tar one with weights_only=False, which
+    # runs its code; "safetensors" reads nothing else. Its model config honours trust_remote_code.
+    kw["trust_remote_code"] = opts.trust_remote_code
+    if not opts.allow_pickle:
+        kw["load_format"] = "safetensors"
     kw.update(extra)
-    kw.update(opts.engine_args)
+    given = opts.engine_args
+    if given.get("trust_remote_code") and not opts.trust_remote_code:
+        raise BackendError(
+            "--engine-arg trust_remote_code=true runs the checkpoint's own code: add --trust-remote-code"
+        )
+    if (
+        "load_format" in given
+        and str(given["load_format"]) not in SAFE_LOAD_FORMATS
+        and not opts.allow_pickle
+    ):
+        raise BackendError(
+            f"--engine-arg load_format={given['load_format']} can load pickle weights, which can run code: "
+            f"add --allow-pickle (or use one of {', '.join(sorted(SAFE_LOAD_FORMATS))})"
+        )
+    kw.update(given)
     return kw
 
 
@@ -272,7 +295,7 @@ class SGLangBackend(Backend):
             # tuned fused-MoE kernel configs sglang 0.5.17 lacks (E=256, N=512 on the H200); see moe_configs
             self.moe_config_dir = moe_configs.use_for_engine()
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(opts.model)
+            self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
         except Exception as e:
             raise BackendError(f"cannot load the tokenizer of {opts.model!r}: {e}") from e
         try:

@@ -1,0 +1,102 @@
+"""No code from checkpoints unless asked: pickle weights need --allow-pickle, a checkpoint's own Python code
+needs --trust-remote-code, for every backend, checked before any loader or engine starts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import EXAMPLES, cli
+
+from openjev_batch.backends.base import BackendOptions, loader_options
+from openjev_batch.errors import BackendError
+from openjev_batch.models import check_model_trust
+
+
+class _RunsOnLoad:
+    """Unpickling this creates a file: what a hostile checkpoint would do with something worse."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def pickle_folder(tiny_model, dest, marker):
+    """The tiny model's config and tokenizer, with a legacy-tar pickle instead of its safetensors."""
+    import torch
+
+    shutil.copytree(tiny_model, dest, ignore=shutil.ignore_patterns("*.safetensors"))
+    torch.save({"w": _RunsOnLoad(marker)}, dest / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    return dest
+
+
+@pytest.mark.parametrize("backend", ["hf", "sglang"])
+def test_pickle_weights_are_refused_before_loading(tiny_model, tmp_path, backend):
+    marker = tmp_path / "ran"
+    folder = pickle_folder(tiny_model, tmp_path / "m", marker)
+    out = tmp_path / "o.parquet"
+    r = cli("run", EXAMPLES / "tickets_inline.jsonl", "-m", folder, "-b", backend, "-o", out, "--no-progress")
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+    assert "pickle files (pytorch_model.bin)" in r.stderr and "--allow-pickle" in r.stderr
+    assert not marker.exists() and not out.exists()
+    import torch
+
+    torch.load(folder / "pytorch_model.bin", weights_only=False)  # what sglang's loader falls back to
+    assert marker.exists()  # the file really runs code when unpickled
+
+
+def test_allow_pickle_loads_pickle_weights_with_hf(tiny_model, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_model, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    state = {}
+    for f in tiny_model.glob("*.safetensors"):
+        state.update(load_file(f))
+    torch.save(state, folder / "pytorch_model.bin")
+    out = tmp_path / "o.parquet"
+    args = ("run", EXAMPLES / "tickets_inline.jsonl", "-m", folder, "-b", "hf", "-o", out, "--no-progress")
+    r = cli(*args, "--allow-pickle")
+    assert r.returncode == 0, r.stderr
+
+
+def test_remote_code_is_refused_without_the_option(tiny_model, tmp_path):
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_model, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(
+        json.dumps({**cfg, "auto_map": {"AutoModelForCausalLM": "evil.Model"}})
+    )
+    for backend in ("hf", "sglang"):
+        out = tmp_path / "o.parquet"
+        r = cli(
+            "run", EXAMPLES / "tickets_inline.jsonl", "-m", folder, "-b", backend, "-o", out, "--no-progress"
+        )
+        assert r.returncode == 4 and "auto_map" in r.stderr and "--trust-remote-code" in r.stderr, r.stderr
+    check_model_trust(BackendOptions(model=str(folder), trust_remote_code=True))  # allowed when asked
+
+
+def test_loader_options():
+    assert loader_options(BackendOptions(model="m")) == {"trust_remote_code": False, "use_safetensors": True}
+    assert loader_options(BackendOptions(model="m", allow_pickle=True)) == {"trust_remote_code": False}
+    assert loader_options(BackendOptions(model="m"), weights=False) == {"trust_remote_code": False}
+    assert loader_options(BackendOptions(model="m", trust_remote_code=True))["trust_remote_code"] is True
+
+
+def test_sglang_engine_loads_safetensors_only_unless_allowed():
+    pytest.importorskip("sglang")
+    from openjev_batch.backends.sglang import engine_kwargs
+
+    kw = engine_kwargs(BackendOptions(model="m", device="cpu"))
+    assert kw["load_format"] == "safetensors" and kw["trust_remote_code"] is False
+    assert "load_format" not in engine_kwargs(BackendOptions(model="m", device="cpu", allow_pickle=True))
+    with pytest.raises(BackendError, match="load_format=pt can load pickle weights.*--allow-pickle"):
+        engine_kwargs(BackendOptions(model="m", device="cpu", engine_args={"load_format": "pt"}))
+    with pytest.raises(BackendError, match="add --trust-remote-code"):
+        engine_kwargs(BackendOptions(model="m", device="cpu", engine_args={"trust_remote_code": True}))
+    kw = engine_kwargs(BackendOptions(model="m", device="cpu", trust_remote_code=True))
+    assert kw["trust_remote_code"] is True
