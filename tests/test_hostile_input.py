@@ -177,3 +177,11 @@ def test_questions_file_with_a_byte_order_mark(tmp_path):
     inp.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "a", "state": "x"}).encode() + b"\n")
     r = cli("validate", inp, "-q", qf)
     assert r.returncode == 0 and "1 rows, 1 questions, 0 errors" in r.stdout, r.stdout + r.stderr
+
+
+def test_invalid_utf8_in_csv_is_a_row_error(tmp_path):
+    p = tmp_path / "in.csv"
+    q = json.dumps(Q).replace('"', '""')
+    p.write_bytes(f'id,state,questions\na,"ok \xff bad","{q}"\nb,fine,"{q}"\n'.encode("latin-1"))
+    rows = [r for c in read_rows(p) for r in c]
+    assert rows[0].error == "row a: state: not valid UTF-8 (byte 0xff at 3)" and isinstance(rows[1], Row)
