@@ -187,7 +187,10 @@ class Prompter:
         """Split the placeholder rendering into markup and slots: `_pre` (complete ids before the text run in
         which the user content starts), `_pre_run` (that run's text before the content), `_post_run` (text
         after the content up to the next control token), `_post` (ids of the rest, answer lead included)."""
-        text = self.render(_SYSTEM_SLOT, _USER_SLOT)
+        try:
+            text = self.render(_SYSTEM_SLOT, _USER_SLOT)
+        except Exception as e:  # no chat template (a base model), or one that refuses two messages
+            raise PromptError(f"cannot render the model's chat template: {type(e).__name__}: {e}") from e
         if (
             text.count(_SYSTEM_SLOT) != 1
             or text.count(_USER_SLOT) != 1
