@@ -100,3 +100,14 @@ def test_sglang_engine_loads_safetensors_only_unless_allowed():
         engine_kwargs(BackendOptions(model="m", device="cpu", engine_args={"trust_remote_code": True}))
     kw = engine_kwargs(BackendOptions(model="m", device="cpu", trust_remote_code=True))
     assert kw["trust_remote_code"] is True
+
+
+def test_loader_refusal_names_the_option(tiny_model, tmp_path):
+    """What the folder check cannot see (a hub checkpoint, weights under another name) the loader refuses;
+    the message then says which option allows it."""
+    from openjev_batch.backends import load_backend
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_model, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    with pytest.raises(BackendError, match="pass --allow-pickle for pickle weights you trust"):
+        load_backend("hf", BackendOptions(model=str(folder), device="cpu"))

@@ -71,6 +71,17 @@ def loader_options(opts: BackendOptions, weights: bool = True) -> dict[str, Any]
     return kw
 
 
+def trust_hint(opts: BackendOptions, e: BaseException) -> str:
+    """The option to name when a loader refused what `loader_options` keeps out (a hub checkpoint with only
+    pickle weights, or one that needs its own code), so the message says how to allow it."""
+    msg = str(e)
+    if not opts.allow_pickle and "safetensors" in msg:
+        return " (only safetensors weights are loaded; pass --allow-pickle for pickle weights you trust)"
+    if not opts.trust_remote_code and "trust_remote_code" in msg:
+        return " (pass --trust-remote-code to run this checkpoint's own code, if you trust it)"
+    return ""
+
+
 @dataclass(frozen=True)
 class BranchResult:
     """Label logprobs of one branch (aligned with its label_ids; NaN where missing) and its token counts."""

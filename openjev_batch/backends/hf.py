@@ -25,7 +25,7 @@ import torch
 
 from ..errors import BackendError
 from ..plan import Window
-from .base import Backend, BackendOptions, BranchResult, loader_options, refuse_engine_options
+from .base import Backend, BackendOptions, BranchResult, loader_options, refuse_engine_options, trust_hint
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -51,7 +51,9 @@ class HFBackend(Backend):
                 .eval()
             )
         except Exception as e:
-            raise BackendError(f"cannot load model {opts.model!r} with transformers: {e}") from e
+            raise BackendError(
+                f"cannot load model {opts.model!r} with transformers: {e}{trust_hint(opts, e)}"
+            ) from e
         self.device = device
         # Newer transformers (5.24; not 5.12) name the forward argument `cache`, not `past_key_values`;
         # the old name still works there with a FutureWarning ("will be removed in version 5.40.0").
