@@ -167,3 +167,14 @@ def test_template_that_rewrites_content_is_refused(qwen3_tok_dir):
     )
     with pytest.raises(PromptError, match="does not keep the system and user message contents verbatim"):
         Prompter(tok)
+
+
+def test_tokenizer_without_chat_template_is_refused_at_start_up(qwen3_tok_dir):
+    from transformers import AutoTokenizer
+
+    from openjev_batch.errors import PromptError
+
+    tok = AutoTokenizer.from_pretrained(qwen3_tok_dir)
+    tok.chat_template = None  # a base model's tokenizer
+    with pytest.raises(PromptError, match="cannot render the model's chat template"):
+        Prompter(tok)
