@@ -102,8 +102,10 @@ def run(
     trust_remote_code: bool = typer.Option(
         False, "--trust-remote-code", help="Run the checkpoint's own Python code (auto_map) [refused]."
     ),
+    # 2048: the host stage of chunk k+1 runs while chunk k is on the engine, so smaller chunks hide more of it
+    # (H200, multi-item, W2 12,032 rows: 11.2 s in one chunk, 9.5 s in chunks of 2048; docs/benchmarks.md).
     chunk_rows: int = typer.Option(
-        20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
+        2048, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
     ),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),

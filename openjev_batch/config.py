@@ -98,7 +98,7 @@ class RunConfig(EngineOptions):
     backend: str
     questions_file: Path | None = None
     keep: tuple[str, ...] = ()
-    chunk_rows: int = Field(20_000, gt=0)
+    chunk_rows: int = Field(2048, gt=0)  # see cli.run --chunk-rows
     max_branches_per_window: int = Field(4096, gt=0)
     kv_budget_tokens: int | None = Field(None, gt=0)
     progress: bool = True

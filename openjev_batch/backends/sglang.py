@@ -111,7 +111,10 @@ PREFILL_GRAPH_TOKENS = (
     28672,
     32768,
 )
-PREFILL_GRAPHS_DEFAULT = False  # chosen by the H200 measurement (docs/benchmarks.md, run d)
+# Off: with these 19 sizes the 0.6B jobs ran no faster on the H200 (W1 2.16 vs 2.14–2.38 s, W2 17.3 vs 17.1 s,
+# W3 16.4 vs 15.6 s; capture ~9 s; benchmarks/results/2026-12-01-h200-issue19.md): the scheduler's per-request
+# CPU time, not kernel launches, bounds them. A multi-item engine has no CUDA graphs at all.
+PREFILL_GRAPHS_DEFAULT = False
 
 
 def prefill_graph_args(sizes: tuple[int, ...] = PREFILL_GRAPH_TOKENS) -> dict[str, Any]:
@@ -141,9 +144,11 @@ def gpu_prefill_defaults(fields: set[str] | frozenset[str] = frozenset()) -> dic
 
 
 # Multi-item scoring when the user does not choose (`--engine-arg enable_mis=true|false`): on a CUDA GPU, for
-# models where it is exact, when the attention backend is unset or flashinfer. Chosen by the H200 measurement
-# (docs/benchmarks.md, run d).
-MULTI_ITEM_DEFAULT = False
+# models where it is exact, when the attention backend is unset or flashinfer. Measured on one H200, same run,
+# against the first-branch pattern (benchmarks/results/2026-12-01-h200-issue19.md): 0.6B W1 2.14–2.38 →
+# 1.33–1.39 s, W2 17.1 → 11.2 s, W3 (5,000 tickets) 15.6 → 11.0 s; 8B W1 8.55 s (8.80–9.52 s in earlier
+# runs); answers agree on every question whose top two options are > 0.1 apart.
+MULTI_ITEM_DEFAULT = True
 
 
 def choose_multi_item(opts: BackendOptions, kw: dict[str, Any]) -> str | None:
