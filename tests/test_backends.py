@@ -326,6 +326,8 @@ def test_multi_item_choice(tiny_model, tmp_path, monkeypatch):
     assert "not a 1-D RoPE" in choose(model=hybrid)[0] and "enable_mis" not in choose(model=hybrid)[1]
     assert "CUDA GPU" in choose(device="cpu")[0]
     assert "not triton" in choose(attention_backend="triton")[0]
+    old = BackendOptions(model=str(tiny_model))
+    assert "0.5.17" in sb.choose_multi_item(old, {"device": "cuda"}, "0.5.16")
 
 
 def test_prefill_graph_args_are_server_args():

@@ -151,7 +151,7 @@ def gpu_prefill_defaults(fields: set[str] | frozenset[str] = frozenset()) -> dic
 MULTI_ITEM_DEFAULT = True
 
 
-def choose_multi_item(opts: BackendOptions, kw: dict[str, Any]) -> str | None:
+def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: str = "0.5.17") -> str | None:
     """Decide multi-item scoring for an engine about to start with `kw` (from `engine_kwargs`); sets
     `enable_mis` and flashinfer attention in `kw` when it is chosen. Returns None when it is on, else why not.
     Raises BackendError when the user asked for it (`enable_mis=true`) and it cannot be exact or cannot run."""
@@ -160,7 +160,9 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any]) -> str | None:
         kw.pop("enable_mis", None)
         return "turned off (enable_mis=false)"
     why = None
-    if kw.get("device") != "cuda":
+    if _version_tuple(sglang_version) < (0, 5, 17):  # items are read only from prefill-only requests
+        why = f"needs sglang >= 0.5.17, not {sglang_version}"
+    elif kw.get("device") != "cuda":
         why = "needs a CUDA GPU (flashinfer attention)"
     elif opts.attention_backend not in (None, "flashinfer"):
         why = f"needs flashinfer attention, not {opts.attention_backend}"
@@ -291,7 +293,7 @@ class SGLangBackend(Backend):
         from transformers import AutoTokenizer
 
         kw = engine_kwargs(opts)
-        self.multi_item_off_reason = choose_multi_item(opts, kw)
+        self.multi_item_off_reason = choose_multi_item(opts, kw, sglang.__version__)
         self.model_info: ModelInfo = model_info(opts.model)
         self.moe_config_dir = None
         if self.model_info.moe and kw.get("device") != "cpu":
@@ -319,9 +321,6 @@ class SGLangBackend(Backend):
         if self.model_info.recurrent and self.state_budget is None:
             self.state_budget = StateBudget(slots=48)  # sglang said nothing: a small, safe guess
         self.multi_item = bool(info.get("enable_mis", kw.get("enable_mis")))
-        if self.multi_item and self.max_new_tokens != 0:  # sglang reads items only for prefill-only requests
-            self.close()
-            raise BackendError(f"multi-item scoring needs sglang >= 0.5.17, not {sglang.__version__}")
         self.scoring = "multi-item" if self.multi_item else "branches"
         # A packed request is one forward (chunked prefill is off on such an engine): keep it within the
         # prefill budget and below the context (sglang refuses input_ids of ≥ context_len tokens).
