@@ -1,9 +1,10 @@
 """What pyproject declares is installable: the `sglang` extra (a GPU host's one command) resolves, with pip's
-own resolver against the package registry, together with openjev-batch's dependency ranges, for the oldest
-and the newest sglang the backend supports. Each sglang release pins its torch/transformers/tokenizers, so
-a range of ours that excludes them would make `pip install 'openjev-batch[sglang]'` fail or fall back.
+own resolver against the package registry, together with openjev-batch's dependency ranges (in full for the
+release it picks, on their torch/transformers/tokenizers pins for every release of the extra). Each sglang
+release pins those, so a range of ours that excludes them would make `pip install 'openjev-batch[sglang]'`
+fail or fall back to an older sglang.
 
-Needs the registry (`pip install --dry-run` downloads metadata, installs nothing). Without it the test is
+Needs the registry (`pip install --dry-run` downloads the wheels it reads, installs nothing). Without it the test is
 skipped, unless OPENJEV_REQUIRE_REGISTRY=1 (CI), where it fails instead."""
 
 from __future__ import annotations
