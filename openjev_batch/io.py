@@ -265,12 +265,15 @@ def input_columns(path: Path) -> set[str] | None:
 def _records(path: Path, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
     """Chunks of (position, record) or (position, error text for an unreadable line)."""
     fmt, compression = input_format(path)
-    if fmt == "jsonl":
-        yield from _jsonl_records(open_binary(path, compression), chunk_rows)
-        return
-    if fmt == "json":
-        yield from _json_records(path, compression, chunk_rows)
-        return
+    try:
+        if fmt == "jsonl":
+            yield from _jsonl_records(open_binary(path, compression), chunk_rows)
+            return
+        if fmt == "json":
+            yield from _json_records(path, compression, chunk_rows)
+            return
+    except OSError as e:  # a corrupt or truncated .gz/.zst stream (pyarrow's codec), or a read error
+        raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES[fmt]}: {e}") from e
     try:
         if fmt == "csv":
             batches = _csv_reader(path, compression)
