@@ -12,7 +12,7 @@ bench_gpu.py (after `benchmarks/gpu.sh` has installed it once on the machine):
 Model: a random Qwen3ForSequenceClassification of Qwen3-0.6B's shape (3 labels, id2label, pad id; bf16)
 with the real Qwen3 tokenizer. Workload: real RTE/CB text (the committed samples in examples/nli),
 "many hypotheses per premise": each passage (a few real premises joined, ~250 tokens) is paired with
-K real hypotheses, so one premise's KV serves K rows. Every timing is `run_classify` end to end (read →
+K real hypotheses, so one premise's KV serves K rows. Every timing is `run_job` (classifier-head readout) end to end (read →
 template → tokenize → plan → classify → softmax → Parquet), engine/model start excluded (reported apart).
 Parity: max |Δlogit| and argmax agreement between the two backends on the same rows (both bf16).
 """
@@ -114,8 +114,9 @@ def workload(path: Path, passages: int, k: int) -> int:
 
 
 def main() -> None:
-    from openjev_batch.backends.base import BackendOptions
-    from openjev_batch.classify import build_classify_config, load_classifier, run_classify
+    from openjev_batch.backends import BackendOptions, load_backend
+    from openjev_batch.config import build_config
+    from openjev_batch.pipeline import run_job
 
     WORK.mkdir(parents=True, exist_ok=True)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -135,12 +136,16 @@ def main() -> None:
     gpu_kit = {} if SMOKE else dict(attention_backend="triton", engine_args={"disable_cuda_graph": True})
     for backend in ("hf", "sglang"):
         t0 = time.perf_counter()
-        b = load_classifier(
+        b = load_backend(
             backend,
             BackendOptions(
-                model=model, device=DEVICE, dtype=DTYPE, **(gpu_kit if backend == "sglang" else {})
+                model=model,
+                device=DEVICE,
+                dtype=DTYPE,
+                batch_tokens=65_536 if backend == "hf" else 16_384,
+                **(gpu_kit if backend == "sglang" else {}),
             ),
-            batch_tokens=65_536 if backend == "hf" else 16_384,
+            "classifier-head",
         )
         start_s = time.perf_counter() - t0
         try:
@@ -149,17 +154,22 @@ def main() -> None:
                     if name == "sglang-no-warmup":
                         b.warm_prefixes = False
                     out = WORK / f"{name}-{passages}x{k}.parquet"
-                    cfg = build_classify_config(
-                        input=src, output=out, model=model, backend=b.name, progress=False
+                    cfg = build_config(
+                        input=src,
+                        output=out,
+                        model=model,
+                        backend=b.name,
+                        readout="classifier-head",
+                        progress=False,
                     )
-                    run_classify(cfg, backend=b)  # warm-up pass (kernels, allocator)
+                    run_job(cfg, backend=b)  # warm-up pass (kernels, allocator)
                     if backend == "sglang":  # the timed pass starts from an empty radix cache
                         for _ in range(200):
                             if getattr(b.engine.flush_cache(), "success", True):
                                 break
                             time.sleep(0.05)
                     t0 = time.perf_counter()
-                    s = run_classify(cfg, backend=b)
+                    s = run_job(cfg, backend=b)
                     wall = time.perf_counter() - t0
                     import pyarrow.parquet as pq
 

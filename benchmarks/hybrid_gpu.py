@@ -278,8 +278,9 @@ def stage_cls35(res: dict) -> None:
     import torch
     from transformers import AutoModelForSequenceClassification, Qwen3_5Config
 
-    from openjev_batch.backends.base import BackendOptions
-    from openjev_batch.classify import build_classify_config, load_classifier, run_classify
+    from openjev_batch.backends import BackendOptions, load_backend
+    from openjev_batch.config import build_config
+    from openjev_batch.pipeline import run_job
 
     d = bg.WORK / "qwen3.5-cls-tiny"
     r = res["hybrid/qwen3.5-cls-tiny"] = {}
@@ -333,7 +334,9 @@ def stage_cls35(res: dict) -> None:
         )
         t = time.perf_counter()
         try:
-            b = load_classifier(name, BackendOptions(model=str(d), device="cuda", dtype="bfloat16", **kit))
+            b = load_backend(
+                name, BackendOptions(model=str(d), device="cuda", dtype="bfloat16", **kit), "classifier-head"
+            )
         except Exception as e:
             r[name] = f"failed to start: {type(e).__name__}: {str(e)[:1500]}"
             bg.log("cls35", name, r[name])
@@ -341,8 +344,10 @@ def stage_cls35(res: dict) -> None:
             break
         try:
             out = bg.WORK / f"cls35-{name}.parquet"
-            cfg = build_classify_config(input=src, output=out, model=str(d), backend=b.name, progress=False)
-            s = run_classify(cfg, backend=b)
+            cfg = build_config(
+                input=src, output=out, model=str(d), backend=b.name, readout="classifier-head", progress=False
+            )
+            s = run_job(cfg, backend=b)
             r[name] = {"rows": n, "errors": s.errors, "s": round(time.perf_counter() - t, 1)}
             outs[name] = pq.read_table(out).to_pylist()
         except Exception as e:

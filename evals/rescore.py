@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from openjev_batch.evaluate import rescore
+from openjev_batch.evaluation import rescore
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,8 +7,8 @@ with the CLI's validation, planning, backends and output columns.
         out = clf.run(df, {"refund": {"type": "noul", "instructions": "Asks for a refund?"}})
         out2 = clf.run(other_df, "questions.yaml")                 # same engine, no reload
 
-It is a thin facade over the job loop (`pipeline._chunk_records`: prompt → plan → prefill → read out, in
-input order) and the readers' row parsing (`io.parse_records`); the CLI's `run` goes through the same loop
+It is a thin facade over the job loop's stage functions (`pipeline.prompt_chunk` and `pipeline.score_chunk`:
+prompt → plan → prefill → read out, in input order) and the readers' row parsing (`io.parse_records`); the CLI's `run` goes through the same loop
 with files, parts and `--resume` around it. Heavy imports (torch, transformers, the backend) happen when a
 Classifier is created, not when the package is imported.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from .errors import ConfigError
@@ -130,8 +129,7 @@ class Classifier:
         from .backends import NAMES, default_backend, load_backend
         from .backends.base import refuse_engine_options
         from .models import resolve_model
-        from .prompt import Prompter
-        from .schema import MAX_BRANCH_TOKENS
+        from .readouts.label_logprobs import LabelLogprobs
 
         self.backend_name = backend or default_backend()
         if self.backend_name not in NAMES:
@@ -148,14 +146,11 @@ class Classifier:
             refuse_engine_options(opts, "hf")
         self.backend = load_backend(self.backend_name, opts)
         try:
-            ctx = getattr(self.backend, "context_length", None)
-            self.prompter = Prompter(
-                self.backend.tokenizer, max_branch_tokens=min(MAX_BRANCH_TOKENS, ctx or MAX_BRANCH_TOKENS)
-            )
+            self.prompter = LabelLogprobs().prompter(self.backend.tokenizer, self.backend.context_length)
         except BaseException:
             self.backend.close()
             raise
-        self._loop = SimpleNamespace(max_branches_per_window=max_branches)
+        self.max_branches = max_branches
         self.last_summary = None
 
     def run(
@@ -183,7 +178,8 @@ class Classifier:
         import pyarrow as pa
 
         from .io import OUTPUT_SCHEMA, parse_records, records_table
-        from .pipeline import _chunk_records, _prompt_chunk, summarize
+        from .pipeline import prompt_chunk, score_chunk, summarize
+        from .readouts.label_logprobs import LabelLogprobs
 
         t0 = time.perf_counter()
         kind = _kind(data)
@@ -195,22 +191,22 @@ class Classifier:
             raise ConfigError("limit must be positive")
         cols = _columns(data, kind)
         keep_t = self._keep(keep, cols)
-        shared = _questions(questions)
+        readout = LabelLogprobs(_questions(questions), keep_t)
         budget = self.backend.kv_budget_tokens()
         warm0 = self.backend.warm_tokens
         records: list[dict[str, Any]] = []
         n_rows = 0
-        for chunk in parse_records(_records_of(data, kind, CHUNK_ROWS), shared, keep_t, limit):
+        for chunk in parse_records(_records_of(data, kind, CHUNK_ROWS), limit=limit, readout=readout):
             n_rows += len(chunk)
-            records.extend(
-                _chunk_records(
-                    chunk, _prompt_chunk(chunk, self.prompter), self.backend, self._loop, budget, on_progress
-                )
-            )
+            prompted = prompt_chunk(chunk, self.prompter)
+            records += score_chunk(
+                prompted, readout, self.backend, budget, self.max_branches, on_progress
+            ).records
         table = records_table(records, keep_t) if records else OUTPUT_SCHEMA.empty_table()
         self.last_summary = summarize(
-            table, n_rows, self.backend.warm_tokens - warm0, time.perf_counter() - t0, "", self.model
-        )
+            table, n_rows, self.backend.warm_tokens - warm0, time.perf_counter() - t0, "", self.model,
+            readout=readout,
+        )  # fmt: skip
         if output == "arrow":
             return table
         if output == "pandas":

@@ -8,8 +8,11 @@ Exit codes: 0 every question answered · 3 output written, some rows/questions h
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import os
 import sys
+import typing
 from collections import Counter
 from pathlib import Path
 
@@ -55,6 +58,48 @@ def _main(
     """Offline batch classification with LLMs: answers read from next-token label logprobs."""
 
 
+ENGINE: dict = {}  # where a command's engine options go (`_engine_options`); never a CLI option itself
+
+
+def _engine_options(command: str):
+    """Put the engine options config.ENGINE_OPTIONS declares for `command` where the command's `engine`
+    parameter stands, each as its CLI option; the command receives them as one dict `engine` of config
+    fields (`--engine-arg key=value` pairs parsed)."""
+    from .config import ENGINE_OPTIONS, parse_engine_args
+
+    declared = [o for o in ENGINE_OPTIONS if command in o.commands]
+
+    def option(o) -> inspect.Parameter:
+        if isinstance(o.default, dict):  # key=value pairs, repeatable
+            annotation, default = list[str], None
+        else:
+            annotation = next((t for t in typing.get_args(o.type) if t is not type(None)), o.type)
+            default = o.default
+        info = typer.Option(default, o.cli_flag, help=o.help)
+        return inspect.Parameter(
+            o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info, annotation=annotation
+        )
+
+    def deco(f):
+        sig = inspect.signature(f, eval_str=True)
+        params = []
+        for p in sig.parameters.values():
+            params.extend([option(o) for o in declared] if p.name == "engine" else [p])
+
+        @functools.wraps(f)
+        def wrapper(**kw):
+            engine = {o.name: kw.pop(o.name) for o in declared}
+            if "engine_args" in engine:
+                engine["engine_args"] = parse_engine_args(engine["engine_args"] or [])
+            return f(**kw, engine=engine)
+
+        wrapper.__signature__ = sig.replace(parameters=params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return deco
+
+
 def _fail(e: OpenjevError) -> None:
     err.print("[bold red]error:[/] ", end="")
     err.print(str(e), markup=False, highlight=False)
@@ -62,6 +107,7 @@ def _fail(e: OpenjevError) -> None:
 
 
 @app.command()
+@_engine_options("run")
 def run(
     input: Path = typer.Argument(
         ...,
@@ -80,28 +126,7 @@ def run(
         None, "--questions", "-q", help="JSON/YAML question map applied to every row."
     ),
     keep: str = typer.Option("", "--keep", help="Comma-separated input columns copied to the output."),
-    device: str = typer.Option("auto", help="auto | cpu | cuda."),
-    dtype: str = typer.Option(
-        "auto", help="auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16."
-    ),
-    tp_size: int = typer.Option(1, help="sglang tensor parallel size."),
-    dp_size: int = typer.Option(1, help="sglang data parallel size."),
-    mem_fraction_static: float = typer.Option(
-        None, help="sglang: GPU memory fraction for weights + KV pool."
-    ),
-    attention_backend: str = typer.Option(None, help="sglang attention backend (e.g. triton, torch_native)."),
-    context_length: int = typer.Option(None, help="Model context length override."),
-    engine_arg: list[str] = typer.Option(
-        None,
-        "--engine-arg",
-        help="Extra sglang.Engine argument key=value (repeatable; unknown keys are errors).",
-    ),
-    allow_pickle: bool = typer.Option(
-        False, "--allow-pickle", help="Load pickle-format weights (.bin/.pt), which can run code [refused]."
-    ),
-    trust_remote_code: bool = typer.Option(
-        False, "--trust-remote-code", help="Run the checkpoint's own Python code (auto_map) [refused]."
-    ),
+    engine: dict = ENGINE,
     # 2048: the host stage of chunk k+1 runs while chunk k is on the engine, so smaller chunks hide more of it
     # (H200, multi-item, W2 12,032 rows: 11.2 s in one chunk, 9.5 s in chunks of 2048; docs/benchmarks.md).
     chunk_rows: int = typer.Option(
@@ -133,6 +158,24 @@ def run(
     ),
 ) -> None:
     """Answer every question of every row from the model's next-token label logprobs."""
+    _run_job(
+        "run",
+        dict(
+            input=input, output=output, model=model, backend=backend, readout="label-logprobs",
+            questions_file=questions, keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
+            progress=progress, resume=resume, limit=limit, **engine,
+        ),
+        dry_run=dry_run, ray=ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
+        threads=threads,
+    )  # fmt: skip
+
+
+def _run_job(
+    command: str, kw: dict, *, dry_run: bool, ray: bool, ray_address, workers, gpus_per_worker, threads
+) -> None:
+    """The one body of `run` and `classify` (the readout is in `kw`): build the config, then the dry run,
+    the Ray run or the local job; print the summary; exit 3 when some rows or questions have errors."""
+    output, progress, resume = kw["output"], kw["progress"], kw["resume"]
     if output is None and not dry_run:
         raise typer.BadParameter("missing: -o/--output (only --dry-run runs without it)", param_hint="'-o'")
     if threads:
@@ -140,48 +183,37 @@ def run(
 
         apply_threads(threads)  # before torch is imported (default_backend, the backends)
     from .backends import default_backend
-    from .config import build_config, parse_engine_args
-    from .pipeline import run_job
+    from .config import build_config
+    from .pipeline import make_readout, run_job
 
     _quiet(progress)
     stack = contextlib.ExitStack()
     try:
-        if str(input) == "-":
+        if str(kw["input"]) == "-":
             if resume:
                 raise ConfigError("--resume needs an input file: standard input cannot be read again")
-            input = _spool_stdin(stack)
+            kw["input"] = _spool_stdin(stack)
         cfg = build_config(
-            input=input,
-            output=output,
-            model=_resolve(model),
-            backend=backend or default_backend(),
-            questions_file=questions,
-            keep=tuple(k.strip() for k in keep.split(",") if k.strip()),
-            device=device,
-            dtype=dtype,
-            tp_size=tp_size,
-            dp_size=dp_size,
-            mem_fraction_static=mem_fraction_static,
-            attention_backend=attention_backend,
-            context_length=context_length,
-            engine_args=parse_engine_args(engine_arg or []),
-            allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code,
-            chunk_rows=chunk_rows,
-            max_branches_per_window=max_branches,
-            progress=progress,
-            resume=resume,
-            limit=limit,
+            **{
+                **kw,
+                "model": _resolve(kw["model"]),
+                "backend": kw["backend"] or default_backend(),
+                "keep": tuple(k.strip() for k in kw["keep"].split(",") if k.strip()),
+            }
         )
         if dry_run:
             from .pipeline import dry_run as plan_only
 
             if resume:  # the plan covers the whole input; OUT.partial is neither read nor checked
                 raise ConfigError("--dry-run plans the whole input and ignores OUT.partial: drop --resume")
-
-            _print_plan(plan_only(cfg))
+            _print_plan(plan_only(cfg), command)
             return
-        with _progress("prefill", "branches", progress) as tick:
+        if not ray and (ray_address or workers is not None or gpus_per_worker is not None):
+            raise ConfigError("--ray-address, --workers and --gpus-per-worker need --ray")
+        # classify reads its labels here (config.json only): a checkpoint that is no classifier is refused
+        readout = make_readout(cfg) if cfg.readout != "label-logprobs" else None
+        unit = readout.unit if readout else "branches"
+        with _progress("prefill" if unit == "branches" else command, unit, progress) as tick:
             if ray:
                 from .scaleout import RayOptions, run_job_ray
 
@@ -191,10 +223,9 @@ def run(
                     gpus_per_worker=gpus_per_worker,
                 )
                 s = run_job_ray(cfg, ray_opts, on_progress=tick)
-            elif ray_address or workers is not None or gpus_per_worker is not None:
-                raise ConfigError("--ray-address, --workers and --gpus-per-worker need --ray")
             else:
                 s = run_job(cfg, on_progress=tick)
+        readout = readout or make_readout(cfg)
     except OpenjevError as e:
         _fail(e)
     except OSError as e:  # the output folder vanished or filled up mid-job
@@ -207,25 +238,18 @@ def run(
         raise typer.Exit(130) from None
     finally:
         stack.close()
-    t = Table(title="openjev-batch run", show_header=False)
+    t = Table(title=f"openjev-batch {command}", show_header=False)
     for k, v in [
         *([("model", s.model)] if s.model else []),
         *([("request pattern", s.pattern)] if s.pattern else []),
-        ("rows", f"{s.rows:,}"),
-        ("questions", f"{s.questions:,}"),
-        ("answered", f"{s.answered:,}"),
-        ("errors", f"{s.errors:,}"),
-        ("branch (logical) tokens", f"{s.branch_tokens:,}"),
-        ("  of which prefix", f"{s.prefix_tokens:,}"),
-        ("computed tokens", f"{s.computed_tokens:,}"),
-        ("cache hit rate", f"{s.cache_hit_rate:.1%}"),
-        ("wall time", f"{s.wall_s:.1f} s"),
-        ("output", s.output),
+        *readout.summary_rows(s),
     ]:
         t.add_row(k, v)
     err.print(t)
     if s.errors:
-        err.print(f"[yellow]{s.errors} question(s) have errors[/]: see the `error` column of {s.output}")
+        err.print(
+            f"[yellow]{s.errors} {readout.noun}(s) have errors[/]: see the `error` column of {s.output}"
+        )
         _print_top_errors(s)
         raise typer.Exit(EXIT_ROW_ERRORS)
 
@@ -241,8 +265,8 @@ def _print_top_errors(s) -> None:
         err.print(f"  … and {s.errors - shown:,} more", markup=False, highlight=False)
 
 
-def _print_plan(p) -> None:
-    t = Table(title="openjev-batch run --dry-run", show_header=False)
+def _print_plan(p, command: str = "run") -> None:
+    t = Table(title=f"openjev-batch {command} --dry-run", show_header=False)
     for k, v in [
         *([("model", p.model)] if p.model else []),
         *([("request pattern (sglang)", p.sglang_pattern)] if p.sglang_pattern else []),
@@ -277,6 +301,14 @@ def validate(
     questions: Path = typer.Option(
         None, "--questions", "-q", help="JSON/YAML question map applied to every row."
     ),
+    readout: str = typer.Option(
+        "label-logprobs",
+        "--readout",
+        help="label-logprobs (rows for `run`) | classifier-head (rows for `classify`).",
+    ),
+    template: str = typer.Option(
+        None, help=r"classifier-head: prompt over {premise} and {hypothesis} [default: NLI template]"
+    ),
     keep: str = typer.Option(
         "", "--keep", help="Columns `run --keep` would copy (their values are checked too)."
     ),
@@ -285,23 +317,36 @@ def validate(
     """Check the schema and limits of an input file without loading a model."""
     from .config import load_questions
     from .io import read_rows
-    from .schema import QuestionError, RowError
+    from .readouts.classifier_head import DEFAULT_TEMPLATE, ClassifierHead, unescape_template
+    from .readouts.label_logprobs import LabelLogprobs
+    from .schema import RowError
 
     stack = contextlib.ExitStack()
     try:
         if str(input) == "-":
             input = _spool_stdin(stack)
-        shared = load_questions(questions) if questions else None
+        kept = tuple(k.strip() for k in keep.split(",") if k.strip())
+        if readout == "classifier-head":
+            if questions:
+                raise ConfigError("--questions is for run (label logprobs), not for a classifier head")
+            # the labels come from the checkpoint; checking rows does not need them
+            r = ClassifierHead(("?",), unescape_template(template) if template else DEFAULT_TEMPLATE, kept)
+        elif readout == "label-logprobs":
+            if template:
+                raise ConfigError("--template is for classify (a classifier head)")
+            r = LabelLogprobs(load_questions(questions) if questions else None, kept)
+        else:
+            raise ConfigError(f"unknown readout {readout!r}; expected label-logprobs or classifier-head")
         rows = n_q = 0
         errors: list[str] = []
-        for chunk in read_rows(input, shared, tuple(k.strip() for k in keep.split(",") if k.strip())):
-            for r in chunk:
+        for chunk in read_rows(input, readout=r):
+            for row in chunk:
                 rows += 1
-                if isinstance(r, RowError):
-                    errors.append(r.error)
+                if isinstance(row, RowError):
+                    errors.append(row.error)
                     continue
-                n_q += len(r.questions)
-                errors.extend(q.error for q in r.questions if isinstance(q, QuestionError))
+                n_q += r.n_records(row)
+                errors.extend(r.problems(row))
     except OpenjevError as e:
         _fail(e)
     finally:
@@ -311,8 +356,9 @@ def validate(
     if len(errors) > show:
         err.print(f"… and {len(errors) - show} more")
     kinds = Counter(e.split(": ", 2)[1] if e.count(": ") >= 2 else e for e in errors)
+    counts = f"{rows:,} rows, {n_q:,} questions" if readout == "label-logprobs" else f"{rows:,} rows"
     out.print(
-        f"{rows:,} rows, {n_q:,} questions, {len(errors):,} errors"
+        f"{counts}, {len(errors):,} errors"
         + (f" ({', '.join(f'{k}: {v}' for k, v in kinds.most_common(5))})" if errors else ""),
         highlight=False,
     )
@@ -320,6 +366,7 @@ def validate(
 
 
 @app.command("eval")
+@_engine_options("eval")
 def eval_(
     input: Path = typer.Argument(
         ..., help="Benchmark .parquet/.jsonl: MMLU-Pro, MMLU, BoolQ, or noul input + label."
@@ -337,54 +384,31 @@ def eval_(
     sample: int = typer.Option(None, help="Score a reproducible subset of N questions (see --seed)."),
     seed: int = typer.Option(42, help="Seed of --sample and of the --calibrate split."),
     calibrate: float = typer.Option(None, help="Fit one temperature on this share, report the rest scaled."),
-    device: str = typer.Option("auto", help="auto | cpu | cuda."),
-    dtype: str = typer.Option("auto", help="auto | float32 | bfloat16 | float16."),
-    context_length: int = typer.Option(None, help="Model context length override."),
-    mem_fraction_static: float = typer.Option(None, help="sglang: GPU memory fraction."),
-    engine_arg: list[str] = typer.Option(None, "--engine-arg", help="Extra sglang.Engine key=value."),
-    allow_pickle: bool = typer.Option(
-        False, "--allow-pickle", help="Load pickle-format weights (.bin/.pt), which can run code [refused]."
-    ),
-    trust_remote_code: bool = typer.Option(
-        False, "--trust-remote-code", help="Run the checkpoint's own Python code (auto_map) [refused]."
-    ),
+    engine: dict = ENGINE,
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output folder."),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue the unfinished job in the output folder (or re-score a finished one).",
+    ),
 ) -> None:
     """Turn a benchmark file into a scored report: accuracy with 95 % intervals, Brier, ECE, reliability PNG."""
     from .backends import default_backend
-    from .config import parse_engine_args
-    from .evaluate import rich_tables, run_eval
+    from .evaluation import build_eval_config, run_eval
+    from .evaluation.report import rich_tables
 
     _quiet(progress)
     try:
-        opts = dict(
-            model=_resolve(model),
-            backend=backend or default_backend(),
-            device=device,
-            dtype=dtype,
-            context_length=context_length,
-            mem_fraction_static=mem_fraction_static,
-            engine_args=parse_engine_args(engine_arg or []),
-            allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code,
-            max_branches_per_window=max_branches,
-            progress=progress,
-        )
+        cfg = build_eval_config(
+            input=input, output_dir=output_dir, model=_resolve(model), model_name=model,
+            backend=backend or default_backend(), format=fmt, shots=shots, dev=dev, sample=sample, seed=seed,
+            calibrate=calibrate, max_branches_per_window=max_branches, progress=progress, force=force,
+            resume=resume, **engine,
+        )  # fmt: skip
         with _progress("prefill", "branches", progress) as tick:
-            rep = run_eval(
-                input,
-                output_dir,
-                opts,
-                fmt=fmt,
-                shots=shots,
-                dev=dev,
-                n_sample=sample,
-                seed=seed,
-                calibrate=calibrate,
-                model_name=model,
-                on_progress=tick,
-            )
+            rep = run_eval(cfg, on_progress=tick)
     except OpenjevError as e:
         _fail(e)
     for t in rich_tables(rep):
@@ -424,6 +448,7 @@ def models_fetch(name: str, force: bool = typer.Option(False, help="Fetch and co
 
 
 @app.command()
+@_engine_options("classify")
 def classify(
     input: Path = typer.Argument(
         ..., help="Input .parquet/.jsonl: `text`, or `premise` + `hypothesis`, per row."
@@ -439,71 +464,43 @@ def classify(
         None, help=r"Prompt over {premise} and {hypothesis}; \n is a newline [default: NLI template]"
     ),
     keep: str = typer.Option("", "--keep", help="Comma-separated input columns copied to the output."),
-    device: str = typer.Option("auto", help="auto | cpu | cuda."),
-    dtype: str = typer.Option(
-        "auto", help="auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16."
+    engine: dict = ENGINE,
+    chunk_rows: int = typer.Option(
+        20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
     ),
-    tp_size: int = typer.Option(1, help="sglang tensor parallel size."),
-    dp_size: int = typer.Option(1, help="sglang data parallel size."),
-    mem_fraction_static: float = typer.Option(
-        None, help="sglang: GPU memory fraction for weights + KV pool."
-    ),
-    attention_backend: str = typer.Option(None, help="sglang attention backend (e.g. triton, torch_native)."),
-    context_length: int = typer.Option(None, help="Model context length override."),
-    engine_arg: list[str] = typer.Option(
-        None, "--engine-arg", help="Extra sglang.Engine key=value (repeatable)."
-    ),
-    allow_pickle: bool = typer.Option(
-        False, "--allow-pickle", help="Load pickle-format weights (.bin/.pt), which can run code [refused]."
-    ),
-    trust_remote_code: bool = typer.Option(
-        False, "--trust-remote-code", help="Run the checkpoint's own Python code (auto_map) [refused]."
-    ),
-    chunk_rows: int = typer.Option(20_000, help="Rows read, planned and written per chunk (bounds memory)."),
     max_rows: int = typer.Option(4096, help="Most rows per window."),
-    batch_tokens: int = typer.Option(16_384, help="hf: most padded tokens per forward pass."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue from OUT.partial, skipping finished chunks."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Plan only (tokenizer, no model): rows, logical/unique tokens, peak RSS."
+    ),
+    ray: bool = typer.Option(
+        False, "--ray", help="Run on Ray Data: engine actors score prefix-grouped buckets (extra `[ray]`)."
+    ),
+    ray_address: str = typer.Option(
+        None, "--ray-address", help="--ray: cluster address (default: start a local cluster)."
+    ),
+    workers: int = typer.Option(None, "--workers", help="--ray: engine actors, one backend each [1]."),
+    gpus_per_worker: float = typer.Option(
+        None, "--gpus-per-worker", help="--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0]."
+    ),
 ) -> None:
     """Classify every row with a sequence-classification head (e.g. NLI): logits, probs, label per row."""
-    from .backends import default_backend
-    from .classify import DEFAULT_TEMPLATE, build_classify_config, run_classify, unescape_template
-    from .config import parse_engine_args
+    from .readouts.classifier_head import DEFAULT_TEMPLATE, unescape_template
 
-    _quiet(progress)
-    try:
-        cfg = build_classify_config(
-            input=input,
-            output=output,
-            model=_resolve(model),
-            backend=backend or default_backend(),
+    _run_job(
+        "classify",
+        dict(
+            input=input, output=output, model=model, backend=backend, readout="classifier-head",
             template=unescape_template(template) if template is not None else DEFAULT_TEMPLATE,
-            keep=tuple(k.strip() for k in keep.split(",") if k.strip()),
-            device=device,
-            dtype=dtype,
-            tp_size=tp_size,
-            dp_size=dp_size,
-            mem_fraction_static=mem_fraction_static,
-            attention_backend=attention_backend,
-            context_length=context_length,
-            engine_args=parse_engine_args(engine_arg or []),
-            allow_pickle=allow_pickle,
-            trust_remote_code=trust_remote_code,
-            chunk_rows=chunk_rows,
-            max_rows_per_window=max_rows,
-            batch_tokens=batch_tokens,
-            progress=progress,
-        )
-        with _progress("classify", "rows", progress) as tick:
-            s = run_classify(cfg, on_progress=tick)
-    except OpenjevError as e:
-        _fail(e)
-    t = Table(title="openjev-batch classify", show_header=False)
-    for k, v in s.table():
-        t.add_row(k, v)
-    err.print(t)
-    if s.errors:
-        err.print(f"[yellow]{s.errors} row(s) have errors[/]: see the `error` column of {s.output}")
-        raise typer.Exit(EXIT_ROW_ERRORS)
+            keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_rows, progress=progress,
+            resume=resume, limit=None, **engine,
+        ),
+        dry_run=dry_run, ray=ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
+        threads=None,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -1,16 +1,30 @@
-"""The run configuration: frozen and validated once, at the CLI edge. Unknown keys are errors."""
+"""The run configuration: frozen and validated once, at the CLI edge. Unknown keys are errors.
+
+Each engine option is declared once, in ENGINE_OPTIONS: that one line makes the field of EngineOptions (and
+so of RunConfig, EvalConfig and BackendOptions), the CLI option of every command that takes it (cli.py),
+the sglang.Engine argument (backends/sglang.py), the `--resume` key (pipeline.job_manifest) and the hf
+backend's refusal of sglang-only settings. Adding an engine option is adding an `EngineOption` here.
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
-from .backends.base import BackendOptions, refuse_engine_options
-from .errors import ConfigError
+from .errors import BackendError, ConfigError
 from .schema import QuestionError, QuestionSpec, parse_questions
 
 
@@ -18,8 +32,6 @@ def check_output_path(v: Path, any_format: bool = False) -> Path:
     """A writable .parquet path (with `any_format`: .parquet, .jsonl or .csv) in an existing folder
     (checked before any model loads). Raises ValueError."""
     if any_format:
-        from .io import output_format
-
         output_format(v)
     elif v.suffix.lower() != ".parquet":
         raise ValueError(f"output must be a .parquet file, got {v}")
@@ -47,56 +59,163 @@ def validation_message(e: ValidationError) -> str:
     )
 
 
-def check_keep(v: tuple[str, ...]) -> tuple[str, ...]:
-    """Kept columns must not clash with an output column or repeat. Raises ValueError."""
-    from .io import OUTPUT_SCHEMA
+BACKENDS = ("hf", "sglang")  # the --backend choices (backends/__init__.py maps each to its classes)
+# output format by extension; parts are always Parquet, the joined file is written in this format (io.py)
+OUTPUT_FORMATS = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+}
 
-    if clash := [k for k in v if k in OUTPUT_SCHEMA.names]:
+
+def output_format(path: str | Path) -> str:
+    """parquet | jsonl | csv, from the output's extension. Raises ValueError for another one."""
+    fmt = OUTPUT_FORMATS.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise ValueError(f"output must be a .parquet, .jsonl or .csv file, got {path}")
+    return fmt
+
+
+@dataclass(frozen=True)
+class EngineOption:
+    """One engine option. `sglang`: an `sglang.Engine` argument of the same name, passed when set (not None,
+    not "auto"); `resume_key`: it changes the numbers, so it is part of the `--resume` manifest;
+    `engine_only`: an sglang engine setting, refused (when not its default) by the hf backend, which has no
+    engine; `commands`: the CLI commands that offer it; `flag`: its CLI name (default `--name-with-dashes`);
+    `constraints`: pydantic Field bounds."""
+
+    name: str
+    type: Any
+    default: Any
+    help: str
+    sglang: bool = False
+    resume_key: bool = False
+    engine_only: bool = False
+    commands: tuple[str, ...] = ("run", "classify", "eval")
+    flag: str = ""
+    constraints: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+
+ENGINE_OPTIONS: tuple[EngineOption, ...] = (
+    EngineOption("device", str, "auto", "auto | cpu | cuda.", resume_key=True),
+    EngineOption(
+        "dtype", str, "auto", "auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16.",
+        sglang=True, resume_key=True,
+    ),
+    # tensor parallelism changes the bf16 reduction order, so it is part of the resume key
+    EngineOption("tp_size", int, 1, "sglang tensor parallel size.", sglang=True, resume_key=True,
+                 engine_only=True, constraints={"gt": 0}),
+    EngineOption("dp_size", int, 1, "sglang data parallel size.", sglang=True, engine_only=True,
+                 constraints={"gt": 0}),
+    EngineOption("mem_fraction_static", float | None, None, "sglang: GPU memory fraction for weights + KV pool.",
+                 sglang=True, engine_only=True, constraints={"gt": 0, "lt": 1}),
+    EngineOption("attention_backend", str | None, None, "sglang attention backend (e.g. triton, torch_native).",
+                 sglang=True, resume_key=True, engine_only=True),
+    EngineOption("context_length", int | None, None, "Model context length override.", sglang=True,
+                 resume_key=True, constraints={"gt": 0}),
+    EngineOption("engine_args", dict[str, Any], {},
+                 "Extra sglang.Engine argument key=value (repeatable; unknown keys are errors).",
+                 resume_key=True, engine_only=True, flag="--engine-arg"),
+    # Checkpoints are data too: pickle weights and a model's own Python code run only when asked for.
+    EngineOption("allow_pickle", bool, False,
+                 "Load pickle-format weights (.bin/.pt), which can run code [refused]."),
+    EngineOption("trust_remote_code", bool, False,
+                 "Run the checkpoint's own Python code (auto_map) [refused]."),
+    EngineOption("batch_tokens", int, 16_384, "hf: most padded tokens per forward pass.",
+                 commands=("classify",), constraints={"gt": 0}),
+)  # fmt: skip
+
+
+def _field(o: EngineOption):
+    if isinstance(o.default, dict):  # a fresh dict per config
+        return (o.type, Field(default_factory=dict, **o.constraints))
+    return (o.type, Field(o.default, **o.constraints))
+
+
+def check_keep(v: tuple[str, ...], readout: str = "label-logprobs") -> tuple[str, ...]:
+    """Kept columns must not clash with an output column of the readout or repeat. Raises ValueError."""
+    from .readouts import base_columns
+
+    if clash := [k for k in v if k in base_columns(readout)]:
+        if readout == "classifier-head":
+            raise ValueError(f"--keep column(s) {', '.join(clash)} clash with output columns; rename them")
         raise ValueError(f"{', '.join(clash)} already output column(s); rename the input column")
     if len(set(v)) != len(v):
         raise ValueError(f"a column is named twice in {', '.join(v)}")
     return v
 
 
-class EngineOptions(BaseModel):
-    """The backend/engine options that `run` and `classify` share, and the BackendOptions built from them."""
-
+class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    device: str = "auto"
-    dtype: str = "auto"
-    tp_size: int = Field(1, gt=0)
-    dp_size: int = Field(1, gt=0)
-    mem_fraction_static: float | None = Field(None, gt=0, lt=1)
-    attention_backend: str | None = None
-    context_length: int | None = Field(None, gt=0)
-    engine_args: dict[str, Any] = Field(default_factory=dict)
-    allow_pickle: bool = False
-    trust_remote_code: bool = False
+
+_EngineFields = create_model("_EngineFields", __base__=_Frozen, **{o.name: _field(o) for o in ENGINE_OPTIONS})  # type: ignore[call-overload]
+
+
+class EngineOptions(_EngineFields):
+    """The engine options (ENGINE_OPTIONS) that `run`, `classify` and `eval` share."""
+
+    def engine_values(self) -> dict[str, Any]:
+        return {o.name: getattr(self, o.name) for o in ENGINE_OPTIONS}
 
     def backend_options(self, model: str) -> BackendOptions:
-        """The options the backend is started with (single machine, Ray actors and classify alike)."""
-        return BackendOptions(
-            model=model,
-            device=self.device,
-            dtype=self.dtype,
-            tp_size=self.tp_size,
-            dp_size=self.dp_size,
-            mem_fraction_static=self.mem_fraction_static,
-            attention_backend=self.attention_backend,
-            context_length=self.context_length,
-            engine_args=dict(self.engine_args),
-            allow_pickle=self.allow_pickle,
-            trust_remote_code=self.trust_remote_code,
-        )
+        """The options the backend is started with (single machine, Ray actors, classify and eval alike)."""
+        return BackendOptions(model=model, **self.engine_values())
+
+    def resume_key(self) -> dict[str, Any]:
+        """The options that change the numbers, as the `--resume` manifest holds them."""
+        out = {}
+        for o in ENGINE_OPTIONS:
+            if o.resume_key:
+                v = getattr(self, o.name)
+                out[o.name] = {k: repr(x) for k, x in sorted(v.items())} if isinstance(v, dict) else v
+        return out
+
+    def sglang_kwargs(self) -> dict[str, Any]:
+        """The declared options that are `sglang.Engine` arguments and set (not None, not "auto")."""
+        return {
+            o.name: v
+            for o in ENGINE_OPTIONS
+            if o.sglang and (v := getattr(self, o.name)) is not None and v != "auto"
+        }
+
+    def refuse_engine_only(self, backend: str) -> None:
+        """Raise BackendError naming each sglang engine option set for a backend that has no engine (hf),
+        rather than ignoring it: a user who asked for `--tp-size 2` must not silently get one device."""
+        given = []
+        for o in ENGINE_OPTIONS:
+            v = getattr(self, o.name)
+            if o.engine_only and v != o.default:
+                given.append(o.cli_flag + (" " + ", ".join(sorted(v)) if isinstance(v, dict) else ""))
+        if given:
+            raise BackendError(
+                f"the {backend} backend has no engine options; drop {'; '.join(given)} (sglang only)"
+            )
+
+
+class BackendOptions(EngineOptions):
+    """What a backend needs to start: the model and the engine options."""
+
+    model: str
 
 
 class RunConfig(EngineOptions):
+    """One job: `readout` says what its rows ask (label-logprobs: `run`, questions from `questions_file` or
+    each row; classifier-head: `classify`, rows through `template`)."""
+
     input: Path
     output: Path | None = None  # None only for --dry-run (plans, writes nothing)
     model: str
     backend: str
+    readout: str = "label-logprobs"
     questions_file: Path | None = None
+    template: str | None = None
     keep: tuple[str, ...] = ()
     chunk_rows: int = Field(2048, gt=0)  # see cli.run --chunk-rows
     max_branches_per_window: int = Field(4096, gt=0)
@@ -116,18 +235,44 @@ class RunConfig(EngineOptions):
             check_not_input(self.output, self.input)
         return self
 
-    @field_validator("keep")
+    @field_validator("readout")
     @classmethod
-    def _keep(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return check_keep(v)
+    def _readout(cls, v: str) -> str:
+        from .readouts import NAMES
+
+        if v not in NAMES:
+            raise ValueError(f"unknown readout {v!r}; expected one of {', '.join(NAMES)}")
+        return v
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        from .readouts.classifier_head import Template
+
+        if v is not None:
+            try:
+                Template(v)
+            except ConfigError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _readout_options(self) -> RunConfig:
+        if self.readout == "classifier-head" and self.questions_file is not None:
+            raise ValueError("--questions is for run (label logprobs), not for a classifier head")
+        if self.readout != "classifier-head" and self.template is not None:
+            raise ValueError("--template is for classify (a classifier head)")
+        try:
+            check_keep(self.keep, self.readout)
+        except ValueError as e:
+            raise ValueError(f"keep: {e}") from None
+        return self
 
     @field_validator("backend")
     @classmethod
     def _backend(cls, v: str) -> str:
-        from .backends import NAMES
-
-        if v not in NAMES:
-            raise ValueError(f"unknown backend {v!r}; expected one of {', '.join(NAMES)}")
+        if v not in BACKENDS:
+            raise ValueError(f"unknown backend {v!r}; expected one of {', '.join(BACKENDS)}")
         return v
 
 
@@ -139,7 +284,7 @@ def build_config(**kw: Any) -> RunConfig:
     except ValidationError as e:
         raise ConfigError("invalid options: " + validation_message(e)) from None
     if cfg.backend == "hf":
-        refuse_engine_options(cfg.backend_options(cfg.model), "hf")
+        cfg.refuse_engine_only("hf")
     return cfg
 
 

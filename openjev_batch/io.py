@@ -20,16 +20,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .config import output_format  # parts are always Parquet; the joined file is written in this format
 from .errors import InputFileError
-from .schema import (
-    InvalidText,
-    Row,
-    RowError,
-    duplicate_id_error,
-    ids_and_types,
-    parse_row,
-    unidentified_row_error,
-)
+from .readouts.label_logprobs import OUTPUT_SCHEMA
+from .schema import InvalidText, duplicate_id_error
 
 JSONL_EXT = (".jsonl", ".ndjson")
 KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
@@ -48,27 +42,6 @@ FORMAT_NAMES = {
     "hf-dataset": "a datasets folder",
 }
 COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
-# output format by extension; parts are always Parquet, the joined file is written in this format
-OUTPUT_EXT = {**dict.fromkeys(PARQUET_EXT, "parquet"), **dict.fromkeys(JSONL_EXT, "jsonl"), ".csv": "csv"}
-
-OUTPUT_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("question_id", pa.string()),
-        ("type", pa.string()),
-        ("options", pa.list_(pa.string())),
-        ("probs", pa.list_(pa.float64())),
-        ("answer", pa.string()),
-        ("p_true", pa.float64()),
-        ("score", pa.float64()),
-        ("confidence", pa.float64()),
-        ("label_mass", pa.float64()),
-        ("prefix_tokens", pa.int64()),
-        ("branch_tokens", pa.int64()),
-        ("cached_tokens", pa.int64()),
-        ("error", pa.string()),
-    ]
-)
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -362,47 +335,54 @@ def read_rows(
     keep: tuple[str, ...] = (),
     chunk_rows: int = 100_000,
     limit: int | None = None,
-) -> Iterator[list[Row | RowError]]:
-    """Yield chunks of parsed rows in input order (the first `limit` rows when given). Duplicate ids
-    become RowErrors (the first one wins).
+    readout: Any = None,
+) -> Iterator[list[Any]]:
+    """Yield chunks of parsed rows in input order (the first `limit` rows when given); `readout`
+    (readouts/base.py) parses each record (default: the label-logprobs readout over `questions` and
+    `keep`). Duplicate ids become RowErrors (the first one wins).
 
     Raises InputFileError for a missing, empty or wrong-extension file, or a `--keep` column that
     does not exist (Parquet: checked against the schema up front).
     """
-    path = check_input(path, keep)
+    readout = readout or _default_readout(questions, keep)
+    path = check_input(path, readout.keep)
     any_rows = False
-    for out in parse_records(_records(path, chunk_rows), questions, keep, limit):
+    for out in parse_records(_records(path, chunk_rows), limit=limit, readout=readout):
         any_rows = True
         yield out
     if not any_rows:
         raise InputFileError(f"{path}: no rows")
 
 
+def _default_readout(questions: Any, keep: tuple[str, ...]):
+    from .readouts.label_logprobs import LabelLogprobs
+
+    return LabelLogprobs(questions, keep)
+
+
 def parse_records(
-    chunks, questions: Any = None, keep: tuple[str, ...] = (), limit: int | None = None
-) -> Iterator[list[Row | RowError]]:
-    """Chunks of (position, record or unreadable-line text) → chunks of Row | RowError, with duplicate ids
-    made RowErrors (the first one wins); stops after `limit` rows. Shared by files and the Python API."""
+    chunks, questions: Any = None, keep: tuple[str, ...] = (), limit: int | None = None, readout: Any = None
+) -> Iterator[list[Any]]:
+    """Chunks of (position, record or unreadable-line text) → chunks of the readout's rows and RowErrors,
+    with duplicate ids made RowErrors (the first one wins); stops after `limit` rows. Shared by files and
+    the Python API."""
+    readout = readout or _default_readout(questions, keep)
     seen: dict[str, int] = {}
     n = 0
     for chunk in chunks:
         if limit is not None and n + len(chunk) > limit:
             chunk = chunk[: limit - n]
         n += len(chunk)
-        out: list[Row | RowError] = []
+        out: list[Any] = []
         for pos, rec in chunk:
             if isinstance(rec, str):  # an unreadable line: its id cannot be read
-                out.append(unidentified_row_error(pos, rec, questions, dict.fromkeys(keep)))
+                out.append(readout.unreadable(pos, rec))
                 continue
-            row = parse_row(pos, rec, questions, keep)
+            row = readout.parse_row(pos, rec)
             if row.id is None:  # no usable id (already a RowError): nothing to deduplicate
                 pass
             elif row.id in seen:
-                qids, qtypes = (
-                    (row.qids, row.qtypes) if isinstance(row, RowError) else ids_and_types(row.questions)
-                )
-                err = duplicate_id_error(row.id, seen[row.id], pos)
-                row = RowError(pos, row.id, err, qids, row.kept, qtypes)
+                row = readout.with_error(row, duplicate_id_error(row.id, seen[row.id], pos))
             else:
                 seen[row.id] = pos
             out.append(row)
@@ -410,14 +390,6 @@ def parse_records(
             yield out
         if limit is not None and n >= limit:
             return
-
-
-def output_format(path: str | Path) -> str:
-    """parquet | jsonl | csv, from the output's extension. Raises ValueError for another one."""
-    fmt = OUTPUT_EXT.get(Path(path).suffix.lower())
-    if fmt is None:
-        raise ValueError(f"output must be a .parquet, .jsonl or .csv file, got {path}")
-    return fmt
 
 
 def csv_ready(t: pa.Table) -> pa.Table:
@@ -463,10 +435,14 @@ class TableWriter:
         (self.f if self.fmt == "jsonl" else self.w).close()
 
 
-def records_table(records: list[dict[str, Any]], keep: tuple[str, ...] = ()) -> pa.Table:
-    """Output records → an Arrow table: OUTPUT_SCHEMA's columns, then the kept columns with the type Arrow
-    infers (mixed types, as a JSONL column may hold, become their JSON text)."""
-    cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in OUTPUT_SCHEMA}
+def records_table(
+    records: list[dict[str, Any]], keep: tuple[str, ...] = (), schema: pa.Schema | None = None
+) -> pa.Table:
+    """Output records → an Arrow table: the readout's columns (`schema`, default the label-logprobs
+    OUTPUT_SCHEMA), then the kept columns with the type Arrow infers (mixed types, as a JSONL column may
+    hold, become their JSON text)."""
+    schema = schema if schema is not None else OUTPUT_SCHEMA
+    cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in schema}
     for k in keep:
         vals = [r[k] for r in records]
         try:
@@ -488,10 +464,16 @@ class ResultWriter:
     """
 
     def __init__(
-        self, path: str | Path, keep: tuple[str, ...] = (), manifest: dict | None = None, resume: bool = False
+        self,
+        path: str | Path,
+        keep: tuple[str, ...] = (),
+        manifest: dict | None = None,
+        resume: bool = False,
+        schema: pa.Schema | None = None,
     ):
         from .errors import ConfigError
 
+        self.schema = schema if schema is not None else OUTPUT_SCHEMA  # the readout's columns
         self.path = Path(path)
         self.partial = self.path.with_name(self.path.name + ".partial")
         self.keep = keep
@@ -524,7 +506,7 @@ class ResultWriter:
 
     def write(self, chunk: int, records: list[dict[str, Any]]) -> None:
         tmp = self.part(chunk).with_suffix(".tmp")
-        pq.write_table(records_table(records, self.keep), tmp)
+        pq.write_table(records_table(records, self.keep, self.schema), tmp)
         os.replace(tmp, self.part(chunk))
         self.rows_written += len(records)
 
@@ -532,7 +514,7 @@ class ResultWriter:
         """Concatenate the parts into the target path (atomically). Returns the path."""
         parts = sorted(self.partial.glob("part-*.parquet"))
         schemas = [pq.read_schema(p) for p in parts]
-        fields = list(OUTPUT_SCHEMA)
+        fields = list(self.schema)
         for k in self.keep:
             types = [s.field(k).type for s in schemas if not pa.types.is_null(s.field(k).type)]
             t = types[0] if types else pa.string()

@@ -1,7 +1,10 @@
-"""The job: read → prompt → plan → prefill → read out → write, chunk by chunk (bounded memory).
+"""The job: read → prompt → plan → prefill → read out → write, chunk by chunk (bounded memory), for any
+readout (readouts/): `run` is the label-logprobs readout, `classify` the classifier-head one.
 
-Output order is input order (row by row, questions in the row's order), whatever order the planner
-ran the rows in. Every input row × question appears exactly once, answered or with its error.
+The stage functions `prompt_chunk` and `score_chunk` are what the local loop (`run_job`) and the Ray actors
+(scaleout.py) both call. Output order is input order (row by row, a row's records in its order), whatever
+order the planner ran the rows in. Every input row appears with `readout.n_records(row)` records, answered
+or with its error.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +27,18 @@ from .config import RunConfig, load_questions
 from .errors import BackendError, ConfigError, OutputCheckError
 from .io import ResultWriter, check_input, read_rows
 from .model_info import model_info
-from .plan import Window, plan
-from .prompt import Prompter
-from .readout import read_out
-from .schema import MAX_BRANCH_TOKENS, QuestionSpec, Row, RowError
+from .plan import RowPrompt, Window, plan
+from .readouts.base import Readout
+from .schema import RowError
 
 
 @dataclass(frozen=True)
 class Summary:
-    """Counts for one job. Tokens: logical = Σ branch lengths (what a no-reuse run computes);
-    prefix_tokens = the prefix part of it (Σ over answered branches of their row's prefix length, so a
-    row's prefix counts once per question); computed = Σ (branch − cached) + prefix warm-up passes."""
+    """Counts for one job. `questions` counts output records (one per row × question; classify: one per
+    row). Tokens: logical = Σ branch lengths (what a no-reuse run computes); prefix_tokens = the prefix part
+    of it (Σ over answered branches of their row's prefix length, so a row's prefix counts once per
+    question); computed = Σ (branch − cached) + prefix warm-up passes; unique_tokens = what the planner
+    counted for the answered branches of the chunks run now (a radix tree over each window holds)."""
 
     rows: int
     questions: int
@@ -46,6 +50,7 @@ class Summary:
     warm_tokens: int
     wall_s: float
     output: str
+    unique_tokens: int = 0
     model: str = ""  # model_info.describe(): architecture, hybrid/recurrent layers, MoE
     pattern: str = ""  # the request pattern the backend chose for it
     # the most frequent distinct errors: (count, error without its row name, one row it came from)
@@ -59,6 +64,15 @@ class Summary:
     def cache_hit_rate(self) -> float:
         """1 − computed/logical: the share of logical tokens the job did not have to compute."""
         return 1 - self.computed_tokens / self.branch_tokens if self.branch_tokens else 0.0
+
+    @property
+    def logical_tokens(self) -> int:
+        return self.branch_tokens
+
+    @property
+    def shared_rate(self) -> float:
+        """1 − unique/logical: the share of logical tokens the plan shares between rows."""
+        return 1 - self.unique_tokens / self.branch_tokens if self.branch_tokens else 0.0
 
 
 TOP_ERRORS = 5
@@ -82,68 +96,6 @@ def top_errors(stats: pa.Table, n: int = TOP_ERRORS) -> tuple[tuple[int, str, st
         c[0] += 1
     ranked = sorted(counts.items(), key=lambda kv: -kv[1][0])[:n]  # stable: ties keep first-seen order
     return tuple((c, msg, where) for msg, (c, where) in ranked)
-
-
-def _record(row_id: str, kept: dict, qid: str | None, qtype: str | None, **kw: Any) -> dict[str, Any]:
-    rec = dict(
-        id=row_id,
-        question_id=qid,
-        type=qtype,
-        options=None,
-        probs=None,
-        answer=None,
-        p_true=None,
-        score=None,
-        confidence=None,
-        label_mass=None,
-        prefix_tokens=None,
-        branch_tokens=None,
-        cached_tokens=None,
-        error=None,
-    )
-    rec.update(kw)
-    rec.update(kept)
-    return rec
-
-
-def _answer_record(row: Row, q: QuestionSpec, prefix_len: int, res: BranchResult) -> dict[str, Any]:
-    tokens = dict(prefix_tokens=prefix_len, branch_tokens=res.prompt_tokens, cached_tokens=res.cached_tokens)
-    if res.error:
-        return _record(
-            row.id,
-            row.kept,
-            q.qid,
-            q.type,
-            options=list(q.options),
-            error=f"row {row.id}: questions.{q.qid}: {res.error}",
-            **tokens,
-        )
-    try:
-        a = read_out(q, res.logprobs)
-    except ValueError as e:
-        return _record(
-            row.id,
-            row.kept,
-            q.qid,
-            q.type,
-            options=list(q.options),
-            error=f"row {row.id}: questions.{q.qid}: {e}",
-            **tokens,
-        )
-    return _record(
-        row.id,
-        row.kept,
-        q.qid,
-        q.type,
-        options=list(a.options),
-        probs=list(a.probs),
-        answer=a.answer,
-        p_true=a.p_true,
-        score=a.score,
-        confidence=a.confidence,
-        label_mass=a.label_mass,
-        **tokens,
-    )
 
 
 # A backend that fails the same way on this many rows, each run alone, with no successful call between them
@@ -186,6 +138,27 @@ class FailureTracker:
             )
 
 
+def make_readout(cfg: RunConfig, labels: tuple[str, ...] | None = None) -> Readout:
+    """The readout of a job. classifier-head: `labels` from the backend, else read from the checkpoint's
+    config.json (no weights; a checkpoint that is not a classifier is refused here, before any model loads).
+    Raises ConfigError / BackendError."""
+    if cfg.readout == "classifier-head":
+        from .backends.checkpoint import read_checkpoint
+        from .readouts.classifier_head import DEFAULT_TEMPLATE, ClassifierHead
+
+        if labels is None:
+            labels = read_checkpoint(cfg.model).labels
+        return ClassifierHead(tuple(labels), cfg.template or DEFAULT_TEMPLATE, cfg.keep)
+    from .readouts.label_logprobs import LabelLogprobs
+
+    if not cfg.questions_file:
+        return LabelLogprobs(None, cfg.keep)
+    questions = load_questions(cfg.questions_file)  # raises ConfigError for a missing or bad file
+    # the questions' content, not their path: an edited file must not mix old and new answers
+    sha = hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest()
+    return LabelLogprobs(questions, cfg.keep, sha)
+
+
 def prefill_window(
     backend: Backend, window: Window, tracker: FailureTracker | None = None
 ) -> list[list[BranchResult]]:
@@ -213,63 +186,75 @@ def prefill_window(
     return out
 
 
-def _prompt_chunk(chunk, prompter: Prompter) -> tuple[list, dict]:
-    """The host stage of one chunk: render + tokenize → (RowPrompts, {(pos, qid): error} of failed questions)."""
+@dataclass(frozen=True)
+class Prompted:
+    """A chunk after the prompt stage: its rows (parsed rows and RowErrors, input order), the prompts of
+    the rows that have something to prefill, and per row position the questions that failed (qid → error)."""
+
+    rows: list
+    prompts: list[RowPrompt]
+    failed: dict[int, dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A chunk after prefill and read-out: its output records (input order) and the planner's unique
+    tokens of its answered branches."""
+
+    records: list[dict[str, Any]]
+    unique_tokens: int
+
+
+def prompt_chunk(rows: list, prompter) -> Prompted:
+    """Prompt stage of a chunk: render + tokenize every parsed row (`prompter.build_many`)."""
+    good = [r for r in rows if not isinstance(r, RowError)]
     prompts, failed = [], {}
-    rows = [r for r in chunk if isinstance(r, Row)]
-    for row, (rp, fails) in zip(rows, prompter.build_many(rows), strict=True):
+    for row, (rp, fails) in zip(good, prompter.build_many(good), strict=True):
         if rp is not None:
             prompts.append(rp)
-        failed.update({(row.pos, f.qid): f.error for f in fails})
-    return prompts, failed
+        if fails:
+            failed[row.pos] = {f.qid: f.error for f in fails}
+    return Prompted(rows, prompts, failed)
 
 
-def _chunk_records(
-    chunk,
-    prompted: tuple[list, dict],
+def score_chunk(
+    chunk: Prompted,
+    readout: Readout,
     backend: Backend,
-    cfg: RunConfig,
     budget: int,
-    on_progress: Callable[[int, int], None] | None,
+    max_per_window: int,
+    on_progress: Callable[[int, int], None] | None = None,
     tracker: FailureTracker | None = None,
-) -> list[dict[str, Any]]:
-    """One input chunk and its host stage (`_prompt_chunk`) → its output records, in input order (rows, then
-    each row's questions). `tracker` carries the broken-backend evidence across chunks (a fresh one per
-    call if not given)."""
+) -> Scored:
+    """Plan → prefill (with fault isolation) → read out, for one prompted chunk. `on_progress(branches,
+    tokens)` after each window; `tracker` carries the broken-backend evidence across chunks (a fresh one
+    per call if not given)."""
     tracker = tracker or FailureTracker(backend.name)
-    prompts, failed = prompted
-    results: dict[tuple[int, str], tuple[int, BranchResult]] = {}
-    for window in plan(prompts, budget, cfg.max_branches_per_window):
-        for rp, outs in zip(window.rows, prefill_window(backend, window, tracker), strict=True):
-            for b, res in zip(rp.branches, outs, strict=True):
-                results[(rp.pos, b.qid)] = (len(rp.prefix), res)
+    results: dict[int, dict[str, tuple[int, BranchResult]]] = {}
+    unique = 0
+    for window in plan(chunk.prompts, budget, max_per_window):
+        outs = prefill_window(backend, window, tracker)
+        for rp, new, res in zip(window.rows, window.new_prefix_tokens, outs, strict=True):
+            results[rp.pos] = {b.qid: (len(rp.prefix), r) for b, r in zip(rp.branches, res, strict=True)}
+            ok = [len(b.suffix) for b, r in zip(rp.branches, res, strict=True) if r.error is None]
+            unique += new + sum(ok) if ok else 0
         if on_progress:
             on_progress(window.n_branches, window.logical_tokens)
     records = []
-    for row in chunk:
+    for row in chunk.rows:
         if isinstance(row, RowError):
-            records.extend(
-                _record(row.id, row.kept, qid, row.type_of(i), error=row.error)
-                for i, qid in enumerate(row.qids or (None,))
-            )
-            continue
-        for q in row.questions:
-            key = (row.pos, q.qid)
-            if key in failed:
-                opts = list(q.options) if isinstance(q, QuestionSpec) else None
-                records.append(_record(row.id, row.kept, q.qid, q.type, error=failed[key], options=opts))
-            else:
-                plen, res = results[key]
-                records.append(_answer_record(row, q, plen, res))
-    return records
+            records.extend(readout.error_records(row))
+        else:
+            records.extend(readout.records(row, results.get(row.pos, {}), chunk.failed.get(row.pos, {})))
+    return Scored(records, unique)
 
 
-def job_manifest(cfg: RunConfig) -> dict[str, Any]:
+def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, Any]:
     """What identifies a job's partial output; `--resume` continues only a partial with the same manifest
     (single-machine and Ray runs write the same one, so either can resume the other). It holds everything
     that changes the numbers (model, backend, dtype, device, context length, engine settings) so one output
-    never mixes precisions; the questions are identified by content, so the same file by another path (or a
-    byte-identical copy) resumes."""
+    never mixes precisions, and the readout's own key (the questions by content, or template and labels)."""
+    readout = readout or make_readout(cfg)
     st = Path(cfg.input).stat()
     return {
         "input": str(Path(cfg.input).resolve()),
@@ -277,20 +262,56 @@ def job_manifest(cfg: RunConfig) -> dict[str, Any]:
         "input_mtime": st.st_mtime,
         "model": cfg.model,
         "backend": cfg.backend,
-        "dtype": cfg.dtype,
-        "device": cfg.device,
-        "tp_size": cfg.tp_size,  # tensor parallelism changes the bf16 reduction order
-        "context_length": cfg.context_length,
-        "attention_backend": cfg.attention_backend,
-        "engine_args": {k: repr(v) for k, v in sorted(cfg.engine_args.items())},
+        **cfg.resume_key(),  # the engine options that change the numbers (config.ENGINE_OPTIONS)
         "chunk_rows": cfg.chunk_rows,
         "limit": cfg.limit,
         "keep": list(cfg.keep),
-        # the questions' content, not their path: an edited file must not mix old and new answers
-        "questions_sha256": hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest()
-        if cfg.questions_file
-        else None,
+        **readout.manifest(),
     }
+
+
+@dataclass
+class Totals:
+    """Running counts of a job's output, chunk by chunk (from each finished part, resumed ones too)."""
+
+    rows: int = 0
+    expected: int = 0
+    records: int = 0
+    errors: int = 0
+    prefix: int = 0
+    branch: int = 0
+    cached: int = 0
+    unique: int = 0
+    failed: list = field(default_factory=list)  # the (id, error) rows of the parts, for top_errors
+
+    def add(self, readout: Readout, part: pa.Table) -> None:
+        bad = part.filter(pc.invert(pc.is_null(part.column("error"))))
+        if bad.num_rows:
+            self.failed.append(bad.select(["id", "error"]))
+        self.records += part.num_rows
+        self.errors += part.num_rows - int(pc.sum(pc.is_null(part.column("error"))).as_py() or 0)
+        t = readout.tokens(part)
+        self.prefix, self.branch, self.cached = (
+            self.prefix + t["prefix"],
+            self.branch + t["branch"],
+            self.cached + t["cached"],
+        )
+
+    def check(self, output: Path, fix: str) -> None:
+        """Raises OutputCheckError unless the output holds exactly the records the input needs."""
+        if self.records != self.expected or not self.rows:
+            raise OutputCheckError(
+                f"count check failed: {self.rows} input rows need {self.expected} output rows, "
+                f"the partial output has {self.records}; {fix}"
+            )
+
+    def summary(self, warm: int, wall_s: float, output: str, **extra: Any) -> Summary:
+        return Summary(
+            rows=self.rows, questions=self.records, answered=self.records - self.errors, errors=self.errors,
+            prefix_tokens=self.prefix, branch_tokens=self.branch, cached_tokens=self.cached,
+            warm_tokens=warm, wall_s=wall_s, output=output, unique_tokens=self.unique,
+            top_errors=top_errors(pa.concat_tables(self.failed)) if self.failed else (), **extra,
+        )  # fmt: skip
 
 
 def run_job(
@@ -307,103 +328,86 @@ def run_job(
     if cfg.output is None:
         raise ConfigError("an output path (-o) is needed; only --dry-run runs without one")
     check_input(cfg.input, cfg.keep)
-    shared = load_questions(cfg.questions_file) if cfg.questions_file else None
     own = backend is None
+    readout = make_readout(cfg, None if own else backend.labels)
     if own:
-        backend = load_backend(cfg.backend, cfg.backend_options(cfg.model))
+        backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
     warm0 = backend.warm_tokens
     try:
         # Branches longer than the model's context are refused in the prompt stage, before any model call.
-        ctx = getattr(backend, "context_length", None)
-        prompter = Prompter(
-            backend.tokenizer, max_branch_tokens=min(MAX_BRANCH_TOKENS, ctx or MAX_BRANCH_TOKENS)
-        )
+        prompter = readout.prompter(backend.tokenizer, backend.context_length)
         budget = cfg.kv_budget_tokens or backend.kv_budget_tokens()
-        writer = ResultWriter(cfg.output, cfg.keep, job_manifest(cfg), resume=cfg.resume)
+        store = ResultWriter(
+            cfg.output, cfg.keep, job_manifest(cfg, readout), resume=cfg.resume, schema=readout.schema
+        )
         tracker = FailureTracker(backend.name, partial=f"{cfg.output}.partial")
-        n_rows = expected = 0
-        tables = []
-        chunks = read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows, cfg.limit)
+        totals = Totals()
+        chunks = read_rows(
+            cfg.input, keep=cfg.keep, chunk_rows=cfg.chunk_rows, limit=cfg.limit, readout=readout
+        )
 
         def host(skip: bool):
             """Read the next chunk and, unless it is already done (--resume), render + tokenize it."""
             chunk = next(chunks, None)
-            return None if chunk is None else (chunk, None if skip else _prompt_chunk(chunk, prompter))
+            return None if chunk is None else (chunk, None if skip else prompt_chunk(chunk, prompter))
 
         # The host stage of chunk i+1 runs in a thread while chunk i is on the engine (the tokenizer's batch
         # calls release the GIL). Only that thread touches the reader and the prompter; each chunk is planned
         # and prefilled exactly as before, so the output is the same.
         pool = ThreadPoolExecutor(1, thread_name_prefix="openjev-host")
         try:
-            pending = pool.submit(host, cfg.resume and writer.done(0) is not None)
+            pending = pool.submit(host, cfg.resume and store.done(0) is not None)
             i = 0
             while (item := pending.result()) is not None:
                 chunk, prompted = item
-                pending = pool.submit(host, cfg.resume and writer.done(i + 1) is not None)
-                n_rows += len(chunk)
-                expected += sum(
-                    max(1, len(r.qids if isinstance(r, RowError) else r.questions)) for r in chunk
-                )
-                done = writer.done(i) if prompted is None else None
+                pending = pool.submit(host, cfg.resume and store.done(i + 1) is not None)
+                totals.rows += len(chunk)
+                totals.expected += sum(readout.n_records(r) for r in chunk)
+                done = store.done(i) if prompted is None else None
                 if done is None:
-                    prompted = prompted or _prompt_chunk(chunk, prompter)
-                    writer.write(
-                        i, _chunk_records(chunk, prompted, backend, cfg, budget, on_progress, tracker)
+                    prompted = prompted or prompt_chunk(chunk, prompter)
+                    scored = score_chunk(
+                        prompted, readout, backend, budget, cfg.max_branches_per_window, on_progress, tracker
                     )
-                    done = writer.done(i)
-                tables.append(done.select(["id", "error", "prefix_tokens", "branch_tokens", "cached_tokens"]))
+                    store.write(i, scored.records)
+                    totals.unique += scored.unique_tokens
+                    done = store.done(i)
+                totals.add(readout, done)
                 i += 1
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-        stats = pa.concat_tables(tables) if tables else None
-        if stats is None or stats.num_rows != expected:
-            got = 0 if stats is None else stats.num_rows
-            raise OutputCheckError(
-                f"count check failed: {n_rows} input rows need {expected} output rows, "
-                f"the partial output has {got}; delete {Path(cfg.output).name}.partial and rerun"
-            )
-        out = writer.close()
+        totals.check(cfg.output, f"delete {Path(cfg.output).name}.partial and rerun")
+        out = store.close()
     finally:
         if own:
             backend.close()
-    return summarize(
-        stats,
-        n_rows,
+    return totals.summary(
         backend.warm_tokens - warm0,
         time.perf_counter() - t0,
         str(out),
-        _describe(getattr(backend, "model_info", None) or model_info(cfg.model)),
-        getattr(backend, "pattern", ""),
+        model=_describe(getattr(backend, "model_info", None) or model_info(cfg.model)),
+        pattern=getattr(backend, "pattern", ""),
     )
 
 
 def summarize(
-    stats: pa.Table,
+    table: pa.Table,
     n_rows: int,
     warm_tokens: int,
     wall_s: float,
     output: str,
     model: str = "",
     pattern: str = "",
+    readout: Readout | None = None,
 ) -> Summary:
-    """A job's Summary from its output's error and token columns (the CLI's run and the Python API)."""
-    ok = pc.is_null(stats.column("error"))
-    answered = stats.filter(ok)
-    return Summary(
-        rows=n_rows,
-        questions=stats.num_rows,
-        answered=answered.num_rows,
-        errors=stats.num_rows - answered.num_rows,
-        prefix_tokens=int(pc.sum(answered.column("prefix_tokens")).as_py() or 0),
-        branch_tokens=int(pc.sum(answered.column("branch_tokens")).as_py() or 0),
-        cached_tokens=int(pc.sum(answered.column("cached_tokens")).as_py() or 0),
-        warm_tokens=warm_tokens,
-        wall_s=wall_s,
-        output=output,
-        model=model,
-        pattern=pattern,
-        top_errors=top_errors(stats),
-    )
+    """A job's Summary from its whole output table (the Python API, which holds it in memory)."""
+    if readout is None:
+        from .readouts.label_logprobs import LabelLogprobs
+
+        readout = LabelLogprobs()
+    totals = Totals(rows=n_rows)
+    totals.add(readout, table)
+    return totals.summary(warm_tokens, wall_s, output, model=model, pattern=pattern)
 
 
 @dataclass(frozen=True)
@@ -443,32 +447,28 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
 
     from transformers import AutoTokenizer
 
-    from .errors import BackendError as _BE
-
     t0 = time.perf_counter()
     check_input(cfg.input, cfg.keep)
-    shared = load_questions(cfg.questions_file) if cfg.questions_file else None
+    readout = make_readout(cfg)
     if tokenizer is None:
         try:
             tokenizer = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
         except Exception as e:
-            raise _BE(f"cannot load the tokenizer of {cfg.model!r}: {e}") from e
-    prompter = Prompter(tokenizer)
+            raise BackendError(f"cannot load the tokenizer of {cfg.model!r}: {e}") from e
+    prompter = readout.prompter(tokenizer)
     budget = cfg.kv_budget_tokens or 1 << 20
     rows = questions = errors = branches = logical = unique = unique_hf = windows = 0
-    for chunk in read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows, cfg.limit):
+    for chunk in read_rows(
+        cfg.input, keep=cfg.keep, chunk_rows=cfg.chunk_rows, limit=cfg.limit, readout=readout
+    ):
         rows += len(chunk)
-        good = [r for r in chunk if isinstance(r, Row)]
         for r in chunk:
-            n = max(1, len(r.qids)) if isinstance(r, RowError) else len(r.questions)
+            n = readout.n_records(r)
             questions += n
             errors += n if isinstance(r, RowError) else 0
-        prompts = []
-        for rp, fails in prompter.build_many(good):
-            errors += len(fails)
-            if rp is not None:
-                prompts.append(rp)
-        for w in plan(prompts, budget, cfg.max_branches_per_window):
+        prompted = prompt_chunk(chunk, prompter)
+        errors += sum(len(f) for f in prompted.failed.values())
+        for w in plan(prompted.prompts, budget, cfg.max_branches_per_window):
             windows += 1
             branches += w.n_branches
             logical += w.logical_tokens
@@ -482,20 +482,10 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB → MiB
     info = model_info(cfg.model)
     return PlanSummary(
-        rows,
-        questions,
-        errors,
-        branches,
-        logical,
-        unique,
-        windows,
-        time.perf_counter() - t0,
-        rss,
-        _describe(info),
-        info.sglang_pattern() if info.known else "",
-        backend=cfg.backend,
-        unique_tokens_hf=unique_hf,
-    )
+        rows, questions, errors, branches, logical, unique, windows, time.perf_counter() - t0, rss,
+        _describe(info), info.sglang_pattern() if info.known else "",
+        backend=cfg.backend, unique_tokens_hf=unique_hf,
+    )  # fmt: skip
 
 
 def _describe(info) -> str:

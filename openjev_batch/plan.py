@@ -36,6 +36,22 @@ class RowPrompt:
 
 
 @dataclass(frozen=True)
+class BranchResult:
+    """What a backend returns for one branch: `values` aligned with the branch's label ids (their natural-log
+    probabilities, NaN where missing) or, for the classifier-head readout, the row's raw class logits; its
+    prompt tokens and how many of them the engine found cached; `error` when it could not run."""
+
+    values: tuple[float, ...]
+    prompt_tokens: int
+    cached_tokens: int
+    error: str | None = None
+
+    @property
+    def logprobs(self) -> tuple[float, ...]:
+        return self.values
+
+
+@dataclass(frozen=True)
 class Window:
     """Rows run together. `new_prefix_tokens[i]` = prefix tokens row i adds to the cache (0 when it
     repeats the previous row's prefix). Token counts are in tokens."""

@@ -2,16 +2,17 @@
 
     driver       read_rows (input order, row errors, duplicate ids, --resume); bucket of each row =
                  hash(its prefix text, input chunk) mod n ─▶ one object-store block per bucket
-    CPU actors   Prompter.build_many (render + tokenize), block by block
-    GPU actors   one backend each (one sglang.Engine); a block = a bucket → the single-machine chunk logic
-                 (plan → prefill_window → read_out)
+    CPU actors   pipeline.prompt_chunk (render + tokenize), block by block
+    GPU actors   one backend each (one sglang.Engine); a block = a bucket → pipeline.score_chunk
+                 (plan → prefill with fault isolation → read out), the single-machine stage functions
     driver       result blocks ─▶ <out>.partial/ray/*.parquet as they arrive ─▶ per input chunk, in input
                  order, through io.ResultWriter (the same parts, manifest, count check and --resume as a
                  single-machine run) ─▶ <out>
 
-A row's prefix is the chat template over the instructions and its conversation, so equal conversations
-⇔ equal prefixes: the driver keys rows without a tokenizer, and every row of a prefix (in one input
-chunk) is in one block, so on one engine, which prefills it once. A bucket holds many prefixes so the
+Rows are bucketed by `readout.prefix_key(row)`, text that is equal exactly when two rows share their whole
+prefix (label-logprobs: the conversation under the fixed instructions; classifier-head: the premise part),
+so the driver keys rows without a tokenizer, and every row of a prefix (in one input chunk) is in one
+block, so on one engine, which prefills it once. Any readout runs: the actors call only its protocol. A bucket holds many prefixes so the
 engine still gets full windows. `grouping="groupby"` does the same through
 `groupby(bucket).map_groups(...)` (a hash shuffle: no scoring starts before every row is rendered).
 The output file is the one the single-machine run writes. Ray is imported only when this runs.
@@ -19,6 +20,7 @@ The output file is the one the single-machine run writes. Ray is imported only w
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import math
@@ -38,18 +40,21 @@ import pyarrow.parquet as pq
 
 from . import errors
 from .backends import load_backend
-from .config import RunConfig, load_questions
+from .config import RunConfig
 from .errors import BackendError, ConfigError, OpenjevError, OutputCheckError
-from .io import OUTPUT_SCHEMA, ResultWriter, check_input, read_rows
-from .pipeline import Summary, _chunk_records, _prompt_chunk, job_manifest
-from .plan import RowPrompt
-from .prompt import Failed, Prompter
-from .schema import Row, RowError
+from .io import ResultWriter, check_input, read_rows
+from .pipeline import Prompted, Summary, Totals, job_manifest, make_readout, prompt_chunk, score_chunk
+from .readouts.base import Readout
+from .schema import RowError
 
 STAGE_DIR = "ray"  # under <out>.partial/
-_STATS = ["error", "prefix_tokens", "branch_tokens", "cached_tokens"]
-_EXTRA = [("_pos", pa.int64()), ("_qidx", pa.int32()), ("_kept", pa.binary()), ("_warm", pa.int64())]
-STAGE_SCHEMA = pa.schema(list(OUTPUT_SCHEMA) + [pa.field(n, t) for n, t in _EXTRA])
+_EXTRA = [("_pos", pa.int64()), ("_qidx", pa.int32()), ("_kept", pa.binary()), ("_warm", pa.int64()),
+          ("_unique", pa.int64())]  # fmt: skip
+
+
+def stage_schema(readout: Readout) -> pa.Schema:
+    """The staged files' columns: the readout's output columns, then the driver's bookkeeping."""
+    return pa.schema(list(readout.schema) + [pa.field(n, t) for n, t in _EXTRA])
 
 
 @dataclass(frozen=True)
@@ -88,19 +93,14 @@ class RaySummary(Summary):
     buckets: int = 0
 
 
-def n_records(row: Row | RowError) -> int:
-    """Output rows one input row produces (one per question; one for a row error without question ids)."""
-    return max(1, len(row.qids)) if isinstance(row, RowError) else len(row.questions)
-
-
-def bucket_of(row: Row | RowError, chunk: int, n_buckets: int) -> int:
+def bucket_of(readout: Readout, row, chunk: int, n_buckets: int) -> int:
     """Bucket of a row within its input chunk, deterministic across processes and runs. Rows with the
-    same prefix share one: the prefix is the template over the fixed instructions and `Prompter.body(row)`.
-    The chunk number splits a prefix shared by several chunks, as the single-machine planner does (one
-    prefill per chunk). Row errors (nothing to prefill) are spread by position."""
-    if not isinstance(row, Row):
+    same prefix share one (`readout.prefix_key`). The chunk number splits a prefix shared by several
+    chunks, as the single-machine planner does (one prefill per chunk). Row errors (nothing to prefill)
+    are spread by position."""
+    if isinstance(row, RowError):
         return row.pos % n_buckets
-    h = hashlib.blake2b(Prompter.body(row).encode("utf-8", "surrogatepass"), digest_size=8)
+    h = hashlib.blake2b(readout.prefix_key(row).encode("utf-8", "surrogatepass"), digest_size=8)
     h.update(int(chunk).to_bytes(8, "little"))
     return int.from_bytes(h.digest(), "little") % n_buckets
 
@@ -121,18 +121,19 @@ def _tokenizer(model: str):
 
 # -- Ray stages (run in actors; plain classes so Ray imports this module by name) ----------------------
 class RenderStage:
-    """CPU actor: render + tokenize a block of rows with the product's Prompter (block in, block out)."""
+    """CPU actor: the prompt stage (`pipeline.prompt_chunk`) over a block of rows (block in, block out:
+    per row, the row with its prompt and its failed questions)."""
 
-    def __init__(self, model: str):
-        self.prompter = Prompter(_tokenizer(model))
+    def __init__(self, model: str, readout: Readout):
+        self.prompter = readout.prompter(_tokenizer(model))
 
     def __call__(self, block: pa.Table) -> pa.Table:
         rows = [pickle.loads(b) for b in block.column("row").to_pylist()]
-        good = [r for r in rows if isinstance(r, Row)]
-        built = {r.pos: b for r, b in zip(good, self.prompter.build_many(good), strict=True)}
+        p = prompt_chunk(rows, self.prompter)
+        prompts = {rp.pos: rp for rp in p.prompts}
         payload = [
-            pickle.dumps((row, *built.get(row.pos, (None, ()))), protocol=pickle.HIGHEST_PROTOCOL)
-            for row in rows
+            pickle.dumps((r, prompts.get(r.pos), p.failed.get(r.pos, {})), protocol=pickle.HIGHEST_PROTOCOL)
+            for r in rows
         ]
         return pa.table(
             {
@@ -143,40 +144,29 @@ class RenderStage:
         )
 
 
-class _Prebuilt:
-    """Stands in for the Prompter in `pipeline._prompt_chunk`: the render stage already built the prompts."""
-
-    def __init__(self, built: dict[int, tuple[RowPrompt | None, tuple[Failed, ...]]]):
-        self.built = built
-
-    def build_many(self, rows: list[Row]) -> list[tuple[RowPrompt | None, tuple[Failed, ...]]]:
-        return [self.built[r.pos] for r in rows]
-
-
 class ScoreStage:
     """Engine actor: one backend for its lifetime; each call scores one bucket (a block, or a group) with
-    the single-machine chunk logic (plan → prefill with fault isolation → read out) → staged output rows."""
+    the single-machine stage function `pipeline.score_chunk` → staged output rows."""
 
-    def __init__(self, cfg: RunConfig):
-        self.cfg = cfg
-        self.backend = load_backend(cfg.backend, cfg.backend_options(cfg.model))
+    def __init__(self, cfg: RunConfig, readout: Readout):
+        self.cfg, self.readout = cfg, readout
+        self.backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
         self.budget = cfg.kv_budget_tokens or self.backend.kv_budget_tokens()
 
     def __call__(self, group: pa.Table) -> pa.Table:
         items = sorted(
             (pickle.loads(b) for b in group.column("payload").to_pylist()), key=lambda it: it[0].pos
         )
-        rows = [it[0] for it in items]
-        warm0 = self.backend.warm_tokens
-        records = _chunk_records(
-            rows,
-            _prompt_chunk(rows, _Prebuilt({it[0].pos: (it[1], it[2]) for it in items})),
-            self.backend,
-            self.cfg,
-            self.budget,
-            None,
+        chunk = Prompted(
+            [it[0] for it in items],
+            [it[1] for it in items if it[1] is not None],
+            {it[0].pos: it[2] for it in items if it[2]},
         )
-        return stage_table(records, rows, self.cfg.keep, self.backend.warm_tokens - warm0)
+        warm0 = self.backend.warm_tokens
+        scored = score_chunk(chunk, self.readout, self.backend, self.budget, self.cfg.max_branches_per_window)
+        return stage_table(
+            scored.records, chunk.rows, self.readout, self.backend.warm_tokens - warm0, scored.unique_tokens
+        )
 
     def __del__(self):
         backend = getattr(self, "backend", None)
@@ -184,20 +174,25 @@ class ScoreStage:
             backend.close()
 
 
-def stage_table(records: list[dict[str, Any]], rows: list, keep: tuple[str, ...], warm: int) -> pa.Table:
+def stage_table(
+    records: list[dict[str, Any]], rows: list, readout: Readout, warm: int, unique: int
+) -> pa.Table:
     """Records of `rows` (in their order) → a staged table: the output columns, input position and
-    question index (to restore input order), kept values (pickled: any type survives until the final
-    writer infers it, as in a single-machine run) and the backend's warm-up tokens (on the first row)."""
-    pos = [r.pos for r in rows for _ in range(n_records(r))]
-    qidx = [i for r in rows for i in range(n_records(r))]
+    record index (to restore input order), kept values (pickled: any type survives until the final
+    writer infers it, as in a single-machine run), the backend's warm-up tokens and the planner's unique
+    tokens (on the first row)."""
+    pos = [r.pos for r in rows for _ in range(readout.n_records(r))]
+    qidx = [i for r in rows for i in range(readout.n_records(r))]
     if len(pos) != len(records):
         raise RuntimeError(f"{len(records)} records for {len(rows)} rows that need {len(pos)}")
-    cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in OUTPUT_SCHEMA}
+    cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in readout.schema}
     cols["_pos"] = pa.array(pos, pa.int64())
     cols["_qidx"] = pa.array(qidx, pa.int32())
-    cols["_kept"] = pa.array([pickle.dumps({k: r[k] for k in keep}) for r in records], pa.binary())
-    cols["_warm"] = pa.array([warm if i == 0 else 0 for i in range(len(records))], pa.int64())
-    return pa.table(cols, schema=STAGE_SCHEMA)
+    cols["_kept"] = pa.array([pickle.dumps({k: r[k] for k in readout.keep}) for r in records], pa.binary())
+    first = [i == 0 for i in range(len(records))]
+    cols["_warm"] = pa.array([warm if f else 0 for f in first], pa.int64())
+    cols["_unique"] = pa.array([unique if f else 0 for f in first], pa.int64())
+    return pa.table(cols, schema=stage_schema(readout))
 
 
 # -- staging (<out>.partial/ray/r<run>-<seq>.parquet) ----------------------------------------------------
@@ -211,16 +206,18 @@ def _stage_files(stage: Path) -> list[tuple[int, Path]]:
     return out
 
 
-def read_stage(stage: Path, columns: list[str] | None = None) -> pa.Table:
+def read_stage(stage: Path, columns: list[str] | None = None, schema: pa.Schema | None = None) -> pa.Table:
     """Staged rows of every earlier run with a `_run` column; for each input position only the rows of
-    the latest run that has it (an older, partial attempt at a row is superseded)."""
+    the latest run that has it (an older, partial attempt at a row is superseded). `schema`: the staged
+    files' schema, for the empty table when there are none."""
     cols = None if columns is None else sorted(set(columns) | {"_pos"})
     tables = []
     for run, p in _stage_files(stage):
         t = pq.read_table(p, columns=cols)
         tables.append(t.append_column("_run", pa.array(np.full(t.num_rows, run, np.int64))))
     if not tables:
-        schema = STAGE_SCHEMA if cols is None else pa.schema([STAGE_SCHEMA.field(c) for c in cols])
+        full = schema if schema is not None else pa.schema([pa.field(n, t) for n, t in _EXTRA])
+        schema = full if cols is None else pa.schema([full.field(c) for c in cols])
         return schema.empty_table().append_column("_run", pa.array([], pa.int64()))
     t = pa.concat_tables(tables)
     pos, runs = t.column("_pos").to_numpy(), t.column("_run").to_numpy()
@@ -236,8 +233,8 @@ def _write_stage(stage: Path, run: int, seq: int, table: pa.Table) -> None:
     os.replace(tmp, p)  # a staged file is complete or absent
 
 
-def _records_of(table: pa.Table) -> list[dict[str, Any]]:
-    recs = table.select([f.name for f in OUTPUT_SCHEMA] + ["_kept"]).to_pylist()
+def _records_of(table: pa.Table, readout: Readout) -> list[dict[str, Any]]:
+    recs = table.select(readout.schema.names + ["_kept"]).to_pylist()
     for r in recs:
         r.update(pickle.loads(r.pop("_kept")))
     return recs
@@ -294,7 +291,9 @@ def _gpus(ray, cfg: RunConfig, opts: RayOptions) -> float:
     return g
 
 
-def _iter_results(ray, refs: list, cfg: RunConfig, opts: RayOptions, n_buckets: int, gpus: float) -> Iterator:
+def _iter_results(
+    ray, refs: list, cfg: RunConfig, readout: Readout, opts: RayOptions, n_buckets: int, gpus: float
+) -> Iterator:
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
@@ -302,14 +301,14 @@ def _iter_results(ray, refs: list, cfg: RunConfig, opts: RayOptions, n_buckets: 
     actor_cfg = cfg if gpus else cfg.model_copy(update={"device": "cpu"})  # no GPU reserved: never touch one
     ds = ray.data.from_arrow_refs(refs).map_batches(
         RenderStage,
-        fn_constructor_kwargs={"model": cfg.model},
+        fn_constructor_kwargs={"model": cfg.model, "readout": readout},
         compute=ray.data.ActorPoolStrategy(min_size=1, max_size=render),
         batch_size=None,
         batch_format="pyarrow",
         num_cpus=1,
     )
     score = dict(
-        fn_constructor_kwargs={"cfg": actor_cfg},
+        fn_constructor_kwargs={"cfg": actor_cfg, "readout": readout},
         compute=ray.data.ActorPoolStrategy(size=opts.workers),
         batch_format="pyarrow",
         num_cpus=opts.cpus_per_worker,
@@ -364,26 +363,31 @@ def run_job_ray(
     if opts.grouping not in ("blocks", "groupby"):
         raise ConfigError(f"grouping must be blocks or groupby, got {opts.grouping!r}")
     check_input(cfg.input, cfg.keep)
-    shared = load_questions(cfg.questions_file) if cfg.questions_file else None
-    Prompter(_tokenizer(cfg.model))  # fail here, not in an actor: tokenizer loads and gives its labels
-    writer = ResultWriter(cfg.output, cfg.keep, job_manifest(cfg), resume=cfg.resume)
+    readout = make_readout(cfg)
+    readout.prompter(
+        _tokenizer(cfg.model)
+    )  # fail here, not in an actor: the tokenizer loads (and gives labels)
+    writer = ResultWriter(
+        cfg.output, cfg.keep, job_manifest(cfg, readout), resume=cfg.resume, schema=readout.schema
+    )
+    schema = stage_schema(readout)
     stage = writer.partial / STAGE_DIR
     stage.mkdir(exist_ok=True)
     for tmp in stage.glob("*.tmp"):
         tmp.unlink()
-    old = read_stage(stage, ["_pos"])
+    old = read_stage(stage, ["_pos"], schema)
     run = 1 + max((r for r, _ in _stage_files(stage)), default=0)
     staged = np.bincount(old.column("_pos").to_numpy(), minlength=0) if old.num_rows else np.zeros(0, int)
 
     chunks: list[_Chunk] = []
     refs: list = []
-    n_rows = resumed = warm = n_buckets = 0
+    n_rows = resumed = warm = unique = n_buckets = 0
     used: set[int] = set()  # non-empty buckets
     started = _connect(ray, opts, opts.render_workers or opts.workers)
     try:
         gpus = _gpus(ray, cfg, opts)
 
-        def ship(rows: list[Row | RowError], buckets: list[int]) -> None:
+        def ship(rows: list, buckets: list[int]) -> None:
             t = {
                 "bucket": pa.array(buckets, pa.int64()),
                 "pos": pa.array([r.pos for r in rows], pa.int64()),
@@ -393,9 +397,11 @@ def run_job_ray(
             }
             refs.append(ray.put(pa.table(t)))
 
-        for i, chunk in enumerate(read_rows(cfg.input, shared, cfg.keep, cfg.chunk_rows, cfg.limit)):
+        for i, chunk in enumerate(
+            read_rows(cfg.input, keep=cfg.keep, chunk_rows=cfg.chunk_rows, limit=cfg.limit, readout=readout)
+        ):
             n_rows += len(chunk)
-            expected = np.array([n_records(r) for r in chunk], np.int64)
+            expected = np.array([readout.n_records(r) for r in chunk], np.int64)
             done = cfg.resume and writer.part(i).exists()
             chunks.append(_Chunk(i, chunk[0].pos, expected, done))
             if done:
@@ -408,30 +414,31 @@ def run_job_ray(
             if not todo:
                 continue
             k = buckets_per_chunk(len(todo), opts.workers, opts.bucket_rows)
-            buckets = [n_buckets + bucket_of(r, i, k) for r in todo]  # ids unique across chunks
+            buckets = [n_buckets + bucket_of(readout, r, i, k) for r in todo]  # ids unique across chunks
             n_buckets += k
             used.update(buckets)
             if opts.grouping == "groupby":
                 for j in range(0, len(todo), opts.ship_rows):
                     ship(todo[j : j + opts.ship_rows], buckets[j : j + opts.ship_rows])
             else:
-                by: dict[int, list[Row | RowError]] = {}
+                by: dict[int, list] = {}
                 for r, b in zip(todo, buckets, strict=True):
                     by.setdefault(b, []).append(r)
                 for b, rows in by.items():
                     ship(rows, [b] * len(rows))
         if refs:
-            it = _iter_results(ray, refs, cfg, opts, n_buckets, gpus)
+            it = _iter_results(ray, refs, cfg, readout, opts, n_buckets, gpus)
             try:
                 for seq, batch in enumerate(it):
                     if not batch.num_rows:
                         continue
-                    batch = batch.cast(STAGE_SCHEMA) if batch.schema != STAGE_SCHEMA else batch
+                    batch = batch.cast(schema) if batch.schema != schema else batch
                     _write_stage(stage, run, seq, batch)
                     warm += int(pc.sum(batch.column("_warm")).as_py() or 0)
+                    unique += int(pc.sum(batch.column("_unique")).as_py() or 0)
                     if on_progress:
-                        bt = batch.column("branch_tokens")
-                        on_progress(batch.num_rows - bt.null_count, int(pc.sum(bt).as_py() or 0))
+                        ok = batch.filter(pc.is_null(batch.column("error")))
+                        on_progress(ok.num_rows, readout.tokens(batch)["branch"])
             finally:
                 close = getattr(it, "close", None)
                 if close:
@@ -446,13 +453,13 @@ def run_job_ray(
             ray.shutdown()
 
     # assemble: per input chunk, in input order, through the single-machine writer
-    table = read_stage(stage)
+    table = read_stage(stage, schema=schema)
     table = table.sort_by([("_pos", "ascending"), ("_qidx", "ascending")])
     pos = table.column("_pos").to_numpy()
-    stats = []
+    totals = Totals(rows=n_rows, expected=int(sum(c.expected.sum() for c in chunks)), unique=unique)
     for ch in chunks:
         if ch.done:
-            stats.append(writer.done(ch.index).select(_STATS))
+            totals.add(readout, writer.done(ch.index))
             continue
         lo, hi = np.searchsorted(pos, [ch.start, ch.start + len(ch.expected)])
         got = np.bincount(pos[lo:hi] - ch.start, minlength=len(ch.expected))
@@ -463,32 +470,13 @@ def run_job_ray(
                 f"{int(ch.expected.sum())} output rows (first short row: position {bad}); rerun with --resume"
             )
         part = table.slice(lo, hi - lo)
-        writer.write(ch.index, _records_of(part))
-        stats.append(part.select(_STATS))
-    st = pa.concat_tables(stats) if stats else None
-    expected = int(sum(c.expected.sum() for c in chunks))
-    if st is None or st.num_rows != expected:
-        raise OutputCheckError(
-            f"count check failed: {n_rows} input rows need {expected} output rows, "
-            f"the partial output has {0 if st is None else st.num_rows}; rerun with --resume"
-        )
+        writer.write(ch.index, _records_of(part, readout))
+        totals.add(readout, part)
+    totals.check(cfg.output, "rerun with --resume")
     out = writer.close()
-    answered = st.filter(pc.is_null(st.column("error")))
-
-    def total(col: str) -> int:
-        return int(pc.sum(answered.column(col)).as_py() or 0)
-
+    s = totals.summary(warm, time.perf_counter() - t0, str(out))
     return RaySummary(
-        rows=n_rows,
-        questions=st.num_rows,
-        answered=answered.num_rows,
-        errors=st.num_rows - answered.num_rows,
-        prefix_tokens=total("prefix_tokens"),
-        branch_tokens=total("branch_tokens"),
-        cached_tokens=total("cached_tokens"),
-        warm_tokens=warm,
-        wall_s=time.perf_counter() - t0,
-        output=str(out),
+        **{f.name: getattr(s, f.name) for f in dataclasses.fields(Summary)},
         resumed_rows=resumed,
         workers=opts.workers,
         buckets=len(used),

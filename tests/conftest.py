@@ -44,6 +44,15 @@ def tiny_classifier(qwen3_tok_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def hf_cls(tiny_classifier):
+    """The hf backend of the classifier-head readout over the tiny classifier."""
+    from openjev_batch.backends import BackendOptions, load_backend
+
+    with load_backend("hf", BackendOptions(model=str(tiny_classifier), device="cpu"), "classifier-head") as b:
+        yield b
+
+
+@pytest.fixture(scope="session")
 def hf_backend(tiny_model):
     from openjev_batch.backends import BackendOptions, load_backend
 

@@ -52,7 +52,7 @@ class FailsOnOneRow(HFBackend):
 
 
 def _run(monkeypatch, backend_cls, *args):
-    monkeypatch.setattr(pipeline, "load_backend", lambda name, opts: backend_cls(opts))
+    monkeypatch.setattr(pipeline, "load_backend", lambda name, opts, kind="label-logprobs": backend_cls(opts))
     return CliRunner().invoke(app, ["run", *map(str, args), "--no-progress"])
 
 

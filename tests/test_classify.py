@@ -16,24 +16,23 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from openjev_batch.backends import load_backend
 from openjev_batch.backends.base import BackendOptions
-from openjev_batch.classify import (
+from openjev_batch.backends.checkpoint import Checkpoint, read_checkpoint
+from openjev_batch.config import build_config
+from openjev_batch.errors import BackendError, ConfigError, InputFileError
+from openjev_batch.pipeline import run_job
+from openjev_batch.plan import plan
+from openjev_batch.readouts.classifier_head import (
     DEFAULT_TEMPLATE,
-    Checkpoint,
     ClsRow,
     Template,
-    build_classify_config,
     build_prompts,
-    load_classifier,
     parse_cls_row,
     prompt_ids,
-    read_checkpoint,
     read_out,
-    run_classify,
     unescape_template,
 )
-from openjev_batch.errors import BackendError, ConfigError, InputFileError
-from openjev_batch.plan import plan
 from openjev_batch.schema import RowError
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -44,10 +43,22 @@ LABELS = tuple(ID2LABEL.values())
 NLI = EXAMPLES / "nli"
 
 
-@pytest.fixture(scope="session")
-def hf_cls(tiny_classifier):
-    with load_classifier("hf", BackendOptions(model=str(tiny_classifier), device="cpu")) as b:
-        yield b
+def load_classifier(name: str, opts: BackendOptions):
+    return load_backend(name, opts, "classifier-head")
+
+
+def build_classify_config(**kw):
+    """classify = run with the classifier-head readout."""
+    return build_config(readout="classifier-head", **kw)
+
+
+def run_classify(cfg, backend=None):
+    return run_job(cfg, backend=backend)
+
+
+def classify(backend, window):
+    """Each row's one branch result (its logits in `.values`)."""
+    return [res for (res,) in backend.prefill(window)]
 
 
 @pytest.fixture(scope="session")
@@ -262,14 +273,14 @@ def test_sglang_head_is_bias_free_and_matches_hf(sglang_cls, hf_cls):
     t = Template(DEFAULT_TEMPLATE)
     prompts = build_prompts([parse_cls_row(i, r, t) for i, r in enumerate(rows)], sglang_cls.tokenizer)
     (w,) = plan(prompts, 100_000)
-    a, b = hf_cls.classify(w), sglang_cls.classify(w)
+    a, b = classify(hf_cls, w), classify(sglang_cls, w)
     worst = 0.0
     for rp, x, y in zip(w.rows, a, b, strict=True):
         assert x.error is None and y.error is None
         assert x.prompt_tokens == y.prompt_tokens == len(prompt_ids(rp))
-        worst = max(worst, *(abs(p - q) for p, q in zip(x.logits, y.logits, strict=True)))
+        worst = max(worst, *(abs(p - q) for p, q in zip(x.values, y.values, strict=True)))
     assert worst <= 1e-4
-    spread = max(v for r in a for v in r.logits) - min(v for r in a for v in r.logits)
+    spread = max(v for r in a for v in r.values) - min(v for r in a for v in r.values)
     assert spread > 1.0  # a random bias of ~0.06 would be visible against real, varied logits
 
 
@@ -300,7 +311,7 @@ def test_sglang_warms_each_shared_prefix_once(sglang_cls, monkeypatch):
     prompts = build_prompts([parse_cls_row(i, r, t) for i, r in enumerate(rows)], sglang_cls.tokenizer)
     (w,) = plan(prompts, 100_000)
     warm0 = sglang_cls.warm_tokens
-    out = sglang_cls.classify(w)
+    out = classify(sglang_cls, w)
     assert len(calls) == 2 and len(calls[1]) == 10  # shared prefixes, then every row
     shared = {rp.prefix for rp in prompts[:9]}
     assert len(shared) == 3 and sorted(map(tuple, calls[0])) == sorted(shared)  # "solo" is not warmed
@@ -376,7 +387,7 @@ def test_run_classify_end_to_end(which, request, hf_cls, tmp_path):
 
 
 def test_too_long_rows_are_row_errors(hf_cls, tmp_path, monkeypatch):
-    monkeypatch.setattr(hf_cls, "max_input_tokens", 10)
+    monkeypatch.setattr(hf_cls, "context_length", 10)
     src = write_jsonl(
         tmp_path / "in.jsonl", [{"id": "short", "text": "Hi."}, {"id": "long", "text": "word " * 39 + "word"}]
     )

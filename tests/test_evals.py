@@ -10,7 +10,9 @@ import polars as pl
 import pytest
 from conftest import EXAMPLES, ROOT, cli
 
-from openjev_batch import evaluate as ev
+from openjev_batch.evaluation import build, tasks
+from openjev_batch.evaluation import metrics as mx
+from openjev_batch.evaluation import run as er
 
 FIX = ROOT / "evals" / "fixtures"
 TEST, DEV = FIX / "mmlu_pro_test.jsonl", FIX / "mmlu_pro_validation.jsonl"
@@ -18,10 +20,10 @@ TEST, DEV = FIX / "mmlu_pro_test.jsonl", FIX / "mmlu_pro_validation.jsonl"
 
 def test_wilson_interval_hand_computed():
     # 7/10: p = .7, z² = 3.841459; centre (.7 + .192073)/1.384146 = .644483, half 1.416013·√(.021 + .009604)
-    assert ev.wilson(7, 10) == pytest.approx((0.396778, 0.892209), abs=1e-6)
-    assert ev.wilson(0, 10) == pytest.approx((0.0, 3.841459 / 13.841459), abs=1e-6)  # upper = z²/(n + z²)
-    assert ev.wilson(10, 10) == pytest.approx((10 / 13.841459, 1.0), abs=1e-6)
-    assert ev.wilson(0, 0) == (0.0, 1.0)
+    assert mx.wilson(7, 10) == pytest.approx((0.396778, 0.892209), abs=1e-6)
+    assert mx.wilson(0, 10) == pytest.approx((0.0, 3.841459 / 13.841459), abs=1e-6)  # upper = z²/(n + z²)
+    assert mx.wilson(10, 10) == pytest.approx((10 / 13.841459, 1.0), abs=1e-6)
+    assert mx.wilson(0, 0) == (0.0, 1.0)
 
 
 # Five yes/no answers (P = [p_true, p_false], gold 0 = true): predictions true, true, false, true, true
@@ -30,7 +32,7 @@ BIN_Y = np.array([0, 1, 1, 0, 1])
 
 
 def test_binary_brier_ece_nll_hand_computed():
-    m = ev.metrics(BIN_P, BIN_Y, binary=True)
+    m = mx.metrics(BIN_P, BIN_Y, binary=True)
     assert (m["n"], m["correct"], m["accuracy"]) == (5, 3, 0.6)
     # Brier: (.05² + .95² + .38² + .38² + .62²)/5 = 1.5782/5
     assert m["brier"] == pytest.approx(0.31564, abs=1e-12)
@@ -48,13 +50,13 @@ def test_binary_brier_ece_nll_hand_computed():
 
 def test_bins_are_right_closed():
     # bins ((m−1)/15, m/15]: an edge m/15 belongs to bin m (0-based m−1), 0 goes to the first bin
-    _, bins = ev.reliability(np.array([0.6, 0.2, 1.0, 0.0, 1 / 15]), np.ones(5))
+    _, bins = mx.reliability(np.array([0.6, 0.2, 1.0, 0.0, 1 / 15]), np.ones(5))
     assert [(round(b["hi"] * 15), b["n"]) for b in bins if b["n"]] == [(1, 2), (3, 1), (9, 1), (15, 1)]
 
 
 def test_multiclass_brier_on_ragged_options():
-    P = ev.pad([[0.7, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25]])
-    m = ev.metrics(P, np.array([0, 2]), binary=False)
+    P = mx.pad([[0.7, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25]])
+    m = mx.metrics(P, np.array([0, 2]), binary=False)
     # (.3² + .2² + .1²) = .14 and (3·.25² + .75²) = .75 → mean .445
     assert m["brier"] == pytest.approx(0.445, abs=1e-12)
     assert m["accuracy"] == 0.5  # a uniform row answers its first option (as the product does), not C
@@ -64,10 +66,10 @@ def test_temperature_fit_has_the_closed_form_optimum():
     # ten answers all at p = .9, 7 right: NLL is least where sigmoid(ln 9 / T) = .7 → T = ln 9 / ln(7/3)
     P = np.tile([0.9, 0.1], (10, 1))
     y = np.array([0] * 7 + [1] * 3)
-    t = ev.fit_temperature(P, y)
+    t = mx.fit_temperature(P, y)
     assert t == pytest.approx(math.log(9) / math.log(7 / 3), rel=1e-6)
-    assert ev.scale(P, t)[0, 0] == pytest.approx(0.7, abs=1e-6)
-    assert ev.scale(ev.pad([[0.5, 0.3, 0.2], [1.0]]), 2.0)[1].tolist() == [1.0, 0.0, 0.0]  # padding stays 0
+    assert mx.scale(P, t)[0, 0] == pytest.approx(0.7, abs=1e-6)
+    assert mx.scale(mx.pad([[0.5, 0.3, 0.2], [1.0]]), 2.0)[1].tolist() == [1.0, 0.0, 0.0]  # padding stays 0
 
 
 def test_temperature_of_answers_pointing_the_wrong_way_is_flagged_at_the_bound():
@@ -77,60 +79,60 @@ def test_temperature_of_answers_pointing_the_wrong_way_is_flagged_at_the_bound()
          "label_mass": 1.0, "confidence": 0.5, "answer": "true", "category": "all"}
         for i in range(200)
     ]  # fmt: skip
-    t = ev.score(recs, calibrate=0.5)["temperature"]
-    assert t["T"] == pytest.approx(ev.T_MAX, rel=1e-3) and t["at_search_bound"] is True
+    t = mx.score(recs, calibrate=0.5)["temperature"]
+    assert t["T"] == pytest.approx(mx.T_MAX, rel=1e-3) and t["at_search_bound"] is True
 
 
 def test_mmlu_pro_fixture_conversion_and_fewshot_block():
-    items, fmt = ev.to_items(ev.read_records(TEST))
+    items, fmt = tasks.to_items(tasks.read_records(TEST))
     assert fmt == "mmlu-pro" and len(items) == 8
     dup = next(it for it in items if it.id == "103")
-    assert ev.option_names(dup.options) == ["10", "16", "25", "32", "64", "32 (2)"] and dup.gold == 3
-    dev, _ = ev.to_items(ev.read_records(DEV))
-    blocks = ev.fewshot_blocks({"math", "history"}, dev, 2)
+    assert build.option_names(dup.options) == ["10", "16", "25", "32", "64", "32 (2)"] and dup.gold == 3
+    dev, _ = tasks.to_items(tasks.read_records(DEV))
+    blocks = build.fewshot_blocks({"math", "history"}, dev, 2)
     assert blocks["math"] == (
         "The following are multiple choice questions (with answers) about math.\n\n"
         "Question: What is 3 plus 4?\nOptions:\nA. 5\nB. 6\nC. 7\nD. 8\nAnswer: C\n\n"
         "Question: What is 10 divided by 2?\nOptions:\nA. 2\nB. 5\nC. 8\nD. 20\nAnswer: B"
     )
     assert blocks["history"].count("Question:") == 1  # only one dev row in that category
-    rows = ev.build_rows(items, ev.fewshot_blocks({"math", "biology", "history"}, None, 0))
+    rows = build.build_rows(items, build.fewshot_blocks({"math", "biology", "history"}, None, 0))
     r = rows[0]
     assert r["state"] == "The following is a multiple choice question about math."
     assert r["questions"]["answer"]["criteria"] == dict.fromkeys(["54", "56", "58", "64", "48", "72", "49",
                                                                   "63", "65", "57"])  # fmt: skip
     assert (r["gold"], r["category"]) == (1, "math")
     with pytest.raises(ValueError, match="disagrees with answer_index"):
-        ev.to_items([{"question_id": 1, "question": "q", "options": ["a", "b"], "answer": "A",
+        tasks.to_items([{"question_id": 1, "question": "q", "options": ["a", "b"], "answer": "A",
                       "answer_index": 1, "category": "c"}])  # fmt: skip
 
 
 def test_mmlu_and_boolq_formats():
     recs = [{"question": f"q{i}", "subject": s, "choices": ["w", "x", "", "x"], "answer": 1}
             for i, s in enumerate(["anatomy", "anatomy", "virology"])]  # fmt: skip
-    items, fmt = ev.to_items(recs)
+    items, fmt = tasks.to_items(recs)
     assert fmt == "mmlu" and [it.id for it in items] == ["anatomy-0000", "anatomy-0001", "virology-0000"]
-    assert ev.option_names(items[0].options) == ["w", "x", "(empty)", "x (2)"]
-    assert ev.fewshot_blocks({"high_school_biology"}, None, 0)["high_school_biology"].endswith(
+    assert build.option_names(items[0].options) == ["w", "x", "(empty)", "x (2)"]
+    assert build.fewshot_blocks({"high_school_biology"}, None, 0)["high_school_biology"].endswith(
         "about high school biology."
     )
-    b, fmt = ev.to_items([{"question": "is water wet", "passage": "Water.", "answer": False}])
+    b, fmt = tasks.to_items([{"question": "is water wet", "passage": "Water.", "answer": False}])
     assert fmt == "boolq" and b[0].gold == 1 and b[0].question["instructions"] == "Is water wet?"
-    n, fmt = ev.to_items(ev.read_records(EXAMPLES / "boolq_sample.jsonl"))
+    n, fmt = tasks.to_items(tasks.read_records(EXAMPLES / "boolq_sample.jsonl"))
     assert fmt == "noul" and len(n) == 20 and n[0].id == "boolq-val-00000" and n[0].gold == 1
 
 
 def test_sample_is_seeded_nested_and_in_file_order():
-    items, _ = ev.to_items(ev.read_records(TEST))
+    items, _ = tasks.to_items(tasks.read_records(TEST))
     ids = [it.id for it in items]
-    s3 = [it.id for it in ev.sample(items, 3, 42)]
-    assert s3 == [it.id for it in ev.sample(list(reversed(items)), 3, 42)][::-1]  # file order kept
+    s3 = [it.id for it in tasks.sample(items, 3, 42)]
+    assert s3 == [it.id for it in tasks.sample(list(reversed(items)), 3, 42)][::-1]  # file order kept
     assert s3 == sorted(s3, key=ids.index) and len(set(s3)) == 3
     # the documented definition: the N lowest sha256("<seed>:<id>")
     assert set(s3) == set(sorted(ids, key=lambda i: hashlib.sha256(f"42:{i}".encode()).digest())[:3])
-    assert set(ev.sample(items, 2, 42)) < set(ev.sample(items, 3, 42))
-    assert s3 != [it.id for it in ev.sample(items, 3, 7)]
-    assert ev.sample(items, None, 42) == items
+    assert set(tasks.sample(items, 2, 42)) < set(tasks.sample(items, 3, 42))
+    assert s3 != [it.id for it in tasks.sample(items, 3, 7)]
+    assert tasks.sample(items, None, 42) == items
 
 
 def test_eval_mmlu_pro_fixture_end_to_end(tiny_model, tmp_path):
@@ -149,7 +151,7 @@ def test_eval_mmlu_pro_fixture_end_to_end(tiny_model, tmp_path):
     )
     # the report's numbers are those of the per-question output
     hits = [max(range(len(p)), key=p.__getitem__) == g for p, g in zip(df["probs"], df["gold"], strict=True)]
-    assert rep["overall"]["correct"] == sum(hits) and rep["overall"]["ci95"] == list(ev.wilson(sum(hits), 8))
+    assert rep["overall"]["correct"] == sum(hits) and rep["overall"]["ci95"] == list(mx.wilson(sum(hits), 8))
     assert {c: v["n"] for c, v in rep["categories"].items()} == {"biology": 3, "history": 2, "math": 3}
     assert rep["mean_label_mass"] == pytest.approx(df["label_mass"].mean())
     assert rep["dataset"]["shots_short"] == ["history"] and rep["run"]["backend"] == "hf"
@@ -170,11 +172,15 @@ def test_eval_mmlu_pro_fixture_end_to_end(tiny_model, tmp_path):
 
 
 def test_eval_yes_no_sample_is_reproducible_with_temperature(tiny_model, hf_backend, tmp_path):
-    opts = {"model": str(tiny_model), "backend": "hf", "progress": False}
-    kw = dict(n_sample=10, seed=3, calibrate=0.5, backend=hf_backend)
-    a = ev.run_eval(EXAMPLES / "boolq_sample.jsonl", tmp_path / "a", opts, **kw)
-    b = ev.run_eval(EXAMPLES / "boolq_sample.jsonl", tmp_path / "b", opts, **kw)
-    ev.run_eval(EXAMPLES / "boolq_sample.jsonl", tmp_path / "c", opts, **{**kw, "seed": 4})
+    def run(out: str, seed: int = 3):
+        cfg = er.build_eval_config(
+            input=EXAMPLES / "boolq_sample.jsonl", output_dir=tmp_path / out, model=str(tiny_model),
+            backend="hf", progress=False, sample=10, seed=seed, calibrate=0.5,
+        )  # fmt: skip
+        return er.run_eval(cfg, backend=hf_backend)
+
+    a, b = run("a"), run("b")
+    run("c", seed=4)
     ids = [
         pl.read_parquet(d / "predictions.parquet")["id"].to_list() for d in (tmp_path / "a", tmp_path / "c")
     ]
@@ -187,4 +193,43 @@ def test_eval_yes_no_sample_is_reproducible_with_temperature(tiny_model, hf_back
     assert (t["n_fit"], t["n_eval"]) == (5, 5) and t["T"] > 0
     assert t["after"]["accuracy"] == t["before"]["accuracy"]  # scaling never changes the argmax
     # re-scoring the folder without a model gives the same numbers
-    assert ev.rescore(tmp_path / "a")["overall"] == a["overall"]
+    assert er.rescore(tmp_path / "a")["overall"] == a["overall"]
+
+
+def test_eval_refuses_a_used_folder_and_resumes_with_per_sample_columns(tiny_model, hf_backend, tmp_path):
+    """lm-eval-style habits: a non-empty output folder is refused without --force; --resume continues the
+    unfinished job (or re-scores a finished one); predictions.parquet logs `prediction` and `correct`."""
+    out = tmp_path / "ev"
+    base = dict(input=TEST, output_dir=out, model=str(tiny_model), backend="hf", progress=False)
+    rep = er.run_eval(er.build_eval_config(**base), backend=hf_backend)
+    df = pl.read_parquet(out / "predictions.parquet")
+    pred = [max(range(len(p)), key=p.__getitem__) for p in df["probs"]]
+    assert df["prediction"].to_list() == pred
+    assert df["correct"].to_list() == [p == g for p, g in zip(pred, df["gold"], strict=True)]
+    assert rep["overall"]["correct"] == sum(df["correct"])
+    with pytest.raises(er.ConfigError, match="is not empty; pass --force to overwrite it or --resume"):
+        er.run_eval(er.build_eval_config(**base), backend=hf_backend)
+    again = er.run_eval(er.build_eval_config(**base, resume=True), backend=hf_backend)
+    assert again["overall"] == rep["overall"]  # finished: re-scored, not run again
+    assert pl.read_parquet(out / "predictions.parquet").equals(df)
+    forced = er.run_eval(er.build_eval_config(**base, force=True), backend=hf_backend)
+    assert forced["overall"] == rep["overall"]
+
+    # an interrupted job: --resume continues its partial; the same predictions as a run in one go
+    cut = tmp_path / "cut"
+
+    def stop(*_):
+        raise KeyboardInterrupt
+
+    small = {**base, "output_dir": cut}
+    job = er.build_eval_config(**small)
+    with pytest.raises(KeyboardInterrupt):
+        er.run_eval(job, backend=hf_backend, on_progress=stop)
+    assert (cut / "predictions.parquet.partial").exists() and not (cut / "predictions.parquet").exists()
+    with pytest.raises(er.ConfigError, match="is not empty"):
+        er.run_eval(job, backend=hf_backend)
+    done = er.run_eval(er.build_eval_config(**small, resume=True), backend=hf_backend)
+    assert done["overall"] == rep["overall"]
+    assert pl.read_parquet(cut / "predictions.parquet").equals(df)
+    with pytest.raises(er.ConfigError, match="--force starts again, --resume continues"):
+        er.build_eval_config(**base, force=True, resume=True)

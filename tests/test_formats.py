@@ -163,7 +163,8 @@ def test_small_habits(tmp_path):
         r = cli(*args)
         assert r.returncode == 0 and "Usage" in r.stdout, args
     r = cli("classify", "--help")
-    assert r.returncode == 0 and "resume" not in r.stdout  # classify has no --resume
+    # classify lists only what it does: its readout's options (it resumes like run since #18), no questions
+    assert r.returncode == 0 and "--questions" not in r.stdout and "--template" in r.stdout
     # --threads: the environment is set before torch loads, and torch uses that many threads
     code = (
         "import os; from openjev_batch.config import apply_threads; apply_threads(1); import torch; "

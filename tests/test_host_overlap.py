@@ -9,6 +9,7 @@ from conftest import write_jsonl
 import openjev_batch.pipeline as pipeline
 from openjev_batch.config import build_config
 from openjev_batch.prompt import Prompter
+from openjev_batch.readouts import label_logprobs
 from openjev_batch.schema import Row
 
 CHUNK = 2
@@ -56,7 +57,7 @@ def test_host_stage_of_the_next_chunk_runs_while_the_engine_works(hf_backend, tm
     ref = build_config(input=inp, output=tmp_path / "ref.parquet", model="-", backend="hf", progress=False)
     s_ref = pipeline.run_job(ref, backend=hf_backend)  # one chunk: nothing to overlap
 
-    monkeypatch.setattr(pipeline, "Prompter", Recording)
+    monkeypatch.setattr(label_logprobs, "Prompter", Recording)  # the readout builds run's prompter
     cfg = build_config(
         input=inp, output=tmp_path / "o.parquet", model="-", backend="hf", chunk_rows=CHUNK, progress=False
     )

@@ -206,3 +206,33 @@ def test_ray_sglang_engines_reuse_each_prefix(job, cluster, sglang_backend, tmp_
             assert row not in seen_rows, (y, "only the first branch of a row may miss the cache")
         seen_rows.add(row)
     assert 0 < missed <= len(groups)  # scattered rows would miss once per engine that saw their prefix
+
+
+def test_ray_classify_equals_single_machine(cluster, tiny_classifier, hf_cls, tmp_path):
+    """The classifier-head readout through the same Ray runner: the single-machine file (logits to the
+    hf classifier's batch noise), row errors in place, the same counts and token totals."""
+    premises = ["A man is eating pasta.", "The cat sat on the mat.", "Prices rose 3% in May."]
+    rows = [
+        {"id": f"c{i}", "premise": premises[i % 3], "hypothesis": f"Claim {i}.", "gold": ["x", "y"][i % 2]}
+        for i in range(10)
+    ] + [{"id": "bad", "premise": "only a premise"}, "{not json", {"id": "c1", "text": "dup"}]
+    src = write_jsonl(tmp_path / "in.jsonl", rows)
+    cfg = build_config(
+        input=src, output=tmp_path / "ref.parquet", model=str(tiny_classifier), backend="hf",
+        readout="classifier-head", device="cpu", keep=("gold",), chunk_rows=6, progress=False,
+    )  # fmt: skip
+    ref = run_job(cfg, backend=hf_cls)
+    out = tmp_path / "ray.parquet"
+    s = run_job_ray(cfg.model_copy(update={"output": out}), RayOptions(workers=2, bucket_rows=2))
+    a, b = pq.read_table(cfg.output), pq.read_table(out)
+    assert a.schema == b.schema
+    key = ("id", "label", "gold", "prompt_tokens", "error")
+    assert [tuple(r[k] for k in key) for r in a.to_pylist()] == [
+        tuple(r[k] for k in key) for r in b.to_pylist()
+    ]
+    assert [r["probs"] for r in b.to_pylist()] == [
+        None if r["probs"] is None else pytest.approx(r["probs"], abs=1e-5) for r in a.to_pylist()
+    ]
+    assert (s.rows, s.questions, s.answered, s.errors) == (ref.rows, ref.questions, ref.answered, ref.errors)
+    assert (s.rows, s.answered, s.errors) == (13, 10, 3)
+    assert s.branch_tokens == ref.branch_tokens and 0 < s.unique_tokens < s.branch_tokens

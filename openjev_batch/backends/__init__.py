@@ -1,18 +1,24 @@
-"""Backends, chosen by name and imported lazily: the `hf` path never imports sglang (or CUDA)."""
+"""Backends, chosen by name and the readout kind they serve, imported lazily: the `hf` path never imports
+sglang (or CUDA). Adding a backend: a `Backend` subclass (base.py) per readout kind it serves, one line each
+in _BACKENDS."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
 
+from ..config import BACKENDS
 from ..errors import BackendError
 from .base import Backend, BackendOptions, BranchResult
 
 _BACKENDS = {
-    "hf": "openjev_batch.backends.hf:HFBackend",
-    "sglang": "openjev_batch.backends.sglang:SGLangBackend",
+    ("hf", "label-logprobs"): "openjev_batch.backends.hf:HFBackend",
+    ("sglang", "label-logprobs"): "openjev_batch.backends.sglang:SGLangBackend",
+    ("hf", "classifier-head"): "openjev_batch.backends.classify_hf:HFClassifier",
+    ("sglang", "classifier-head"): "openjev_batch.backends.classify_sglang:SGLangClassifier",
 }
-NAMES = tuple(_BACKENDS)
+NAMES = tuple(dict.fromkeys(name for name, _ in _BACKENDS))
+assert set(NAMES) == set(BACKENDS), "config.BACKENDS (the --backend choices) must list every backend"
 
 
 def default_backend() -> str:
@@ -25,14 +31,15 @@ def default_backend() -> str:
     return "sglang" if torch.cuda.is_available() else "hf"
 
 
-def load_backend(name: str, opts: BackendOptions) -> Backend:
-    """Import and start the backend `name`. Raises BackendError for an unknown or uninstalled backend."""
-    if name not in _BACKENDS:
+def load_backend(name: str, opts: BackendOptions, kind: str = "label-logprobs") -> Backend:
+    """Import and start backend `name` for readout `kind`. Raises BackendError for an unknown or uninstalled
+    backend, and what the backend raises when its model cannot load."""
+    if (name, kind) not in _BACKENDS:
         raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(NAMES)}")
     from ..models import check_model_trust
 
     check_model_trust(opts)  # before any engine or loader sees the checkpoint
-    module, cls = _BACKENDS[name].split(":")
+    module, cls = _BACKENDS[name, kind].split(":")
     try:
         return getattr(importlib.import_module(module), cls)(opts)
     except BackendError as e:

@@ -1,12 +1,16 @@
-"""The backend interface: label logprobs for the branches of a window of rows that share prefixes.
+"""The backend interface: one prefill contract for every readout (a window of rows that share prefixes in,
+one BranchResult per branch out). `kind` says which readout a backend class serves:
+`label-logprobs` (causal LMs: label logprobs of each branch) or `classifier-head` (sequence classifiers:
+one branch per row, its raw logits, aligned with `labels`).
 
 Contract (every backend):
 - `tokenizer` is the model's Hugging Face tokenizer; the prompt stage tokenizes with it.
 - `kv_budget_tokens()` is how many tokens a window may hold (the planner's budget).
 - `prefill(window)` runs one forward pass per branch (prefix ids + suffix ids) and returns, for
-  `window.rows[i].branches[j]`, `result[i][j]`: the natural-log probabilities (full-vocabulary
-  log-softmax at the last position) of that branch's `label_ids`, in the same order, read by token id.
-  A missing or non-finite logprob makes that branch's `error` set; it never raises for one branch.
+  `window.rows[i].branches[j]`, `result[i][j]`: label-logprobs, the natural-log probabilities
+  (full-vocabulary log-softmax at the last position) of that branch's `label_ids`, in the same order,
+  read by token id; classifier-head, the class logits of the row's one branch. A branch that cannot run
+  (too long, a missing or non-finite logprob) gets its `error` set; it never raises for one branch.
   No token is decoded. The prefix is computed once per distinct prefix and reused (KV / radix cache).
 - `warm_tokens` counts the prefix tokens computed by warm-up passes (not part of any branch), so that
   computed tokens = Σ (branch prompt − cached) + warm_tokens.
@@ -17,49 +21,16 @@ Raises BackendError when the model cannot load or the engine dies.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BackendError
-from ..plan import Window
-
-
-@dataclass(frozen=True)
-class BackendOptions:
-    """What a backend needs to start. `engine_args` pass through to the engine (sglang) unchanged."""
-
-    model: str
-    device: str = "auto"  # auto | cpu | cuda
-    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16
-    tp_size: int = 1
-    dp_size: int = 1
-    mem_fraction_static: float | None = None
-    attention_backend: str | None = None
-    context_length: int | None = None
-    engine_args: dict[str, Any] = field(default_factory=dict)
-    # Checkpoints are data too: pickle weights and a model's own Python code run only when asked for.
-    allow_pickle: bool = False  # --allow-pickle: load .bin/.pt weights (pickles can execute code)
-    trust_remote_code: bool = False  # --trust-remote-code: import the checkpoint's own modules (auto_map)
+from ..config import BackendOptions
+from ..plan import BranchResult, Window
 
 
 def refuse_engine_options(opts: BackendOptions, backend: str) -> None:
-    """Raise BackendError naming each sglang engine option set for a backend that has no engine (hf),
-    rather than ignoring it: a user who asked for `--tp-size 2` must not silently get one device."""
-    given = [
-        flag
-        for flag, is_set in (
-            ("--tp-size", opts.tp_size != 1),
-            ("--dp-size", opts.dp_size != 1),
-            ("--mem-fraction-static", opts.mem_fraction_static is not None),
-            ("--attention-backend", opts.attention_backend is not None),
-            ("--engine-arg " + ", ".join(sorted(opts.engine_args)), bool(opts.engine_args)),
-        )
-        if is_set
-    ]
-    if given:
-        raise BackendError(
-            f"the {backend} backend has no engine options; drop {'; '.join(given)} (sglang only)"
-        )
+    """Raise BackendError naming each sglang engine option set for a backend that has no engine (hf); the
+    list is derived from config.ENGINE_OPTIONS."""
+    opts.refuse_engine_only(backend)
 
 
 def loader_options(opts: BackendOptions, weights: bool = True) -> dict[str, Any]:
@@ -82,27 +53,29 @@ def trust_hint(opts: BackendOptions, e: BaseException) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class BranchResult:
-    """Label logprobs of one branch (aligned with its label_ids; NaN where missing) and its token counts."""
-
-    logprobs: tuple[float, ...]
-    prompt_tokens: int
-    cached_tokens: int
-    error: str | None = None
-
-
 class Backend(ABC):
+    """`labels`: classifier-head backends, the checkpoint's label names (the order of their logits);
+    `context_length`: the longest branch the model takes (None: unknown)."""
+
     name: str = "?"
+    kind: str = "label-logprobs"
     tokenizer: Any
     warm_tokens: int = 0
     scoring: str = "branches"  # the prefill path: one pass per branch; sglang may say "multi-item"
+    labels: tuple[str, ...] | None = None
+    context_length: int | None = None
 
     @abstractmethod
     def kv_budget_tokens(self) -> int: ...
 
     @abstractmethod
     def prefill(self, window: Window) -> list[list[BranchResult]]: ...
+
+    def too_long(self, n: int) -> str | None:
+        """The error of a branch of `n` tokens that the model cannot take, else None."""
+        if self.context_length and n > self.context_length:
+            return f"prompt has {n} tokens, the model takes at most {self.context_length}"
+        return None
 
     def check_alive(self) -> None:  # noqa: B027 - optional hook
         """Raise BackendError when the engine is dead (called after a failed window)."""
@@ -115,3 +88,6 @@ class Backend(ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+__all__ = ["Backend", "BackendOptions", "BranchResult", "refuse_engine_options"]

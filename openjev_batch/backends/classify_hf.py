@@ -13,21 +13,23 @@ from __future__ import annotations
 
 import torch
 
-from ..classify import Checkpoint, ClassifierBackend, ClsResult, prompt_ids
 from ..errors import BackendError
-from ..plan import Window
-from .base import BackendOptions, loader_options, refuse_engine_options
+from ..plan import BranchResult, Window
+from .base import Backend, BackendOptions, loader_options, refuse_engine_options
+from .checkpoint import read_checkpoint
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class HFClassifier(ClassifierBackend):
+class HFClassifier(Backend):
     name = "hf"
+    kind = "classifier-head"
 
-    def __init__(self, opts: BackendOptions, ckpt: Checkpoint, batch_tokens: int = 16_384):
+    def __init__(self, opts: BackendOptions):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         refuse_engine_options(opts, "hf")
+        ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before any weights load
         device = opts.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -56,8 +58,8 @@ class HFClassifier(ClassifierBackend):
             text_cfg.pad_token_id = self.model.config.pad_token_id = pad
         self.pad_id = int(pad)
         self.device = device
-        self.batch_tokens = batch_tokens
-        self.max_input_tokens = opts.context_length or getattr(text_cfg, "max_position_embeddings", None)
+        self.batch_tokens = opts.batch_tokens
+        self.context_length = opts.context_length or getattr(text_cfg, "max_position_embeddings", None)
         self._base = getattr(self.model, getattr(self.model, "base_model_prefix", ""), None)
         self._score = getattr(self.model, "score", None)
 
@@ -83,13 +85,14 @@ class HFClassifier(ClassifierBackend):
             logits = self.model(input_ids=ids, attention_mask=mask).logits
         return logits.float().cpu().tolist()
 
-    def classify(self, window: Window) -> list[ClsResult]:
-        results: list[ClsResult | None] = [None] * len(window.rows)
+    def prefill(self, window: Window) -> list[list[BranchResult]]:
+        """One branch per row: its raw logits (rows sorted by length into padded batches)."""
+        results: list[list[BranchResult] | None] = [None] * len(window.rows)
         todo = []
         for i, rp in enumerate(window.rows):
-            ids = prompt_ids(rp)
+            ids = rp.prefix + rp.branches[0].suffix
             if err := self.too_long(len(ids)):
-                results[i] = ClsResult(None, len(ids), err)
+                results[i] = [BranchResult((), len(ids), 0, err)]
             else:
                 todo.append((i, ids))
         todo.sort(key=lambda t: len(t[1]))
@@ -100,7 +103,7 @@ class HFClassifier(ClassifierBackend):
                 end += 1
             part = todo[start:end]
             for (i, ids), vals in zip(part, self.forward([x for _, x in part]), strict=True):
-                results[i] = self.check_logits(vals, len(ids))
+                results[i] = [BranchResult(tuple(vals), len(ids), 0)]
             start = end
         return results  # type: ignore[return-value]
 

@@ -21,11 +21,11 @@ import json
 import os
 from typing import Any
 
-from ..classify import Checkpoint, ClassifierBackend, ClsResult, prompt_ids
 from ..errors import BackendError
-from ..plan import Window
+from ..plan import BranchResult, Window
 from ..sglang_models import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE
-from .base import BackendOptions, loader_options
+from .base import Backend, BackendOptions, loader_options
+from .checkpoint import Checkpoint, read_checkpoint
 from .sglang import engine_kwargs as engine_kwargs_base
 from .sglang import import_sglang
 
@@ -68,11 +68,13 @@ def engine_kwargs(opts: BackendOptions, ckpt: Checkpoint) -> dict[str, Any]:
     return kw
 
 
-class SGLangClassifier(ClassifierBackend):
+class SGLangClassifier(Backend):
     name = "sglang"
+    kind = "classifier-head"
     warm_prefixes = True  # N+1 warm-up of shared prefixes (off: benchmarks' baseline)
 
-    def __init__(self, opts: BackendOptions, ckpt: Checkpoint, batch_tokens: int = 16_384):
+    def __init__(self, opts: BackendOptions):
+        ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before the engine starts
         sglang = import_sglang()
         from transformers import AutoTokenizer
 
@@ -126,7 +128,7 @@ class SGLangClassifier(ClassifierBackend):
                 raise BackendError(f"{e} ({why})") from e
             raise
         self._capacity = int(info.get("max_total_num_tokens") or 0) or None
-        self.max_input_tokens = int(info.get("max_req_input_len") or 0) or opts.context_length
+        self.context_length = int(info.get("max_req_input_len") or 0) or opts.context_length
 
     def kv_budget_tokens(self) -> int:
         # Leave room for the running batch's activations and radix-tree fragmentation.
@@ -140,13 +142,14 @@ class SGLangClassifier(ClassifierBackend):
             raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
         return outs if isinstance(outs, list) else [outs]
 
-    def classify(self, window: Window) -> list[ClsResult]:
-        results: list[ClsResult | None] = [None] * len(window.rows)
+    def prefill(self, window: Window) -> list[list[BranchResult]]:
+        """One branch per row: its raw logits. Shared prefixes are warmed first (N+1)."""
+        results: list[list[BranchResult] | None] = [None] * len(window.rows)
         todo: list[tuple[int, tuple[int, ...]]] = []
         for i, rp in enumerate(window.rows):
-            ids = prompt_ids(rp)
+            ids = rp.prefix + rp.branches[0].suffix
             if err := self.too_long(len(ids)):
-                results[i] = ClsResult(None, len(ids), err)
+                results[i] = [BranchResult((), len(ids), 0, err)]
             else:
                 todo.append((i, ids))
         # N+1, step 1: each prefix that two or more rows share, once (rows are prefix-sorted).
@@ -164,8 +167,12 @@ class SGLangClassifier(ClassifierBackend):
             outs = self._encode([list(ids) for _, ids in todo])
             for (i, ids), o in zip(todo, outs, strict=True):
                 n = int(o.get("meta_info", {}).get("prompt_tokens", len(ids)))
-                results[i] = self.check_logits(o.get("embedding") or [], n)
+                results[i] = [BranchResult(tuple(float(v) for v in o.get("embedding") or []), n, 0)]
         return results  # type: ignore[return-value]
+
+    def check_alive(self) -> None:
+        """A one-token request; raises BackendError when the engine no longer answers."""
+        self._encode([[self.tokenizer.eos_token_id or 0]])
 
     def close(self) -> None:
         eng, self.engine = getattr(self, "engine", None), None

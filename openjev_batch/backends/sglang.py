@@ -190,7 +190,7 @@ SAFE_LOAD_FORMATS = frozenset({"safetensors", "fastsafetensors", "dummy", "gguf"
 
 def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
     """`sglang.Engine` keyword arguments from the user's options: prefill-only defaults, sglang's CPU path
-    when there is no GPU, the named options, `extra` (e.g. is_embedding), then `--engine-arg`s, which win.
+    when there is no GPU, the declared options that are set, `extra` (e.g. is_embedding), then `--engine-arg`s, which win.
     Raises BackendError for an engine arg that `ServerArgs` does not have (never silently ignored)."""
     from sglang.srt.server_args import ServerArgs
 
@@ -205,8 +205,6 @@ def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
     kw: dict[str, Any] = dict(
         model_path=opts.model,
         device=device,
-        tp_size=opts.tp_size,
-        dp_size=opts.dp_size,
         log_level="warning",
         random_seed=0,
         skip_tokenizer_init=True,
@@ -226,11 +224,7 @@ def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
         )
     else:
         kw.update(gpu_prefill_defaults(fields))
-    for k in ("attention_backend", "mem_fraction_static", "context_length"):
-        if getattr(opts, k) is not None:
-            kw[k] = getattr(opts, k)
-    if opts.dtype != "auto":
-        kw["dtype"] = opts.dtype
+    kw.update(opts.sglang_kwargs())  # the declared engine options that are set (config.ENGINE_OPTIONS)
     # sglang's "auto" loader reads .bin pickles and retries a legacy-tar one with weights_only=False, which
     # runs its code; "safetensors" reads nothing else. Its model config honours trust_remote_code.
     kw["trust_remote_code"] = opts.trust_remote_code

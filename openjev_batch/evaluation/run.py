@@ -1,0 +1,184 @@
+"""`openjev-batch eval`: benchmark file → the product's input → `run` (pipeline.run_job) → scored report.
+
+Writes into the output folder: questions.jsonl (the product input), predictions.parquet (the product output,
+one row per question, plus lm-eval-style per-sample columns `prediction` and `correct` next to the kept
+`gold`/`category`), report.json, report.md, reliability.png. A non-empty folder is refused unless `force`
+(start again) or `resume` (continue its unfinished job; questions.jsonl is kept when unchanged, so the
+job's resume key still matches).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, model_validator
+
+from .. import __version__
+from ..config import EngineOptions, build_config, validation_message
+from ..errors import ConfigError
+from .build import KEEP, build_rows, fewshot_blocks, prepare
+from .report import commit, hardware, sha256_file, write_reports
+
+
+class EvalConfig(EngineOptions):
+    """One eval (frozen, unknown keys are errors): the benchmark, how it is sampled and prompted, and the
+    engine options and model the job runs with (the same fields as `run`)."""
+
+    input: Path
+    output_dir: Path
+    model: str
+    backend: str
+    format: str = "auto"
+    shots: int = Field(0, ge=0)
+    dev: Path | None = None
+    sample: int | None = Field(None, gt=0)
+    seed: int = 42
+    calibrate: float | None = Field(None, gt=0, lt=1)
+    model_name: str | None = None  # as the user named it (a packaged name), for the report
+    max_branches_per_window: int = Field(4096, gt=0)
+    progress: bool = True
+    force: bool = False
+    resume: bool = False
+
+    @model_validator(mode="after")
+    def _force_or_resume(self) -> EvalConfig:
+        if self.force and self.resume:
+            raise ValueError("--force starts again, --resume continues: give one")
+        return self
+
+    def job(self, questions: Path, predictions: Path):
+        """The RunConfig of the eval's job. Raises ConfigError / BackendError as build_config does."""
+        engine = {k: getattr(self, k) for k in EngineOptions.model_fields}
+        return build_config(
+            input=questions, output=predictions, keep=KEEP, model=self.model, backend=self.backend,
+            max_branches_per_window=self.max_branches_per_window, progress=self.progress,
+            resume=self.resume, **engine,
+        )  # fmt: skip
+
+
+def build_eval_config(**kw: Any) -> EvalConfig:
+    """Validate options into an EvalConfig. Raises ConfigError naming each bad field."""
+    try:
+        return EvalConfig(**kw)
+    except ValidationError as e:
+        raise ConfigError("invalid options: " + validation_message(e)) from None
+
+
+def _claim(out_dir: Path, cfg: EvalConfig) -> None:
+    """Refuse a non-empty output folder unless --force (its files are replaced) or --resume."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"eval: {out_dir} is a file, not a folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (cfg.force or cfg.resume):
+        raise ConfigError(
+            f"eval: {out_dir} is not empty; pass --force to overwrite it or --resume to continue its job"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _write_if_changed(path: Path, text: str) -> bool:
+    """Write `text` unless the file already holds it (its mtime is part of the job's resume key)."""
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return False
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return True
+
+
+def log_samples(predictions: Path) -> None:
+    """Add per-sample columns to predictions.parquet (lm-eval's --log_samples): `prediction` (the index of
+    the most probable option, the same indexing as `gold`) and `correct` (null for a question with an error)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(predictions)
+    t = t.drop_columns([c for c in ("prediction", "correct") if c in t.column_names])
+    pred = [None if p is None else int(np.argmax(p)) for p in t.column("probs").to_pylist()]
+    gold = t.column("gold").to_pylist()
+    correct = [None if p is None else p == int(g) for p, g in zip(pred, gold, strict=True)]
+    t = t.append_column("prediction", pa.array(pred, pa.int64())).append_column(
+        "correct", pa.array(correct, pa.bool_())
+    )
+    tmp = predictions.with_name(predictions.name + ".tmp")
+    pq.write_table(t, tmp)
+    os.replace(tmp, predictions)
+
+
+def run_eval(
+    cfg: EvalConfig, backend=None, on_progress: Callable[[int, int], None] | None = None
+) -> dict[str, Any]:
+    """Convert `cfg.input`, run the job, score. `backend` may be passed in (tests) and is not closed here.
+    Returns the report. Raises ConfigError for bad benchmark data, options or a non-empty folder, other
+    OpenjevErrors from the job."""
+    from ..pipeline import run_job
+
+    t0 = time.perf_counter()
+    code = commit()  # the code that runs, read before a long run (the tree may change meanwhile)
+    out_dir = Path(cfg.output_dir)
+    items, chosen, dev_items, fmt = prepare(cfg.input, cfg.format, cfg.shots, cfg.dev, cfg.sample, cfg.seed)
+    blocks = fewshot_blocks({it.category for it in chosen}, dev_items, cfg.shots)
+    _claim(out_dir, cfg)
+    qpath, ppath = out_dir / "questions.jsonl", out_dir / "predictions.parquet"
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in build_rows(chosen, blocks))
+    changed = _write_if_changed(qpath, text)
+    job = cfg.job(qpath, ppath)
+    partial = ppath.with_name(ppath.name + ".partial")
+    finished = ppath.exists() and not partial.exists() and (out_dir / "report.json").exists()
+    if cfg.resume and not changed and finished:
+        log_samples(ppath)
+        return rescore(out_dir, cfg.calibrate)  # nothing left to run: the finished job, scored again
+    s = run_job(job, backend=backend, on_progress=on_progress)
+    log_samples(ppath)
+    device = getattr(backend, "device", None) or job.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if job.backend == "sglang" or torch.cuda.is_available() else "cpu"
+    shots_used = {c: sum(d.category == c for d in dev_items or []) for c in blocks} if cfg.shots else {}
+    run = {
+        "model": cfg.model_name or job.model,
+        "model_path": job.model,
+        "backend": job.backend,
+        "device": device,
+        "dtype": job.dtype if job.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16"),
+        "hardware": hardware(device),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "run_wall_s": s.wall_s,
+        "total_wall_s": time.perf_counter() - t0,
+        "openjev_batch": __version__,
+        "commit": code,
+        "branch_tokens": s.branch_tokens,
+        "computed_tokens": s.computed_tokens,
+        "cache_hit_rate": s.cache_hit_rate,
+        "load_average_end": os.getloadavg(),  # 1/5/15 min: other work on the machine inflates wall time
+    }
+    dataset = {
+        "input": str(cfg.input),
+        "sha256": sha256_file(Path(cfg.input)),
+        "format": fmt,
+        "rows_in_file": len(items),
+        "sample": cfg.sample,
+        "seed": cfg.seed,
+        "shots": cfg.shots,
+        "dev": str(cfg.dev) if cfg.dev else None,
+        "shots_short": sorted(c for c, n in shots_used.items() if n < cfg.shots),
+        "calibrate": cfg.calibrate,
+    }
+    return write_reports(out_dir, run, dataset)
+
+
+def rescore(out_dir: str | Path, calibrate: float | None = None) -> dict[str, Any]:
+    """Re-score a finished eval folder (no model): its predictions.parquet with the run/dataset records of its
+    report.json; `calibrate` overrides the temperature-fit share."""
+    old = json.loads((Path(out_dir) / "report.json").read_text())
+    dataset = {"calibrate": (old.get("temperature") or {}).get("fit_share"), **old["dataset"]}
+    if calibrate is not None:
+        dataset["calibrate"] = calibrate
+    return write_reports(out_dir, old["run"], dataset)

@@ -1,0 +1,103 @@
+"""The Readout protocol: what a row asks and how the answer is read, the one thing that varies between
+`run` (label logprobs over questions) and `classify` (a classifier head's logits).
+
+The job loop (pipeline), the Ray runner, `--dry-run`, `validate` and the output store call only these
+methods; none of them names a readout's row type, prompt layout or output columns. A readout is built
+from plain values (no tokenizer, no model), is picklable (Ray ships it to its actors) and never raises
+for row data: bad rows are `RowError` values.
+
+    parse_row(pos, rec)  → row | RowError        (read)
+    prompter(tokenizer)  → .build_many(rows)      (prompt: RowPrompts + failed questions)
+    records(row, results, failed) → output rows   (read out, after prefill)
+    schema, n_records, error_records, manifest   (write: columns, count check, resume key)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import pyarrow as pa
+
+from ..plan import BranchResult
+from ..schema import RowError
+
+# One row's prefill results: question id → (its row's prefix length, the branch's result).
+RowResults = dict[str, tuple[int, BranchResult]]
+# One row's questions that could not be prompted: question id → error text (naming row and field).
+RowFailures = dict[str, str]
+
+
+class Readout(ABC):
+    """A readout (see the module docstring). `name` is the `--readout` value; `keep` the kept input columns,
+    appended to `schema`'s columns in every output record; `backend_kind` picks the backend class that
+    serves it (`backends.load_backend(name, opts, kind)`); `unit` names a prefill unit in progress bars."""
+
+    name: str
+    backend_kind: str
+    unit: str = "branches"
+    keep: tuple[str, ...] = ()
+
+    @property
+    @abstractmethod
+    def schema(self) -> pa.Schema:
+        """The output columns before the kept ones, in order (the same for every chunk and run)."""
+
+    @abstractmethod
+    def parse_row(self, pos: int, rec: dict[str, Any]) -> Any:
+        """One input record → the readout's row (with `.pos`, `.id`, `.kept`) or a RowError; never raises."""
+
+    @abstractmethod
+    def unreadable(self, pos: int, why: str) -> RowError:
+        """The error row of a record whose id cannot be used (an unreadable line, a bool/list id)."""
+
+    @abstractmethod
+    def with_error(self, row: Any, error: str) -> RowError:
+        """`row` (parsed or an error) turned into a RowError with `error`, keeping its question ids."""
+
+    @abstractmethod
+    def n_records(self, row: Any) -> int:
+        """Output rows one input row (or RowError) produces; the count check sums it."""
+
+    @abstractmethod
+    def prefix_key(self, row: Any) -> str:
+        """Text that is equal for two rows exactly when their prompts share the whole prefix, known without
+        a tokenizer: the Ray driver buckets rows by it so one engine prefills each prefix."""
+
+    @abstractmethod
+    def problems(self, row: Any) -> list[str]:
+        """Row-level problems `validate` reports for a parsed row (e.g. its invalid questions)."""
+
+    @abstractmethod
+    def prompter(self, tokenizer, max_branch_tokens: int | None = None):
+        """An object whose `build_many(rows)` returns, aligned with `rows`, (RowPrompt or None, failures)
+        with failures a tuple of objects with `.qid` and `.error`. May raise a job-level OpenjevError."""
+
+    @abstractmethod
+    def records(self, row: Any, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
+        """The output records of one parsed row, in output order, from its prefill results and failures."""
+
+    @abstractmethod
+    def error_records(self, row: RowError) -> list[dict[str, Any]]:
+        """The output records of a RowError (`n_records(row)` of them), each carrying its error."""
+
+    def manifest(self) -> dict[str, Any]:
+        """What besides the input, model and engine identifies this readout's output (`--resume` key)."""
+        return {"readout": self.name}
+
+    @abstractmethod
+    def tokens(self, table: pa.Table) -> dict[str, int]:
+        """Token counts of a job from its output rows (`error`-free ones): prefix, branch and cached tokens."""
+
+    @abstractmethod
+    def summary_rows(self, summary) -> list[tuple[str, str]]:
+        """The end-of-run table for this readout's vocabulary (rows / questions / labels)."""
+
+    # helpers shared by the readouts ------------------------------------------------------------------
+    def blank(self, row_id: str | None, kept: dict[str, Any], **values: Any) -> dict[str, Any]:
+        """An output record with every column null but `values`, then the kept columns."""
+        rec = dict.fromkeys(self.schema.names)
+        rec.update(values)
+        rec.update({k: kept.get(k) for k in self.keep})  # an unreadable line has no kept values
+        rec["id"] = row_id
+        return rec

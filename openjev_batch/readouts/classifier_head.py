@@ -1,0 +1,292 @@
+"""The `classifier-head` readout (`classify`): each row's raw class logits from a `*ForSequenceClassification`
+checkpoint (e.g. a Qwen3 NLI cross-encoder: contradiction / entailment / neutral), softmaxed over its
+`id2label` labels. Same reading, planning, prefill fault isolation, output store and resume as `run`.
+
+    read ──▶ ClsRow ──template + tokenize──▶ RowPrompt(prefix=premise part, one branch=hypothesis part)
+         ──plan──▶ Window ──prefill (classifier backend)──▶ logits ──softmax / id2label──▶ Parquet
+
+- **Rows.** `text`, or `premise` + `hypothesis` rendered through a template (default
+  ``Premise: {premise}\\nHypothesis: {hypothesis}``); `id` as in `run`; `--keep` columns pass through.
+- **Prefix sharing.** The prompt is tokenized whole (those ids are what the model sees). The shared part
+  is the template up to ``{hypothesis}``, cut *before* the whitespace that precedes the variable part
+  (``…Hypothesis:`` + `` {h}``): a prefix ending in ``": "`` tokenizes differently from the full prompt
+  (3 of 4 test rows). The prefix ids are the longest common prefix of the whole prompt's ids and the
+  prefix text's ids, so they are always an exact prefix of what runs. Rows are sorted by them, so many
+  hypotheses against one premise are adjacent and reuse its KV (sglang: radix cache, warmed once).
+- **Labels.** From the checkpoint's `config.json` `id2label` (backends/checkpoint.py).
+- **Output.** `id`, `logits`, `probs` (stable softmax), `label` (argmax → id2label), one `p_<label>` per
+  label, `prompt_tokens`, `error`, then the kept columns; input order.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import ConfigError
+from ..plan import BranchSpec, RowPrompt, lcp
+from ..prompt import quiet_length_warning
+from ..readout import softmax
+from ..schema import RowError, row_id, unidentified_row_error
+from .base import Readout, RowFailures, RowResults
+
+DEFAULT_TEMPLATE = "Premise: {premise}\nHypothesis: {hypothesis}"
+TEMPLATE_FIELDS = ("premise", "hypothesis")
+BASE_COLUMNS = ("id", "logits", "probs", "label", "prompt_tokens", "error")
+
+
+class Template:
+    """A prompt template over ``{premise}`` and ``{hypothesis}`` (``{{``/``}}`` for literal braces).
+
+    `render(premise, hypothesis)` → (full prompt, shared prefix text). The prefix is everything before
+    the ``{hypothesis}`` value with trailing whitespace moved to the variable part. Raises ConfigError for
+    an unknown field, a format spec, or a template without exactly one ``{hypothesis}``."""
+
+    def __init__(self, text: str):
+        try:
+            parsed = list(string.Formatter().parse(text))
+        except ValueError as e:
+            raise ConfigError(f"--template: {e}") from None
+        self.text = text
+        self.pieces: list[tuple[str, str | None]] = []
+        for literal, fld, spec, conv in parsed:
+            if fld is not None and (fld not in TEMPLATE_FIELDS or spec or conv):
+                raise ConfigError(
+                    f"--template: unknown field {{{fld}{'!' + conv if conv else ''}{':' + spec if spec else ''}}}; "
+                    "use {premise} and {hypothesis} ({{ and }} for literal braces)"
+                )
+            self.pieces.append((literal, fld))
+        n_h = sum(f == "hypothesis" for _, f in self.pieces)
+        if n_h != 1:
+            raise ConfigError(f"--template: needs {{hypothesis}} exactly once, found it {n_h} times")
+        self.fields = tuple(sorted({f for _, f in self.pieces if f}))
+
+    def render(self, premise: str, hypothesis: str) -> tuple[str, str]:
+        out: list[str] = []
+        prefix = None
+        for literal, fld in self.pieces:
+            out.append(literal)
+            if fld == "hypothesis":
+                prefix = "".join(out)
+                out.append(hypothesis)
+            elif fld == "premise":
+                out.append(premise)
+        assert prefix is not None
+        return "".join(out), prefix.rstrip()
+
+
+def unescape_template(text: str) -> str:
+    """`\\n`, `\\t` and `\\\\` in a command-line template → newline, tab, backslash."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in "nt\\":
+            out.append({"n": "\n", "t": "\t", "\\": "\\"}[text[i + 1]])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class ClsRow:
+    """A readable row: its prompt `text` and, for premise/hypothesis rows, the shared `prefix_text`."""
+
+    pos: int
+    id: str
+    text: str
+    prefix_text: str | None
+    kept: dict[str, Any]
+
+
+def _str_field(rec: dict[str, Any], name: str, rid: str) -> str:
+    v = rec.get(name)
+    if v is None:
+        raise ValueError(f"row {rid}: {name}: missing")
+    if not isinstance(v, str):
+        raise ValueError(f"row {rid}: {name}: expected a string, got {type(v).__name__}")
+    if not v.strip():
+        raise ValueError(f"row {rid}: {name}: empty")
+    return v
+
+
+def parse_cls_row(
+    pos: int, rec: dict[str, Any], template: Template, keep: tuple[str, ...] = ()
+) -> ClsRow | RowError:
+    """One input record → ClsRow or RowError (never raises). A row has `text`, or the template's
+    fields (`premise` + `hypothesis`), not both."""
+    kept = {k: rec.get(k) for k in keep}
+    rid, id_problem = row_id(rec.get("id"), pos)
+    if id_problem:
+        return unidentified_row_error(pos, f"id: {id_problem}", kept=kept)
+    try:
+        has_pair = any(rec.get(f) is not None for f in TEMPLATE_FIELDS)
+        if rec.get("text") is not None:
+            if has_pair:
+                raise ValueError(f"row {rid}: text: give either text or premise + hypothesis, not both")
+            return ClsRow(pos, rid, _str_field(rec, "text", rid), None, kept)
+        if not has_pair:
+            raise ValueError(f"row {rid}: text: missing (give text, or premise + hypothesis)")
+        vals = {f: (_str_field(rec, f, rid) if f in template.fields else "") for f in TEMPLATE_FIELDS}
+        text, prefix = template.render(vals["premise"], vals["hypothesis"])
+        return ClsRow(pos, rid, text, prefix, kept)
+    except ValueError as e:
+        return RowError(pos, rid, str(e), kept=kept)
+    except Exception as e:  # a bad row never sinks the job
+        return RowError(pos, rid, f"row {rid}: {type(e).__name__}: {e}", kept=kept)
+
+
+def build_prompts(rows: list[ClsRow], tokenizer) -> list[RowPrompt]:
+    """Tokenize each row's whole prompt (batched; each distinct prefix text once) and split the ids into
+    the shared prefix (an exact prefix of the ids) and the rest, the row's one branch. Text rows are all
+    prefix."""
+    if not rows:
+        return []
+    tokenizer = quiet_length_warning(tokenizer)  # too-long rows become row errors (backend)
+    full = tokenizer([r.text for r in rows])["input_ids"]
+    distinct = sorted({r.prefix_text for r in rows if r.prefix_text})
+    pre = {
+        t: tuple(x)
+        for t, x in zip(distinct, tokenizer(distinct)["input_ids"] if distinct else [], strict=True)
+    }
+    out = []
+    for r, ids in zip(rows, full, strict=True):
+        ids = tuple(ids)
+        k = lcp(ids, pre[r.prefix_text]) if r.prefix_text else len(ids)  # both tuples (lcp compares slices)
+        out.append(RowPrompt(r.pos, r.id, ids[:k], (BranchSpec("", ids[k:], ()),)))
+    return out
+
+
+def prompt_ids(rp: RowPrompt) -> tuple[int, ...]:
+    """The ids a classifier row runs: its prefix and its one branch."""
+    return rp.prefix + rp.branches[0].suffix
+
+
+class ClassifierPrompter:
+    """The prompt stage of this readout: one branch per row, nothing fails here (too-long rows are the
+    backend's row errors, against the model's real input limit)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def build_many(self, rows: list[ClsRow]) -> list[tuple[RowPrompt, tuple]]:
+        return [(rp, ()) for rp in build_prompts(rows, self.tokenizer)]
+
+
+def read_out(logits: tuple[float, ...], labels: tuple[str, ...]) -> tuple[tuple[float, ...], str]:
+    """(probs, argmax label); ties go to the lowest index."""
+    probs = tuple(softmax(logits))
+    return probs, labels[max(range(len(logits)), key=lambda i: (logits[i], -i))]
+
+
+def label_column(label: str) -> str:
+    return f"p_{label}"
+
+
+def check_keep(keep: tuple[str, ...], labels: tuple[str, ...]) -> None:
+    """Raises ConfigError when a kept column has the name of a label column."""
+    if clash := [k for k in keep if k in {label_column(x) for x in labels}]:
+        raise ConfigError(f"--keep column(s) {', '.join(clash)} clash with the label columns; rename them")
+
+
+@dataclass(frozen=True)
+class ClassifierHead(Readout):
+    """`labels`: the checkpoint's id2label names in index order; `template`: the premise/hypothesis prompt."""
+
+    labels: tuple[str, ...]
+    template: str = DEFAULT_TEMPLATE
+    keep: tuple[str, ...] = ()
+    _template: Template = field(init=False, repr=False, compare=False)
+
+    name = "classifier-head"
+    backend_kind = "classifier-head"
+    unit = "rows"
+    noun = "row"
+
+    def __post_init__(self):
+        check_keep(self.keep, self.labels)
+        object.__setattr__(self, "_template", Template(self.template))
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema(
+            [("id", pa.string()), ("logits", pa.list_(pa.float64())), ("probs", pa.list_(pa.float64())),
+             ("label", pa.string())]
+            + [(label_column(x), pa.float64()) for x in self.labels]
+            + [("prompt_tokens", pa.int64()), ("error", pa.string())]
+        )  # fmt: skip
+
+    def parse_row(self, pos: int, rec: dict[str, Any]) -> ClsRow | RowError:
+        return parse_cls_row(pos, rec, self._template, self.keep)
+
+    def unreadable(self, pos: int, why: str) -> RowError:
+        return unidentified_row_error(pos, why, kept=dict.fromkeys(self.keep))
+
+    def with_error(self, row: ClsRow | RowError, error: str) -> RowError:
+        return RowError(row.pos, row.id, error, kept=row.kept)
+
+    def n_records(self, row: ClsRow | RowError) -> int:
+        return 1
+
+    def prefix_key(self, row: ClsRow | RowError) -> str:
+        if isinstance(row, RowError):
+            return ""
+        return row.prefix_text if row.prefix_text is not None else row.text
+
+    def problems(self, row: ClsRow) -> list[str]:
+        return []
+
+    def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> ClassifierPrompter:
+        return ClassifierPrompter(tokenizer)
+
+    def _values_error(self, values) -> str | None:
+        if len(values) != len(self.labels):
+            return f"model returned {len(values)} values for {len(self.labels)} labels"
+        if not all(math.isfinite(v) for v in values):
+            return "non-finite logit"
+        return None
+
+    def records(self, row: ClsRow, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
+        _, res = results[""]
+        err = res.error or self._values_error(res.values)
+        if err is not None:
+            return [
+                self.blank(row.id, row.kept, prompt_tokens=res.prompt_tokens, error=f"row {row.id}: {err}")
+            ]
+        logits = tuple(float(v) for v in res.values)
+        probs, label = read_out(logits, self.labels)
+        cols = {label_column(x): p for x, p in zip(self.labels, probs, strict=True)}
+        return [
+            self.blank(
+                row.id, row.kept, logits=list(logits), probs=list(probs), label=label,
+                prompt_tokens=res.prompt_tokens, **cols,
+            )
+        ]  # fmt: skip
+
+    def error_records(self, row: RowError) -> list[dict[str, Any]]:
+        return [self.blank(row.id, row.kept, error=row.error)]
+
+    def manifest(self) -> dict[str, Any]:
+        return {"readout": self.name, "template": self.template, "labels": list(self.labels)}
+
+    def tokens(self, table: pa.Table) -> dict[str, int]:
+        ok = table.filter(pc.is_null(table.column("error")))
+        return {"prefix": 0, "branch": int(pc.sum(ok.column("prompt_tokens")).as_py() or 0), "cached": 0}
+
+    def summary_rows(self, s) -> list[tuple[str, str]]:
+        return [
+            ("rows", f"{s.rows:,}"),
+            ("answered", f"{s.answered:,}"),
+            ("errors", f"{s.errors:,}"),
+            ("prompt (logical) tokens", f"{s.branch_tokens:,}"),
+            ("unique tokens (planned)", f"{s.unique_tokens:,}"),
+            ("prefix warm-up tokens", f"{s.warm_tokens:,}"),
+            ("shared-prefix rate", f"{s.shared_rate:.1%}"),
+            ("wall time", f"{s.wall_s:.1f} s"),
+            ("output", s.output),
+        ]
