@@ -187,8 +187,8 @@ def workloads(tok, names=("w1", "w2", "w3")) -> dict:
 def prompts_for(tok, path, qpath):
     """The product's own branch ids for a workload (for the baselines: identical tokens)."""
     from openjev_batch.config import load_questions
-    from openjev_batch.io import read_rows
-    from openjev_batch.prompt import Prompter
+    from openjev_batch.pipeline.read import read_rows
+    from openjev_batch.readouts.label_logprobs.prompt import Prompter
 
     pr = Prompter(tok)
     rows = [r for c in read_rows(path, load_questions(qpath) if qpath else None) for r in c]
@@ -199,7 +199,7 @@ def run_product(backend, path, qpath, out, **options) -> dict:
     """The product end to end (`run_job`) on a started backend; `options`: documented run options
     (e.g. chunk_rows = --chunk-rows)."""
     from openjev_batch.config import build_config
-    from openjev_batch.pipeline import run_job
+    from openjev_batch.pipeline.job import run_job
 
     cfg = build_config(
         input=path, output=out, model="-", backend="sglang", questions_file=qpath, progress=False, **options
@@ -439,7 +439,7 @@ def bench_shape(shape: str, names: list[str], baselines: bool) -> None:
             t = time.perf_counter()
             prompts = prompts_for(tok, path, q)
             host = time.perf_counter() - t
-            from openjev_batch.plan import plan
+            from openjev_batch.pipeline.plan import plan
 
             unique = sum(x.unique_tokens for x in plan(prompts, 1 << 40, 1 << 40))
             flush(backend.engine)
@@ -558,7 +558,9 @@ def stage_big() -> None:
         prompts = prompts_for(tok, *w["w1"])
         unique = sum(
             x.unique_tokens
-            for x in __import__("openjev_batch.plan", fromlist=["plan"]).plan(prompts, 1 << 40, 1 << 40)
+            for x in __import__("openjev_batch.pipeline.plan", fromlist=["plan"]).plan(
+                prompts, 1 << 40, 1 << 40
+            )
         )
         r["unique_tokens"], r["roofline_s"] = unique, round(roofline_s(shape, unique), 3)
         sweep(backend, res, r, key, w["w1"], WORK / "w1.parquet", [(8, 2), (1, 1), (16, 2)])
@@ -580,7 +582,7 @@ def stage_final(shape: str) -> None:
     W2 and W3 (0.6B), transformers batched (no reuse) after the engine is closed."""
     from transformers import AutoTokenizer
 
-    from openjev_batch.plan import plan
+    from openjev_batch.pipeline.plan import plan
 
     weights = shape == "qwen3-0.6b"
     m = make_model(shape, weights=weights)
@@ -622,7 +624,7 @@ def stage_final(shape: str) -> None:
 def start_sglang_defaults(model_dir, attention: str = "triton", **extra):
     """The product's own engine defaults (backends.sglang.engine_kwargs) plus what the kit needs."""
     from openjev_batch.backends import BackendOptions, load_backend
-    from openjev_batch.backends.sglang import engine_kwargs
+    from openjev_batch.backends.sglang.kwargs import engine_kwargs
 
     if SMOKE:
         extra.pop("load_format", None)
@@ -641,7 +643,7 @@ def start_sglang_defaults(model_dir, attention: str = "triton", **extra):
 @contextlib.contextmanager
 def stock_readout():
     """Engines started inside use sglang's own scheduler (its label-logprob gather syncs the GPU)."""
-    import openjev_batch.backends.sglang as sb
+    import openjev_batch.backends.sglang.engine as sb
 
     saved = sb.engine_class
     sb.engine_class = lambda: __import__("sglang.srt.entrypoints.engine", fromlist=["Engine"]).Engine
@@ -659,14 +661,14 @@ def stage_sync(
     knobs: dict | None = None,
     tag: str = "",
 ) -> None:
-    """Effect of the sync-free label-logprob gather (backends/sglang_patches.py, sglang#39642): the product
+    """Effect of the sync-free label-logprob gather (backends/sglang/scheduler_patch.py, sglang#39642): the product
     with its own defaults (pipeline 8 × 2) `repeats` times per workload and naive N+1, in an engine with the
     gather and then in one with sglang's stock scheduler; py-spy on one W1 run with the gather (if carried).
     `attention`: the kit's triton, or flashinfer (JIT-compiled with nvcc on first use); `knobs`: extra
     engine args (then, like another attention backend, only the engine with the gather runs)."""
     from transformers import AutoTokenizer
 
-    from openjev_batch.plan import plan
+    from openjev_batch.pipeline.plan import plan
 
     weights = shape == "qwen3-0.6b"
     m = make_model(shape, weights=weights)
@@ -805,7 +807,7 @@ def issue19_parts(key: str, tags: list[str], w3_rows: int, deadline: float) -> N
     """Engine parts of issue 19, results under results.json[key][tag]. Each part starts one engine with the
     product's defaults plus its engine args (documented `--engine-arg`s) and runs the product (`run_job`)
     on its workloads; a part is skipped when fewer than its estimated seconds remain before `deadline`."""
-    from openjev_batch.backends.sglang import prefill_graph_args
+    from openjev_batch.backends.sglang.kwargs import prefill_graph_args
 
     small, tok, w = issue19_workloads(w3_rows)
     overlap_rows = {"w2": 2048, "w3": max(500, w3_rows // 5)}
@@ -881,7 +883,7 @@ def roofline_stage(w3_rows: int, limit_s: float) -> None:
     enable_mis=true`, flashinfer), prefill CUDA graphs (decode graphs off) — on 0.6B W1/W2/W3, parity of
     multi-item vs today on the same ids, and 8B W1 with multi-item and today's path. The multi-item parts
     run in a child process: an engine that dies there (sglang kills its owner) leaves the other parts."""
-    from openjev_batch.plan import plan
+    from openjev_batch.pipeline.plan import plan
 
     t0 = time.time()
     deadline = t0 + limit_s

@@ -116,7 +116,7 @@ def workload(path: Path, passages: int, k: int) -> int:
 def main() -> None:
     from openjev_batch.backends import BackendOptions, load_backend
     from openjev_batch.config import build_config
-    from openjev_batch.pipeline import run_job
+    from openjev_batch.pipeline.job import run_job
 
     WORK.mkdir(parents=True, exist_ok=True)
     OUT.mkdir(parents=True, exist_ok=True)

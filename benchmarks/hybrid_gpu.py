@@ -100,7 +100,7 @@ def build_workloads(tok, base: Path, rows_w1=(64, 256), w3_rows=5000) -> dict:
 def product(backend, paths, out: Path, pattern: str = "product") -> dict:
     """run_job end to end; `pattern` "today" runs the dense pattern (first branch as the warm-up)."""
     from openjev_batch.config import build_config
-    from openjev_batch.pipeline import run_job
+    from openjev_batch.pipeline.job import run_job
 
     saved = backend.state_budget
     if pattern == "today":
@@ -189,7 +189,7 @@ def bench_engine(key: str, model_dir: Path, wls: dict, plan_items: list, extra: 
     from transformers import AutoTokenizer
 
     from openjev_batch.model_info import model_info
-    from openjev_batch.plan import plan
+    from openjev_batch.pipeline.plan import plan
 
     if left() < 120:  # engine start + warm-up alone take ~1-2 min
         res[key] = {"skipped": f"deadline: {round(left())} s left"}
@@ -272,7 +272,7 @@ def bench_engine(key: str, model_dir: Path, wls: dict, plan_items: list, extra: 
 def stage_cls35(res: dict) -> None:
     """A tiny random Qwen3_5ForSequenceClassification (multimodal config, as the openjev NLI cross-encoder's
     family ships) through `classify` with hf and with sglang (our registered head,
-    sglang_models/qwen3_5_cls.py), bf16 on the GPU: max |Δ logit| and argmax agreement on NLI pairs."""
+    backends/sglang/heads/qwen3_5_cls.py), bf16 on the GPU: max |Δ logit| and argmax agreement on NLI pairs."""
     import classify_gpu as cg
     import pyarrow.parquet as pq
     import torch
@@ -280,7 +280,7 @@ def stage_cls35(res: dict) -> None:
 
     from openjev_batch.backends import BackendOptions, load_backend
     from openjev_batch.config import build_config
-    from openjev_batch.pipeline import run_job
+    from openjev_batch.pipeline.job import run_job
 
     d = bg.WORK / "qwen3.5-cls-tiny"
     r = res["hybrid/qwen3.5-cls-tiny"] = {}
@@ -411,7 +411,7 @@ def main() -> None:
             bench_engine("hybrid/35b-a3b-depth1", m35, wls, items, dummy, res)
         elif stage == "35b-stock-moe":
             # the same engine with sglang's own configs only (its default kernel config for E=256, N=512)
-            from openjev_batch import moe_configs
+            from openjev_batch.backends.sglang import moe_configs
 
             root = moe_configs.sglang_config_root()
             os.environ[moe_configs.ENV] = str(root)
@@ -447,7 +447,7 @@ def cpu_smoke() -> None:
 
     from openjev_batch.backends import BackendOptions, load_backend
     from openjev_batch.models import qwen3_tokenizer_dir
-    from openjev_batch.plan import StateBudget
+    from openjev_batch.pipeline.plan import StateBudget
 
     os.environ.update(sglang_cpu_env())
     sys.path.insert(0, str(SHIMS))

@@ -120,7 +120,8 @@ class Classifier:
         max_branches: int = 4096,
         **engine_options: Any,
     ):
-        from .config import EngineOptions, apply_threads, validation_message
+        from .config import apply_threads, validation_message
+        from .options import EngineOptions
 
         if threads:
             apply_threads(threads)
@@ -177,9 +178,11 @@ class Classifier:
         """
         import pyarrow as pa
 
-        from .io import OUTPUT_SCHEMA, parse_records, records_table
-        from .pipeline import prompt_chunk, score_chunk, summarize
-        from .readouts.label_logprobs import LabelLogprobs
+        from .pipeline.read import parse_records
+        from .pipeline.stages import prompt_chunk, score_chunk
+        from .pipeline.summary import summarize
+        from .pipeline.write import records_table
+        from .readouts.label_logprobs import OUTPUT_SCHEMA, LabelLogprobs
 
         t0 = time.perf_counter()
         kind = _kind(data)
@@ -217,7 +220,7 @@ class Classifier:
 
     def _keep(self, keep: Iterable[str] | str | None, cols: list[str] | None) -> tuple[str, ...]:
         from .config import check_keep
-        from .io import OUTPUT_SCHEMA
+        from .readouts.label_logprobs import OUTPUT_SCHEMA
 
         if keep is None:
             keep = ()

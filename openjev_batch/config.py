@@ -1,30 +1,25 @@
 """The run configuration: frozen and validated once, at the CLI edge. Unknown keys are errors.
 
-Each engine option is declared once, in ENGINE_OPTIONS: that one line makes the field of EngineOptions (and
-so of RunConfig, EvalConfig and BackendOptions), the CLI option of every command that takes it (cli.py),
-the sglang.Engine argument (backends/sglang.py), the `--resume` key (pipeline.job_manifest) and the hf
-backend's refusal of sglang-only settings. Adding an engine option is adding an `EngineOption` here.
+`RunConfig` is the engine options (options.py, each declared once) plus the job's own options and the
+readout's (`readout`, `questions_file` or `template`); `build_config` validates them into one.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
-    create_model,
     field_validator,
     model_validator,
 )
 
-from .errors import BackendError, ConfigError
+from .errors import ConfigError
+from .options import BACKENDS, EngineOptions, output_format
 from .schema import QuestionError, QuestionSpec, parse_questions
 
 
@@ -59,85 +54,6 @@ def validation_message(e: ValidationError) -> str:
     )
 
 
-BACKENDS = ("hf", "sglang")  # the --backend choices (backends/__init__.py maps each to its classes)
-# output format by extension; parts are always Parquet, the joined file is written in this format (io.py)
-OUTPUT_FORMATS = {
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".csv": "csv",
-}
-
-
-def output_format(path: str | Path) -> str:
-    """parquet | jsonl | csv, from the output's extension. Raises ValueError for another one."""
-    fmt = OUTPUT_FORMATS.get(Path(path).suffix.lower())
-    if fmt is None:
-        raise ValueError(f"output must be a .parquet, .jsonl or .csv file, got {path}")
-    return fmt
-
-
-@dataclass(frozen=True)
-class EngineOption:
-    """One engine option. `sglang`: an `sglang.Engine` argument of the same name, passed when set (not None,
-    not "auto"); `resume_key`: it changes the numbers, so it is part of the `--resume` manifest;
-    `engine_only`: an sglang engine setting, refused (when not its default) by the hf backend, which has no
-    engine; `commands`: the CLI commands that offer it; `flag`: its CLI name (default `--name-with-dashes`);
-    `constraints`: pydantic Field bounds."""
-
-    name: str
-    type: Any
-    default: Any
-    help: str
-    sglang: bool = False
-    resume_key: bool = False
-    engine_only: bool = False
-    commands: tuple[str, ...] = ("run", "classify", "eval")
-    flag: str = ""
-    constraints: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def cli_flag(self) -> str:
-        return self.flag or "--" + self.name.replace("_", "-")
-
-
-ENGINE_OPTIONS: tuple[EngineOption, ...] = (
-    EngineOption("device", str, "auto", "auto | cpu | cuda.", resume_key=True),
-    EngineOption(
-        "dtype", str, "auto", "auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16.",
-        sglang=True, resume_key=True,
-    ),
-    # tensor parallelism changes the bf16 reduction order, so it is part of the resume key
-    EngineOption("tp_size", int, 1, "sglang tensor parallel size.", sglang=True, resume_key=True,
-                 engine_only=True, constraints={"gt": 0}),
-    EngineOption("dp_size", int, 1, "sglang data parallel size.", sglang=True, engine_only=True,
-                 constraints={"gt": 0}),
-    EngineOption("mem_fraction_static", float | None, None, "sglang: GPU memory fraction for weights + KV pool.",
-                 sglang=True, engine_only=True, constraints={"gt": 0, "lt": 1}),
-    EngineOption("attention_backend", str | None, None, "sglang attention backend (e.g. triton, torch_native).",
-                 sglang=True, resume_key=True, engine_only=True),
-    EngineOption("context_length", int | None, None, "Model context length override.", sglang=True,
-                 resume_key=True, constraints={"gt": 0}),
-    EngineOption("engine_args", dict[str, Any], {},
-                 "Extra sglang.Engine argument key=value (repeatable; unknown keys are errors).",
-                 resume_key=True, engine_only=True, flag="--engine-arg"),
-    # Checkpoints are data too: pickle weights and a model's own Python code run only when asked for.
-    EngineOption("allow_pickle", bool, False,
-                 "Load pickle-format weights (.bin/.pt), which can run code [refused]."),
-    EngineOption("trust_remote_code", bool, False,
-                 "Run the checkpoint's own Python code (auto_map) [refused]."),
-    EngineOption("batch_tokens", int, 16_384, "hf: most padded tokens per forward pass.",
-                 commands=("classify",), constraints={"gt": 0}),
-)  # fmt: skip
-
-
-def _field(o: EngineOption):
-    if isinstance(o.default, dict):  # a fresh dict per config
-        return (o.type, Field(default_factory=dict, **o.constraints))
-    return (o.type, Field(o.default, **o.constraints))
-
-
 def check_keep(v: tuple[str, ...], readout: str = "label-logprobs") -> tuple[str, ...]:
     """Kept columns must not clash with an output column of the readout or repeat. Raises ValueError."""
     from .readouts import base_columns
@@ -149,60 +65,6 @@ def check_keep(v: tuple[str, ...], readout: str = "label-logprobs") -> tuple[str
     if len(set(v)) != len(v):
         raise ValueError(f"a column is named twice in {', '.join(v)}")
     return v
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-_EngineFields = create_model("_EngineFields", __base__=_Frozen, **{o.name: _field(o) for o in ENGINE_OPTIONS})  # type: ignore[call-overload]
-
-
-class EngineOptions(_EngineFields):
-    """The engine options (ENGINE_OPTIONS) that `run`, `classify` and `eval` share."""
-
-    def engine_values(self) -> dict[str, Any]:
-        return {o.name: getattr(self, o.name) for o in ENGINE_OPTIONS}
-
-    def backend_options(self, model: str) -> BackendOptions:
-        """The options the backend is started with (single machine, Ray actors, classify and eval alike)."""
-        return BackendOptions(model=model, **self.engine_values())
-
-    def resume_key(self) -> dict[str, Any]:
-        """The options that change the numbers, as the `--resume` manifest holds them."""
-        out = {}
-        for o in ENGINE_OPTIONS:
-            if o.resume_key:
-                v = getattr(self, o.name)
-                out[o.name] = {k: repr(x) for k, x in sorted(v.items())} if isinstance(v, dict) else v
-        return out
-
-    def sglang_kwargs(self) -> dict[str, Any]:
-        """The declared options that are `sglang.Engine` arguments and set (not None, not "auto")."""
-        return {
-            o.name: v
-            for o in ENGINE_OPTIONS
-            if o.sglang and (v := getattr(self, o.name)) is not None and v != "auto"
-        }
-
-    def refuse_engine_only(self, backend: str) -> None:
-        """Raise BackendError naming each sglang engine option set for a backend that has no engine (hf),
-        rather than ignoring it: a user who asked for `--tp-size 2` must not silently get one device."""
-        given = []
-        for o in ENGINE_OPTIONS:
-            v = getattr(self, o.name)
-            if o.engine_only and v != o.default:
-                given.append(o.cli_flag + (" " + ", ".join(sorted(v)) if isinstance(v, dict) else ""))
-        if given:
-            raise BackendError(
-                f"the {backend} backend has no engine options; drop {'; '.join(given)} (sglang only)"
-            )
-
-
-class BackendOptions(EngineOptions):
-    """What a backend needs to start: the model and the engine options."""
-
-    model: str
 
 
 class RunConfig(EngineOptions):

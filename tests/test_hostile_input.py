@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import cli
 
-from openjev_batch.io import read_rows
+from openjev_batch.pipeline.read import read_rows
 from openjev_batch.schema import MAX_DEPTH, MAX_QUESTION_BYTES, MAX_STATE_BYTES, Row, RowError, parse_row
 
 Q = {"q": {"type": "noul", "instructions": "Is it about money?"}}

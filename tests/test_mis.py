@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from openjev_batch.core import BranchSpec, RowPrompt, Window
 from openjev_batch.mis import (
     DELIMITER_ID,
     MAX_ITEM_TOKENS,
@@ -17,7 +18,7 @@ from openjev_batch.mis import (
     read_pack,
     union_labels,
 )
-from openjev_batch.plan import BranchSpec, RowPrompt, Window, plan
+from openjev_batch.pipeline.plan import plan
 
 
 def row(pos, prefix, suffixes, labels=None):

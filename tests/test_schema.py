@@ -6,7 +6,7 @@ import pytest
 from conftest import write_jsonl
 
 from openjev_batch.errors import InputFileError
-from openjev_batch.io import read_rows
+from openjev_batch.pipeline.read import read_rows
 from openjev_batch.schema import QuestionError, Row, RowError, parse_question, parse_row, parse_state
 
 Q = {"u": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "high"]}}

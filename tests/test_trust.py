@@ -89,7 +89,7 @@ def test_loader_options():
 
 def test_sglang_engine_loads_safetensors_only_unless_allowed():
     pytest.importorskip("sglang")
-    from openjev_batch.backends.sglang import engine_kwargs
+    from openjev_batch.backends.sglang.kwargs import engine_kwargs
 
     kw = engine_kwargs(BackendOptions(model="m", device="cpu"))
     assert kw["load_format"] == "safetensors" and kw["trust_remote_code"] is False

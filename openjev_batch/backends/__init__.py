@@ -7,15 +7,15 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from ..config import BACKENDS
 from ..errors import BackendError
+from ..options import BACKENDS
 from .base import Backend, BackendOptions, BranchResult
 
 _BACKENDS = {
-    ("hf", "label-logprobs"): "openjev_batch.backends.hf:HFBackend",
-    ("sglang", "label-logprobs"): "openjev_batch.backends.sglang:SGLangBackend",
-    ("hf", "classifier-head"): "openjev_batch.backends.classify_hf:HFClassifier",
-    ("sglang", "classifier-head"): "openjev_batch.backends.classify_sglang:SGLangClassifier",
+    ("hf", "label-logprobs"): "openjev_batch.backends.hf.causal:HFBackend",
+    ("sglang", "label-logprobs"): "openjev_batch.backends.sglang.engine:SGLangBackend",
+    ("hf", "classifier-head"): "openjev_batch.backends.hf.classifier:HFClassifier",
+    ("sglang", "classifier-head"): "openjev_batch.backends.sglang.classifier:SGLangClassifier",
 }
 NAMES = tuple(dict.fromkeys(name for name, _ in _BACKENDS))
 assert set(NAMES) == set(BACKENDS), "config.BACKENDS (the --backend choices) must list every backend"

@@ -23,8 +23,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from ..config import BackendOptions
-from ..plan import BranchResult, Window
+from ..core import BranchResult, Window
+from ..options import BackendOptions
 
 
 def refuse_engine_options(opts: BackendOptions, backend: str) -> None:

@@ -20,8 +20,9 @@ from typing import Any
 from pydantic import Field, ValidationError, model_validator
 
 from .. import __version__
-from ..config import EngineOptions, build_config, validation_message
+from ..config import build_config, validation_message
 from ..errors import ConfigError
+from ..options import EngineOptions
 from .build import KEEP, build_rows, fewshot_blocks, prepare
 from .report import commit, hardware, sha256_file, write_reports
 
@@ -117,7 +118,7 @@ def run_eval(
     """Convert `cfg.input`, run the job, score. `backend` may be passed in (tests) and is not closed here.
     Returns the report. Raises ConfigError for bad benchmark data, options or a non-empty folder, other
     OpenjevErrors from the job."""
-    from ..pipeline import run_job
+    from ..pipeline.job import run_job
 
     t0 = time.perf_counter()
     code = commit()  # the code that runs, read before a long run (the tree may change meanwhile)
@@ -142,7 +143,25 @@ def run_eval(
 
         device = "cuda" if job.backend == "sglang" or torch.cuda.is_available() else "cpu"
     shots_used = {c: sum(d.category == c for d in dev_items or []) for c in blocks} if cfg.shots else {}
-    run = {
+    run = _run_record(cfg, job, s, device, t0, code)
+    dataset = {
+        "input": str(cfg.input),
+        "sha256": sha256_file(Path(cfg.input)),
+        "format": fmt,
+        "rows_in_file": len(items),
+        "sample": cfg.sample,
+        "seed": cfg.seed,
+        "shots": cfg.shots,
+        "dev": str(cfg.dev) if cfg.dev else None,
+        "shots_short": sorted(c for c, n in shots_used.items() if n < cfg.shots),
+        "calibrate": cfg.calibrate,
+    }
+    return write_reports(out_dir, run, dataset)
+
+
+def _run_record(cfg: EvalConfig, job, s, device: str, t0: float, code: str | None) -> dict[str, Any]:
+    """What ran: model, backend, device, dtype, hardware, date, wall times, version, commit, tokens."""
+    return {
         "model": cfg.model_name or job.model,
         "model_path": job.model,
         "backend": job.backend,
@@ -159,19 +178,6 @@ def run_eval(
         "cache_hit_rate": s.cache_hit_rate,
         "load_average_end": os.getloadavg(),  # 1/5/15 min: other work on the machine inflates wall time
     }
-    dataset = {
-        "input": str(cfg.input),
-        "sha256": sha256_file(Path(cfg.input)),
-        "format": fmt,
-        "rows_in_file": len(items),
-        "sample": cfg.sample,
-        "seed": cfg.seed,
-        "shots": cfg.shots,
-        "dev": str(cfg.dev) if cfg.dev else None,
-        "shots_short": sorted(c for c, n in shots_used.items() if n < cfg.shots),
-        "calibrate": cfg.calibrate,
-    }
-    return write_reports(out_dir, run, dataset)
 
 
 def rescore(out_dir: str | Path, calibrate: float | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..plan import BranchResult
+from ..core import BranchResult
 from ..schema import RowError
 
 # One row's prefill results: question id → (its row's prefix length, the branch's result).

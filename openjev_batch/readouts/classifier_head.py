@@ -28,12 +28,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..core import BranchSpec, RowPrompt, lcp
 from ..errors import ConfigError
-from ..plan import BranchSpec, RowPrompt, lcp
-from ..prompt import quiet_length_warning
-from ..readout import softmax
 from ..schema import RowError, row_id, unidentified_row_error
 from .base import Readout, RowFailures, RowResults
+from .label_logprobs.answer import softmax
+from .label_logprobs.prompt import quiet_length_warning
 
 DEFAULT_TEMPLATE = "Premise: {premise}\nHypothesis: {hypothesis}"
 TEMPLATE_FIELDS = ("premise", "hypothesis")

@@ -1,0 +1,111 @@
+"""`hf` classifier: `AutoModelForSequenceClassification`, the reference the sglang classifier must match.
+
+Right-padded batches (rows of a window sorted by length, at most `batch_tokens` padded tokens a pass),
+float32 on the CPU. The score head is applied to the hidden state of each row's last *real* token
+(position from the attention mask), which is what transformers' `GenericForSequenceClassification` pools
+for any prompt that does not end in the pad token, and what sglang's LAST pooling takes in every case
+(transformers takes "the rightmost token that is not the pad id", so a prompt ending in the pad token
+would be pooled one token early there). A pad id is set when the config has none (Qwen3's default), so
+batches > 1 work. No prefix KV reuse: every row is one full forward pass.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...core import BranchResult, Window
+from ...errors import BackendError
+from ..base import Backend, BackendOptions, loader_options, refuse_engine_options
+from ..checkpoint import read_checkpoint
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class HFClassifier(Backend):
+    name = "hf"
+    kind = "classifier-head"
+
+    def __init__(self, opts: BackendOptions):
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        refuse_engine_options(opts, "hf")
+        ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before any weights load
+        device = opts.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = opts.dtype if opts.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
+        if dtype not in _DTYPES:
+            raise BackendError(f"unknown dtype {dtype!r}; expected auto or one of {', '.join(_DTYPES)}")
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
+            model = AutoModelForSequenceClassification.from_pretrained(
+                opts.model, dtype=_DTYPES[dtype], **loader_options(opts)
+            )
+        except Exception as e:
+            raise BackendError(f"cannot load classifier {opts.model!r} with transformers: {e}") from e
+        self.model = model.to(device).eval()
+        self.labels = ckpt.labels
+        if self.model.config.num_labels != len(self.labels):
+            raise BackendError(
+                f"{opts.model}: the model has {self.model.config.num_labels} labels, id2label {len(self.labels)}"
+            )
+        text_cfg = self.model.config.get_text_config()
+        pad = text_cfg.pad_token_id
+        if pad is None:
+            pad = self.tokenizer.pad_token_id
+            if pad is None:
+                pad = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else 0
+            text_cfg.pad_token_id = self.model.config.pad_token_id = pad
+        self.pad_id = int(pad)
+        self.device = device
+        self.batch_tokens = opts.batch_tokens
+        self.context_length = opts.context_length or getattr(text_cfg, "max_position_embeddings", None)
+        self._base = getattr(self.model, getattr(self.model, "base_model_prefix", ""), None)
+        self._score = getattr(self.model, "score", None)
+
+    def kv_budget_tokens(self) -> int:
+        # Batches are cut by `batch_tokens`; the window size only bounds host memory.
+        return 1 << 20
+
+    @torch.inference_mode()
+    def forward(self, batch: list[tuple[int, ...]]) -> list[list[float]]:
+        """Raw logits of each prompt of `batch`, one padded forward pass."""
+        n = max(len(x) for x in batch)
+        ids = torch.full((len(batch), n), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), n), dtype=torch.long)
+        for i, x in enumerate(batch):
+            ids[i, : len(x)] = torch.tensor(x)
+            mask[i, : len(x)] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        if self._base is not None and isinstance(self._score, torch.nn.Linear):
+            h = self._base(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+            last = mask.sum(1) - 1
+            logits = self._score(h[torch.arange(len(batch), device=h.device), last])
+        else:  # a head other than `score`: transformers' own pooling
+            logits = self.model(input_ids=ids, attention_mask=mask).logits
+        return logits.float().cpu().tolist()
+
+    def prefill(self, window: Window) -> list[list[BranchResult]]:
+        """One branch per row: its raw logits (rows sorted by length into padded batches)."""
+        results: list[list[BranchResult] | None] = [None] * len(window.rows)
+        todo = []
+        for i, rp in enumerate(window.rows):
+            ids = rp.prefix + rp.branches[0].suffix
+            if err := self.too_long(len(ids)):
+                results[i] = [BranchResult((), len(ids), 0, err)]
+            else:
+                todo.append((i, ids))
+        todo.sort(key=lambda t: len(t[1]))
+        start = 0
+        while start < len(todo):
+            end = start + 1  # longest last: the padded size of todo[start:end] is len(todo[end-1]) * rows
+            while end < len(todo) and (end + 1 - start) * len(todo[end][1]) <= self.batch_tokens:
+                end += 1
+            part = todo[start:end]
+            for (i, ids), vals in zip(part, self.forward([x for _, x in part]), strict=True):
+                results[i] = [BranchResult(tuple(vals), len(ids), 0)]
+            start = end
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.model = self._base = self._score = None

@@ -1,0 +1,180 @@
+"""`sglang` classifier: `sglang.Engine(is_embedding=True)` in-process, prefix KV shared over the radix cache.
+
+- **Requests.** Token ids (the ones the planner counted) go in as `EmbeddingReqInput(input_ids=…)` through
+  the engine's tokenizer manager, exactly as `Engine.encode` sends text; each answer is
+  ``{"embedding": [raw logits], "meta_info": {"prompt_tokens", …}}`` (no `cached_tokens` for embeddings).
+- **N+1.** Per window, each prefix shared by two or more rows (e.g. one premise, many hypotheses) is sent
+  once first, so it is in the radix cache when its rows run; then every row in one call.
+- **Bias-free heads.** sglang 0.5.17–0.5.19 build the Qwen2/Qwen3 classification head with a bias that no
+  transformers checkpoint has, left at its random initial value (sgl-project/sglang#38768, fix #38777
+  open). `SGLANG_EXTERNAL_MODEL_PACKAGE=openjev_batch.backends.sglang.heads` is set while the engine starts (and
+  only then: other engines in this process keep the built-in classes), and start-up checks that the
+  scheduler really built our class: sglang only *warns* when an external module fails to import.
+- **Qwen3.5.** The engine is told the checkpoint is `Qwen3_5ForConditionalGeneration` (sglang's multimodal
+  Qwen3.5 path) and our classifier is registered under that name. GPU only; not run here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from typing import Any
+
+from ...core import BranchResult, Window
+from ...errors import BackendError
+from ..base import Backend, BackendOptions, loader_options
+from ..checkpoint import Checkpoint, read_checkpoint
+from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE
+from .kwargs import engine_kwargs as engine_kwargs_base
+from .kwargs import import_sglang
+
+ENV = "SGLANG_EXTERNAL_MODEL_PACKAGE"
+
+
+def check_head(reply: Any, ckpt: Checkpoint, why_not: str = "") -> None:
+    """Raise BackendError unless `reply` (the engine's answer to `get_weights_by_name(MARKER)`, one per
+    data-parallel rank when dp > 1) says our bias-free head with the checkpoint's label count is loaded."""
+    want = [HEAD_VERSION, 0.0, float(len(ckpt.labels))]
+    replies = reply if reply and isinstance(reply[0], list) else [reply]
+    if all(r is not None and [float(x) for x in r] == want for r in replies):
+        return
+    raise BackendError(
+        f"the bias-free classification head for {ckpt.architecture} did not load in the sglang scheduler "
+        f"(probe answered {reply!r}, expected {want}){': ' + why_not if why_not else ''}. sglang's built-in "
+        "class keeps a randomly initialised score bias (sgl-project/sglang#38768), so its logits would be "
+        f"wrong; check that {PACKAGE} imports where sglang runs"
+    )
+
+
+def _import_error(submodule: str) -> str:
+    """Why our override module does not import here (the scheduler hides it in a warning), or ''."""
+    try:
+        importlib.import_module(f"{PACKAGE}.{submodule}")
+    except Exception as e:
+        return f"importing {PACKAGE}.{submodule} fails with {type(e).__name__}: {e}"
+    return ""
+
+
+def engine_kwargs(opts: BackendOptions, ckpt: Checkpoint) -> dict[str, Any]:
+    """`sglang.Engine` arguments for a classifier: is_embedding, CPU defaults, user options, engine args, and
+    for an overridden architecture whose engine name differs (Qwen3.5) the `architectures` override."""
+    kw = engine_kwargs_base(opts, is_embedding=True)
+    override = OVERRIDES.get(ckpt.architecture)
+    if override and override[2]:
+        extra = kw.get("json_model_override_args") or {}
+        extra = json.loads(extra) if isinstance(extra, str) else dict(extra)
+        kw["json_model_override_args"] = json.dumps({**extra, "architectures": [override[2]]})
+    return kw
+
+
+class SGLangClassifier(Backend):
+    name = "sglang"
+    kind = "classifier-head"
+    warm_prefixes = True  # N+1 warm-up of shared prefixes (off: benchmarks' baseline)
+
+    def __init__(self, opts: BackendOptions):
+        ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before the engine starts
+        sglang = import_sglang()
+        from transformers import AutoTokenizer
+
+        self.labels = ckpt.labels
+        kw = engine_kwargs(opts, ckpt)
+        override = OVERRIDES.get(ckpt.architecture)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
+        except Exception as e:
+            raise BackendError(f"cannot load the tokenizer of {opts.model!r}: {e}") from e
+
+        prev = os.environ.get(ENV)
+        if override and prev and prev != PACKAGE:
+            raise BackendError(
+                f"{ENV} is set to {prev!r}, but classify needs {PACKAGE!r} for {ckpt.architecture} "
+                "(bias-free score head); unset it"
+            )
+        if override:
+            os.environ[ENV] = PACKAGE
+        try:
+            self.engine = sglang.Engine(**kw)
+        except BaseException as e:  # the scheduler subprocess dies → SystemExit/RuntimeError here
+            raise BackendError(
+                f"sglang.Engine could not start with {opts.model!r}: {type(e).__name__}: {e}"
+            ) from e
+        finally:
+            if override:
+                if prev is None:
+                    os.environ.pop(ENV, None)
+                else:
+                    os.environ[ENV] = prev
+        try:
+            from sglang.srt.managers.io_struct import EmbeddingReqInput
+
+            self._req = EmbeddingReqInput
+            if override:
+                check_head(self.engine.get_weights_by_name(MARKER), ckpt)
+            # One token through the engine: a checkpoint that sglang loads as something other than a
+            # classifier (e.g. a fallback class) answers with hidden states, not one logit per label.
+            (probe,) = self._encode([[self.tokenizer.eos_token_id or 0]])
+            if len(probe.get("embedding") or []) != len(self.labels):
+                raise BackendError(
+                    f"sglang loaded {ckpt.architecture} as a model that returns "
+                    f"{len(probe.get('embedding') or [])} values, not one logit per label ({len(self.labels)})"
+                )
+            info = self.engine.get_server_info()
+        except BackendError as e:
+            why = _import_error(override[0]) if override and "did not load" in str(e) else ""
+            self.close()
+            if why:
+                raise BackendError(f"{e} ({why})") from e
+            raise
+        self._capacity = int(info.get("max_total_num_tokens") or 0) or None
+        self.context_length = int(info.get("max_req_input_len") or 0) or opts.context_length
+
+    def kv_budget_tokens(self) -> int:
+        # Leave room for the running batch's activations and radix-tree fragmentation.
+        return int(self._capacity * 0.8) if self._capacity else 1 << 17
+
+    def _encode(self, ids: list[list[int]]) -> list[dict]:
+        try:
+            gen = self.engine.tokenizer_manager.generate_request(self._req(input_ids=ids), None)
+            outs = self.engine.loop.run_until_complete(gen.__anext__())
+        except Exception as e:
+            raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
+        return outs if isinstance(outs, list) else [outs]
+
+    def prefill(self, window: Window) -> list[list[BranchResult]]:
+        """One branch per row: its raw logits. Shared prefixes are warmed first (N+1)."""
+        results: list[list[BranchResult] | None] = [None] * len(window.rows)
+        todo: list[tuple[int, tuple[int, ...]]] = []
+        for i, rp in enumerate(window.rows):
+            ids = rp.prefix + rp.branches[0].suffix
+            if err := self.too_long(len(ids)):
+                results[i] = [BranchResult((), len(ids), 0, err)]
+            else:
+                todo.append((i, ids))
+        # N+1, step 1: each prefix that two or more rows share, once (rows are prefix-sorted).
+        counts: dict[tuple[int, ...], int] = {}
+        for i, ids in todo:
+            rp = window.rows[i]
+            if 0 < len(rp.prefix) < len(ids):
+                counts[rp.prefix] = counts.get(rp.prefix, 0) + 1
+        warm = [list(p) for p, c in counts.items() if c >= 2] if self.warm_prefixes else []
+        if warm:
+            for o in self._encode(warm):
+                self.warm_tokens += int(o.get("meta_info", {}).get("prompt_tokens", 0))
+        # Step 2: every row in one call; the radix cache serves the warmed prefixes.
+        if todo:
+            outs = self._encode([list(ids) for _, ids in todo])
+            for (i, ids), o in zip(todo, outs, strict=True):
+                n = int(o.get("meta_info", {}).get("prompt_tokens", len(ids)))
+                results[i] = [BranchResult(tuple(float(v) for v in o.get("embedding") or []), n, 0)]
+        return results  # type: ignore[return-value]
+
+    def check_alive(self) -> None:
+        """A one-token request; raises BackendError when the engine no longer answers."""
+        self._encode([[self.tokenizer.eos_token_id or 0]])
+
+    def close(self) -> None:
+        eng, self.engine = getattr(self, "engine", None), None
+        if eng is not None:
+            eng.shutdown()

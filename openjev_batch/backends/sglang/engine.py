@@ -1,0 +1,383 @@
+"""`sglang`: `sglang.Engine` in-process, prefill only, each prefix computed once through the radix cache.
+
+Per group of rows: one request batch with the first branch of each distinct prefix (it puts the prefix in
+the radix cache and is answered too), then one with every other branch, which computes only its suffix.
+A window is cut into a few groups that run as a two-deep pipeline (asyncio on the engine's own loop), so
+the scheduler batches the compute-heavy warm-ups of group g+1 with the light, request-heavy branches of
+group g instead of leaving the GPU idle while it retires thousands of short requests.
+Every request — warm-ups included — carries `token_ids_logprob`: a batch that mixes requests with and
+without it crashes the scheduler (sgl-project/sglang#34719, open). No token is decoded:
+`max_new_tokens=0` on sglang ≥ 0.5.17 (measured 25 % faster than 1 on an H200), else 1. Logprobs are
+read from `meta_info["output_token_ids_logprobs"][0]` entries `(logprob, token_id, _)` by token id.
+The scheduler processes gather those logprobs without a GPU synchronisation (`sglang_patches`,
+sgl-project/sglang#39642), so sglang's overlap scheduler builds batch k+1 while batch k runs.
+
+Hybrid models (a recurrent state per sequence: Qwen3.5 / 3.6, Qwen3-Next; `model_info`) use another
+pattern, measured on the H200 (`../shared/research/hybrid-models.md`): sglang caches such a prefix's state
+only where a finished request left it, and a finished branch leaves it inside its suffix, so a first branch
+as the warm-up caches nothing its siblings can use (1.8 % radix hit). Per group of rows: one **prefix-only**
+request per distinct prefix (`max_new_tokens=0`, still carrying `token_ids_logprob`: #34719), then the
+group's branches; groups are sized by the engine's recurrent-state slots (`plan.state_groups`), so a cached
+prefix state is not evicted before its branches run.
+
+Multi-item scoring (`scoring == "multi-item"`, sglang `enable_mis`, flashinfer attention): for models where it
+is exact (`mis.exactness`) one request per prefix carries all of its branches' suffixes (`mis.pack_window`),
+so a W2-shaped job sends ~80 requests instead of 12,000. Such an engine has no radix cache and no chunked
+prefill, and every request it gets must carry delimiter indices (the liveness check too).
+
+Size (over the house's ~300 lines): one class whose three request patterns share the engine's event loop,
+its group scheduler and the readout by token id; the engine arguments are kwargs.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+from ... import mis
+from ...core import Window
+from ...errors import BackendError
+from ...model_info import ModelInfo, model_info
+from ...pipeline.plan import StateBudget, state_groups
+from ..base import Backend, BackendOptions, BranchResult, loader_options
+from .kwargs import NO_SGL_KERNEL, _version_tuple, choose_multi_item, engine_kwargs, import_sglang
+from .scheduler_patch import engine_class
+
+
+def read_label_logprobs(
+    meta: dict[str, Any], label_ids: tuple[int, ...]
+) -> tuple[tuple[float, ...], str | None]:
+    """Label logprobs from one request's meta_info, by token id (never by position).
+
+    Returns (logprobs aligned with label_ids, NaN where missing; error text or None).
+    """
+    entries = meta.get("output_token_ids_logprobs") or []
+    first = entries[0] if entries else None
+    if not first:
+        return (math.nan,) * len(label_ids), "engine returned no label logprobs"
+    by_id = {int(e[1]): e[0] for e in first}
+    vals = tuple(float(by_id[t]) if by_id.get(t) is not None else math.nan for t in label_ids)
+    missing = [t for t, v in zip(label_ids, vals, strict=True) if not math.isfinite(v)]
+    return vals, (f"missing or non-finite logprob for label token(s) {missing}" if missing else None)
+
+
+def state_budget_from_info(info: dict[str, Any]) -> StateBudget | None:
+    """The recurrent-state budget from `Engine.get_server_info()`: `max_mamba_cache_size`, which sglang
+    computes in the scheduler process and reports in `internal_states` (0.5.17 on the H200: 207 slots for
+    the 35B-A3B shape at the default memory fraction), or at the top level when the user set it; else
+    `max_running_requests` × 3. The running cap from `effective_max_running_requests_per_dp` /
+    `max_running_requests`. Slots per running request: 3 (its state + the two ping-pong tracking buffers of
+    sglang's default `extra_buffer` strategy with the overlap scheduler; sglang logs the same ratio when it
+    caps running requests), 1 with the `no_buffer` strategy. None when nothing says."""
+    states = info.get("internal_states") or [{}]
+    inner = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+
+    def get(key: str) -> Any:
+        for d in (inner, info):
+            v = d.get(key)
+            if v is not None:
+                return v
+        return None
+
+    def count(key: str) -> int | None:
+        v = get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+    running = count("effective_max_running_requests_per_dp") or count("max_running_requests")
+    per_request = 1 if get("mamba_radix_cache_strategy") == "no_buffer" else 3
+    slots = count("max_mamba_cache_size") or (running * 3 if running else None)
+    if not slots:
+        return None
+    return StateBudget(slots=slots, per_request=per_request, max_running=running)
+
+
+class SGLangBackend(Backend):
+    name = "sglang"
+
+    def __init__(self, opts: BackendOptions):
+        sglang = import_sglang()
+        from transformers import AutoTokenizer
+
+        kw = engine_kwargs(opts)
+        self.multi_item_off_reason = choose_multi_item(opts, kw, sglang.__version__)
+        self.model_info: ModelInfo = model_info(opts.model)
+        self.moe_config_dir = None
+        if self.model_info.moe and kw.get("device") != "cpu":
+            from . import moe_configs
+
+            # tuned fused-MoE kernel configs sglang 0.5.17 lacks (E=256, N=512 on the H200); see moe_configs
+            self.moe_config_dir = moe_configs.use_for_engine()
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
+        except Exception as e:
+            raise BackendError(f"cannot load the tokenizer of {opts.model!r}: {e}") from e
+        try:
+            self.engine = engine_class()(**kw)
+        except BaseException as e:  # the scheduler subprocess dies → SystemExit/RuntimeError here
+            if "sgl_kernel" in str(e):
+                raise BackendError(NO_SGL_KERNEL) from e
+            raise BackendError(
+                f"sglang.Engine could not start with {opts.model!r}: {type(e).__name__}: {e}"
+            ) from e
+        self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
+        info = self.engine.get_server_info()
+        self._capacity = int(info.get("max_total_num_tokens") or 0) or None
+        # Hybrid models: prefix-only requests, rows in flight bounded by the engine's state slots.
+        self.state_budget = state_budget_from_info(info) if self.model_info.recurrent else None
+        if self.model_info.recurrent and self.state_budget is None:
+            self.state_budget = StateBudget(slots=48)  # sglang said nothing: a small, safe guess
+        self.multi_item = bool(info.get("enable_mis", kw.get("enable_mis")))
+        self.scoring = "multi-item" if self.multi_item else "branches"
+        # A packed request is one forward (chunked prefill is off on such an engine): keep it within the
+        # prefill budget and below the context (sglang refuses input_ids of ≥ context_len tokens).
+        ctx = getattr(getattr(self.engine, "tokenizer_manager", None), "context_len", None)
+        budget = int(info.get("max_prefill_tokens") or 16_384)
+        self.pack_tokens = min(budget, int(ctx) - 16) if ctx else budget
+        vocab = len(self.tokenizer)
+        self.delimiter_id = mis.DELIMITER_ID if vocab > mis.DELIMITER_ID else 0  # any valid id (never read)
+        self.pattern = self._describe_pattern()
+
+    def _describe_pattern(self) -> str:
+        if self.multi_item:
+            return (
+                f"multi-item scoring: one request per prefix with its suffixes (≤ {self.pack_tokens} tokens)"
+            )
+        if self.state_budget is None:
+            return f"first branch per prefix as the warm-up, {self.groups_per_window} groups, {self.depth} in flight"
+        b = self.state_budget
+        return (
+            f"prefix-only request per prefix, groups sized by {b.slots} state slots "
+            f"({b.per_request} per running request, ≤ {b.max_running or '?'} running), one group at a time"
+        )
+
+    def kv_budget_tokens(self) -> int:
+        # Leave room for the running batch's own activations and fragmentation of the radix tree.
+        return int(self._capacity * 0.8) if self._capacity else 1 << 17
+
+    def _request(self, ids: list[list[int]], label_ids: list[list[int]]) -> dict[str, Any]:
+        return dict(
+            input_ids=ids,
+            return_logprob=True,
+            logprob_start_len=-1,
+            token_ids_logprob=label_ids,  # on every request, warm-ups included: sglang #34719
+            sampling_params={"max_new_tokens": self.max_new_tokens, "temperature": 0},
+        )
+
+    def _generate(self, ids: list[list[int]], label_ids: list[list[int]]) -> list[dict]:
+        try:
+            outs = self.engine.generate(**self._request(ids, label_ids))
+        except Exception as e:
+            raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
+        return outs if isinstance(outs, list) else [outs]
+
+    # Pipeline shape (measured on the H200, docs/benchmarks.md): groups per window and groups in flight.
+    groups_per_window = 8
+    depth = 2
+    # Hybrid models: one state-budgeted group at a time, each as large as the state slots allow. Measured on
+    # the H200 (35B-A3B shape, 207 slots, W1 64 rows, benchmarks/results/2026-12-01-h200-hybrid.json): two
+    # groups in flight halve each group (3 rows) and took 6.84 s; prefix-first chunks of 8 rows one after
+    # another (8 × 25 = 200 slots) took 3.14 s, both with every prefix token served from the cache.
+    hybrid_depth = 1
+
+    def _groups(self, window: Window) -> list[tuple[list, list]]:
+        """Cut the window's rows into ≤ `groups_per_window` runs of about equal branch count, never splitting
+        rows that share a prefix; per group, (warm-up keys, rest keys) as (row, branch) index pairs."""
+        target = max(1, -(-window.n_branches // max(1, self.groups_per_window)))
+        groups: list[tuple[list, list]] = []
+        first: list = []
+        rest: list = []
+        last, size = None, 0
+        for i, r in enumerate(window.rows):
+            if r.prefix != last and size >= target:
+                groups.append((first, rest))
+                first, rest, size = [], [], 0
+            for j in range(len(r.branches)):
+                (first if j == 0 and r.prefix != last else rest).append((i, j))
+            size += len(r.branches)
+            last = r.prefix
+        if first or rest:
+            groups.append((first, rest))
+        return groups
+
+    def prefill(self, window: Window) -> list[list[BranchResult]]:
+        """Label logprobs for every branch of the window: the hybrid pattern for recurrent-state models,
+        else the first-branch warm-up pattern. Raises BackendError if the engine fails."""
+        if self.multi_item:
+            return self._prefill_multi_item(window)
+        if self.state_budget is not None:
+            return self._prefill_prefix_first(window)
+        return self._prefill_first_branch(window)
+
+    async def _generate_mis(self, packs: list[mis.Pack]) -> list[dict]:
+        """One batch of multi-item requests. `Engine.async_generate` has no `multi_item_delimiter_indices`
+        argument (0.5.17–0.5.19), so the request object goes to the tokenizer manager, as
+        `Engine.async_generate` and `Engine.score` do themselves."""
+        from sglang.srt.managers.io_struct import GenerateReqInput
+
+        obj = GenerateReqInput(
+            input_ids=[list(p.input_ids) for p in packs],
+            multi_item_delimiter_indices=[list(p.delimiters) for p in packs],
+            token_ids_logprob=[list(p.label_ids) for p in packs],
+            return_logprob=True,
+            logprob_start_len=0,  # as Engine.score: the logprobs at every delimiter
+            sampling_params={"max_new_tokens": 0, "temperature": 0},
+            stream=False,
+        )
+        outs = await self.engine.tokenizer_manager.generate_request(obj, None).__anext__()
+        return outs if isinstance(outs, list) else [outs]
+
+    def _prefill_multi_item(self, window: Window) -> list[list[BranchResult]]:
+        """The window's branches as multi-item packs (one prefix, many suffixes each), sent in `depth` × 2
+        batches so the engine's loop turns results into records while later packs run. Per branch:
+        prompt tokens = prefix + suffix (its logical length); cached = the prefix for all but a pack's first
+        item (computed once per pack); the delimiters are counted in `warm_tokens`."""
+        rows = window.rows
+        packs = mis.pack_window(window, self.pack_tokens, self.delimiter_id)
+        results: list[list[BranchResult | None]] = [[None] * len(r.branches) for r in rows]
+        n_batches = max(1, min(len(packs), 2 * max(1, self.depth)))
+        step = -(-len(packs) // n_batches)
+        batches = [packs[k : k + step] for k in range(0, len(packs), step)]
+
+        async def run_batch(batch: list[mis.Pack]) -> None:
+            outs = await self._generate_mis(batch)
+            for pk, o in zip(batch, outs, strict=True):
+                labels = [rows[i].branches[j].label_ids for i, j in pk.items]
+                for k, ((i, j), (vals, err)) in enumerate(
+                    zip(pk.items, mis.read_pack(o.get("meta_info", {}), pk, labels), strict=True)
+                ):
+                    n = len(rows[i].prefix) + len(rows[i].branches[j].suffix)
+                    results[i][j] = BranchResult(vals, n, 0 if k == 0 else len(rows[i].prefix), err)
+
+        async def run_all() -> list:
+            return await asyncio.gather(*(run_batch(b) for b in batches), return_exceptions=True)
+
+        errs = [e for e in self.engine.loop.run_until_complete(run_all()) if isinstance(e, BaseException)]
+        if errs:
+            e = errs[0]
+            raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
+        self.warm_tokens += sum(len(p.delimiters) for p in packs)
+        return results  # type: ignore[return-value]
+
+    def _run_groups(self, groups: list, depth: int) -> None:
+        """Run coroutine factories `groups` with `depth` in flight on the engine's loop; raises BackendError
+        for the first failure once every group has finished or failed (no request of the window is left
+        pending in the engine's loop when the caller retries a half)."""
+
+        async def run_all() -> list:
+            sem = asyncio.Semaphore(max(1, depth))
+
+            async def one(g):
+                async with sem:
+                    await g()
+
+            return await asyncio.gather(*(one(g) for g in groups), return_exceptions=True)
+
+        errs = [e for e in self.engine.loop.run_until_complete(run_all()) if isinstance(e, BaseException)]
+        if errs:
+            e = errs[0]
+            raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
+
+    def _prefill_prefix_first(self, window: Window) -> list[list[BranchResult]]:
+        """Hybrid models. Per state-budgeted group (`plan.state_groups`): a prefix-only request for each
+        distinct prefix (its state is cached at the prefix's end — sglang: at ⌊P/64⌋·64 with the default
+        `extra_buffer` strategy), then every branch of the group, which reuses it. Prefix-only requests
+        count as warm-up tokens (what they computed)."""
+        rows = window.rows
+        results: list[list[BranchResult | None]] = [[None] * len(r.branches) for r in rows]
+
+        def make(start: int, end: int):
+            async def run() -> None:
+                firsts = [i for i in range(start, end) if i == start or rows[i].prefix != rows[i - 1].prefix]
+                pre = self._request(
+                    [list(rows[i].prefix) for i in firsts],
+                    [list(rows[i].branches[0].label_ids) for i in firsts],  # #34719
+                )
+                outs = await self.engine.async_generate(**pre)
+                for o in outs if isinstance(outs, list) else [outs]:
+                    meta = o.get("meta_info", {})
+                    self.warm_tokens += int(meta.get("prompt_tokens", 0)) - int(meta.get("cached_tokens", 0))
+                keys = [(i, j) for i in range(start, end) for j in range(len(rows[i].branches))]
+                req = self._request(
+                    [list(rows[i].prefix + rows[i].branches[j].suffix) for i, j in keys],
+                    [list(rows[i].branches[j].label_ids) for i, j in keys],
+                )
+                outs = await self.engine.async_generate(**req)
+                for (i, j), o in zip(keys, outs if isinstance(outs, list) else [outs], strict=True):
+                    results[i][j] = self._result(rows[i], j, o)
+
+            return run
+
+        d = self.hybrid_depth
+        self._run_groups([make(a, b) for a, b in state_groups(rows, self.state_budget, d)], d)
+        return results  # type: ignore[return-value]
+
+    @staticmethod
+    def _result(row, j: int, out: dict) -> BranchResult:
+        meta = out.get("meta_info", {})
+        vals, err = read_label_logprobs(meta, row.branches[j].label_ids)
+        n = len(row.prefix) + len(row.branches[j].suffix)
+        return BranchResult(vals, int(meta.get("prompt_tokens", n)), int(meta.get("cached_tokens", 0)), err)
+
+    def _prefill_first_branch(self, window: Window) -> list[list[BranchResult]]:
+        """Dense models. Per group: the first branch of each distinct prefix (its answer is read too, so a row with N
+        questions costs N requests, not N+1: the prefix is still prefilled once), then every other branch,
+        whose prefix is by then in the radix cache. `depth` groups are in flight at once. Every request
+        carries `token_ids_logprob` (#34719). Raises BackendError if the engine fails."""
+        rows = window.rows
+        ids = [[list(r.prefix + b.suffix) for b in r.branches] for r in rows]
+        results: list[list[BranchResult | None]] = [[None] * len(r.branches) for r in rows]
+
+        def store(keys: list, outs: list[dict]) -> None:
+            for (i, j), o in zip(keys, outs, strict=True):
+                meta = o.get("meta_info", {})
+                vals, err = read_label_logprobs(meta, rows[i].branches[j].label_ids)
+                n = len(ids[i][j])
+                results[i][j] = BranchResult(
+                    vals, int(meta.get("prompt_tokens", n)), int(meta.get("cached_tokens", 0)), err
+                )
+
+        async def run_group(sem: asyncio.Semaphore, first: list, rest: list) -> None:
+            async with sem:
+                for keys in (first, rest):  # rest only once its prefixes are cached
+                    if keys:
+                        req = self._request(
+                            [ids[i][j] for i, j in keys],
+                            [list(rows[i].branches[j].label_ids) for i, j in keys],
+                        )
+                        outs = await self.engine.async_generate(**req)
+                        store(keys, outs if isinstance(outs, list) else [outs])
+
+        async def run_all() -> list:
+            sem = asyncio.Semaphore(max(1, self.depth))
+            return await asyncio.gather(
+                *(run_group(sem, f, r) for f, r in self._groups(window)), return_exceptions=True
+            )
+
+        # gather(return_exceptions=True): every group has finished or failed before we raise, so no request
+        # of this window is still pending in the engine's loop when the caller retries a half.
+        errs = [e for e in self.engine.loop.run_until_complete(run_all()) if isinstance(e, BaseException)]
+        if errs:
+            e = errs[0]
+            raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
+        return results  # type: ignore[return-value]
+
+    def check_alive(self) -> None:
+        """A one-token request (a one-item pack on a multi-item engine: every request there needs delimiter
+        indices); raises BackendError when the engine no longer answers."""
+        t = self.tokenizer.eos_token_id or 0
+        if not self.multi_item:
+            self._generate([[t]], [[0]])
+            return
+        ids, delims = mis.build([t], [[t]], self.delimiter_id)
+        try:
+            self.engine.loop.run_until_complete(
+                self._generate_mis([mis.Pack(ids, delims, (0,), ((0, 0),), 1)])
+            )
+        except Exception as e:
+            raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
+
+    def close(self) -> None:
+        eng, self.engine = getattr(self, "engine", None), None
+        if eng is not None:
+            eng.shutdown()

@@ -1,0 +1,205 @@
+"""The `sglang.Engine` arguments from the user's options: prefill-only GPU defaults (each measured,
+docs/benchmarks.md), the CPU path, prefill graphs, the multi-item scoring choice; importing sglang with a
+message that says what is missing."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from ... import mis
+from ...errors import BackendError
+from ..base import BackendOptions
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    out = []
+    for part in v.split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        out.append(int(digits or 0))
+    return tuple(out)
+
+
+NO_SGL_KERNEL = (
+    "sglang's kernels (sgl_kernel) are missing: sglang runs on a CUDA GPU; on a machine without one use "
+    "--backend hf (the tests run sglang on the CPU only through a test shim, tests/shims)"
+)
+
+
+def import_sglang():
+    """Import sglang or raise BackendError saying how to get it (or, without sgl_kernel, that it needs a GPU)."""
+    try:
+        import sglang
+    except ImportError as e:
+        if "sgl_kernel" in str(e):
+            raise BackendError(NO_SGL_KERNEL) from e
+        raise BackendError(
+            f"the sglang backend needs sglang installed ({e}); use --backend hf, or run scripts/install.sh"
+        ) from e
+    return sglang
+
+
+# Prefill CUDA graphs: sglang ≥ 0.5.17 captures a "breakable" prefill graph (eager attention between captured
+# pieces) per token count; a forward pads up to the next captured size (at most 2×, sglang's limit). Its
+# default list for a 32k budget has 106 sizes (engine start 35 → 77 s on the H200); these 19, ~1.3× apart,
+# keep the padding ≤ 33 % for a fraction of the capture time. Decode graphs stay off (nothing decodes).
+PREFILL_GRAPH_TOKENS = (
+    512,
+    768,
+    1024,
+    1280,
+    1536,
+    2048,
+    2560,
+    3072,
+    4096,
+    5120,
+    6144,
+    8192,
+    10240,
+    12288,
+    16384,
+    20480,
+    24576,
+    28672,
+    32768,
+)
+
+
+# Off: with these 19 sizes the 0.6B jobs ran no faster on the H200 (W1 2.16 vs 2.14–2.38 s, W2 17.3 vs 17.1 s,
+# W3 16.4 vs 15.6 s; capture ~9 s; benchmarks/results/2026-12-01-h200-issue19.md): the scheduler's per-request
+# CPU time, not kernel launches, bounds them. A multi-item engine has no CUDA graphs at all.
+PREFILL_GRAPHS_DEFAULT = False
+
+
+def prefill_graph_args(sizes: tuple[int, ...] = PREFILL_GRAPH_TOKENS) -> dict[str, Any]:
+    """Engine args for prefill CUDA graphs of these token counts without decode graphs (sglang ≥ 0.5.17;
+    the legacy `disable_cuda_graph=True` turns off both)."""
+    return {
+        "disable_cuda_graph": False,
+        "disable_decode_cuda_graph": True,
+        "cuda_graph_bs_prefill": list(sizes),
+    }
+
+
+def gpu_prefill_defaults(fields: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Engine defaults for prefill-only work on a GPU, each measured on the H200 (docs/benchmarks.md):
+    no decode CUDA graphs (decoding never runs here; skipping their capture saves start time and memory),
+    prefill graphs per PREFILL_GRAPHS_DEFAULT where sglang has them (`fields`: ServerArgs' field names),
+    and on a GPU of ≥ 80 GiB a 32k-token prefill budget instead of sglang's 16k (W1 0.6B: fewer, larger
+    extend batches, 2.8 → 2.3 s). `--engine-arg` overrides any of them."""
+    import torch
+
+    kw: dict[str, Any] = {"disable_cuda_graph": True}
+    if PREFILL_GRAPHS_DEFAULT and {"disable_decode_cuda_graph", "cuda_graph_bs_prefill"} <= set(fields):
+        kw = prefill_graph_args()
+    if torch.cuda.is_available() and torch.cuda.get_device_properties(0).total_memory >= 80 * 2**30:
+        kw.update(chunked_prefill_size=32_768, max_prefill_tokens=32_768)
+    return kw
+
+
+# Multi-item scoring when the user does not choose (`--engine-arg enable_mis=true|false`): on a CUDA GPU, for
+# models where it is exact, when the attention backend is unset or flashinfer. Measured on one H200, same run,
+# against the first-branch pattern (benchmarks/results/2026-12-01-h200-issue19.md): 0.6B W1 2.14–2.38 →
+# 1.33–1.39 s, W2 17.1 → 11.2 s, W3 (5,000 tickets) 15.6 → 11.0 s; 8B W1 8.55 s (8.80–9.52 s in earlier
+# runs); answers agree on every question whose top two options are > 0.1 apart.
+MULTI_ITEM_DEFAULT = True
+
+
+def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: str = "0.5.17") -> str | None:
+    """Decide multi-item scoring for an engine about to start with `kw` (from `engine_kwargs`); sets
+    `enable_mis` and flashinfer attention in `kw` when it is chosen. Returns None when it is on, else why not.
+    Raises BackendError when the user asked for it (`enable_mis=true`) and it cannot be exact or cannot run."""
+    asked = opts.engine_args.get("enable_mis")
+    if asked is not None and not asked:
+        kw.pop("enable_mis", None)
+        return "turned off (enable_mis=false)"
+    why = None
+    if _version_tuple(sglang_version) < (0, 5, 17):  # items are read only from prefill-only requests
+        why = f"needs sglang >= 0.5.17, not {sglang_version}"
+    elif kw.get("device") != "cuda":
+        why = "needs a CUDA GPU (flashinfer attention)"
+    elif opts.attention_backend not in (None, "flashinfer"):
+        why = f"needs flashinfer attention, not {opts.attention_backend}"
+    elif asked is None and not MULTI_ITEM_DEFAULT:
+        return "off by default"
+    else:
+        try:
+            from transformers import AutoConfig
+
+            why = mis.exactness(AutoConfig.from_pretrained(opts.model))
+        except Exception as e:  # noqa: BLE001 - an unreadable config only means: no multi-item scoring
+            why = f"cannot read the model config ({type(e).__name__})"
+    if why is not None:
+        if asked:
+            raise BackendError(f"multi-item scoring (enable_mis=true) is not possible here: {why}")
+        kw.pop("enable_mis", None)
+        return why
+    kw.update(enable_mis=True, attention_backend="flashinfer")
+    return None
+
+
+# sglang load formats that never unpickle: safetensors files, random weights, GGUF (a flat binary format)
+SAFE_LOAD_FORMATS = frozenset({"safetensors", "fastsafetensors", "dummy", "gguf"})
+
+
+def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
+    """`sglang.Engine` keyword arguments from the user's options: prefill-only defaults, sglang's CPU path
+    when there is no GPU, the declared options that are set, `extra` (e.g. is_embedding), then `--engine-arg`s, which win.
+    Raises BackendError for an engine arg that `ServerArgs` does not have (never silently ignored)."""
+    from sglang.srt.server_args import ServerArgs
+
+    fields = {f.name for f in dataclasses.fields(ServerArgs)}
+    if unknown := sorted(set(opts.engine_args) - fields):
+        raise BackendError(f"unknown sglang engine arg(s): {', '.join(unknown)}")
+    device = opts.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    kw: dict[str, Any] = dict(
+        model_path=opts.model,
+        device=device,
+        log_level="warning",
+        random_seed=0,
+        skip_tokenizer_init=True,
+    )
+    if device == "cpu":
+        # sglang's CPU path: native attention, no CUDA graphs, float32, a fixed KV pool (else sized from RAM).
+        # sleep_on_idle: an idle scheduler otherwise busy-polls a whole core, which on a CPU machine is
+        # taken from the model's own forward passes (it waits on its sockets, so a request wakes it at once).
+        os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+        kw.update(
+            attention_backend="torch_native",
+            disable_cuda_graph=True,
+            dtype="float32",
+            mem_fraction_static=0.05,
+            max_total_tokens=65_536,
+            sleep_on_idle=True,
+        )
+    else:
+        kw.update(gpu_prefill_defaults(fields))
+    kw.update(opts.sglang_kwargs())  # the declared engine options that are set (config.ENGINE_OPTIONS)
+    # sglang's "auto" loader reads .bin pickles and retries a legacy-tar one with weights_only=False, which
+    # runs its code; "safetensors" reads nothing else. Its model config honours trust_remote_code.
+    kw["trust_remote_code"] = opts.trust_remote_code
+    if not opts.allow_pickle:
+        kw["load_format"] = "safetensors"
+    kw.update(extra)
+    given = opts.engine_args
+    if given.get("trust_remote_code") and not opts.trust_remote_code:
+        raise BackendError(
+            "--engine-arg trust_remote_code=true runs the checkpoint's own code: add --trust-remote-code"
+        )
+    if (
+        "load_format" in given
+        and str(given["load_format"]) not in SAFE_LOAD_FORMATS
+        and not opts.allow_pickle
+    ):
+        raise BackendError(
+            f"--engine-arg load_format={given['load_format']} can load pickle weights, which can run code: "
+            f"add --allow-pickle (or use one of {', '.join(sorted(SAFE_LOAD_FORMATS))})"
+        )
+    kw.update(given)
+    return kw

@@ -1,0 +1,66 @@
+"""The `openjev-batch` command line. It only parses options, builds one frozen RunConfig, calls the
+library, and turns domain errors into messages and exit codes — here and nowhere else.
+
+Exit codes: 0 every question answered · 3 output written, some rows/questions have errors ·
+4 the job could not run (bad options, unreadable input, model or engine failure) · 2 usage error.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from ..errors import OpenjevError
+
+EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
+
+HELP = {"help_option_names": ["-h", "--help"]}
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    context_settings=HELP,
+    help="Offline batch classification with LLMs: answers read from next-token label logprobs.",
+)
+models_app = typer.Typer(
+    no_args_is_help=True, context_settings=HELP, help="Models that install offline from package registries."
+)
+app.add_typer(models_app, name="models")
+err = Console(stderr=True)
+out = Console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        print(f"openjev-batch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Offline batch classification with LLMs: answers read from next-token label logprobs."""
+
+
+def _fail(e: OpenjevError) -> None:
+    err.print("[bold red]error:[/] ", end="")
+    err.print(str(e), markup=False, highlight=False)
+    raise typer.Exit(EXIT_FAILED)
+
+
+def main() -> None:  # pragma: no cover - entry point for `python -m openjev_batch`
+    app()
+
+
+# The commands register themselves on `app` when their modules load (this order is `--help`'s).
+from . import run, validate, evaluate, models  # noqa: E402, F401, I001
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

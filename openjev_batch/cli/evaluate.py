@@ -1,0 +1,68 @@
+"""`eval`: a benchmark file → a scored report (evaluation/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import OpenjevError
+from . import EXIT_ROW_ERRORS, _fail, app, err, out
+from .display import _progress
+from .options import ENGINE, _engine_options, _quiet, _resolve
+
+
+@app.command("eval")
+@_engine_options("eval")
+def eval_(
+    input: Path = typer.Argument(
+        ..., help="Benchmark .parquet/.jsonl: MMLU-Pro, MMLU, BoolQ, or noul input + label."
+    ),
+    output_dir: Path = typer.Option(
+        ..., "-o", "--output-dir", help="Folder for the predictions and reports."
+    ),
+    model: str = typer.Option(..., "--model", "-m", help="Hub id, local path, or a packaged name."),
+    backend: str = typer.Option(
+        None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
+    ),
+    fmt: str = typer.Option("auto", "--format", help="auto | mmlu-pro | mmlu | boolq | noul."),
+    shots: int = typer.Option(0, help="Worked examples of the same category from --dev (0: zero-shot)."),
+    dev: Path = typer.Option(None, help="Dev/validation split (same format) for --shots."),
+    sample: int = typer.Option(None, help="Score a reproducible subset of N questions (see --seed)."),
+    seed: int = typer.Option(42, help="Seed of --sample and of the --calibrate split."),
+    calibrate: float = typer.Option(None, help="Fit one temperature on this share, report the rest scaled."),
+    engine: dict = ENGINE,
+    max_branches: int = typer.Option(4096, help="Most branches per window."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output folder."),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue the unfinished job in the output folder (or re-score a finished one).",
+    ),
+) -> None:
+    """Turn a benchmark file into a scored report: accuracy with 95 % intervals, Brier, ECE, reliability PNG."""
+    from ..backends import default_backend
+    from ..evaluation import build_eval_config, run_eval
+    from ..evaluation.report import rich_tables
+
+    _quiet(progress)
+    try:
+        cfg = build_eval_config(
+            input=input, output_dir=output_dir, model=_resolve(model), model_name=model,
+            backend=backend or default_backend(), format=fmt, shots=shots, dev=dev, sample=sample, seed=seed,
+            calibrate=calibrate, max_branches_per_window=max_branches, progress=progress, force=force,
+            resume=resume, **engine,
+        )  # fmt: skip
+        with _progress("prefill", "branches", progress) as tick:
+            rep = run_eval(cfg, on_progress=tick)
+    except OpenjevError as e:
+        _fail(e)
+    for t in rich_tables(rep):
+        out.print(t)
+    out.print(
+        f"reports: {output_dir}/report.md, report.json, reliability.png, predictions.parquet", highlight=False
+    )
+    if rep["errors"]:
+        err.print(f"[yellow]{rep['errors']} question(s) have errors[/]: see {output_dir}/predictions.parquet")
+        raise typer.Exit(EXIT_ROW_ERRORS)

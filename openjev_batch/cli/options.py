@@ -1,0 +1,80 @@
+"""Options shared by several commands, declared once: the engine options (options.ENGINE_OPTIONS → CLI
+options), stdin input, packaged model names, quieting the libraries' own progress bars."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+import typing
+from pathlib import Path
+
+import typer
+
+ENGINE: dict = {}  # where a command's engine options go (`_engine_options`); never a CLI option itself
+
+
+def _engine_options(command: str):
+    """Put the engine options config.ENGINE_OPTIONS declares for `command` where the command's `engine`
+    parameter stands, each as its CLI option; the command receives them as one dict `engine` of config
+    fields (`--engine-arg key=value` pairs parsed)."""
+    from ..config import parse_engine_args
+    from ..options import ENGINE_OPTIONS
+
+    declared = [o for o in ENGINE_OPTIONS if command in o.commands]
+
+    def option(o) -> inspect.Parameter:
+        if isinstance(o.default, dict):  # key=value pairs, repeatable
+            annotation, default = list[str], None
+        else:
+            annotation = next((t for t in typing.get_args(o.type) if t is not type(None)), o.type)
+            default = o.default
+        info = typer.Option(default, o.cli_flag, help=o.help)
+        return inspect.Parameter(
+            o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info, annotation=annotation
+        )
+
+    def deco(f):
+        sig = inspect.signature(f, eval_str=True)
+        params = []
+        for p in sig.parameters.values():
+            params.extend([option(o) for o in declared] if p.name == "engine" else [p])
+
+        @functools.wraps(f)
+        def wrapper(**kw):
+            engine = {o.name: kw.pop(o.name) for o in declared}
+            if "engine_args" in engine:
+                engine["engine_args"] = parse_engine_args(engine["engine_args"] or [])
+            return f(**kw, engine=engine)
+
+        wrapper.__signature__ = sig.replace(parameters=params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return deco
+
+
+def _spool_stdin(stack: contextlib.ExitStack) -> Path:
+    """`-`: standard input copied to a temporary file (removed when the command ends), named by its format."""
+    import tempfile
+
+    from ..pipeline.formats import spool_stdin
+
+    return spool_stdin(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-")))
+
+
+def _quiet(progress: bool) -> None:
+    """--no-progress also silences the libraries' own bars (transformers' 'Loading weights', hub downloads),
+    which would otherwise fill nightly job logs."""
+    if not progress:
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
+def _resolve(model: str) -> str:
+    from ..models import resolve_model
+
+    return resolve_model(model)

@@ -1,0 +1,211 @@
+"""`run` and `classify`: one body (`_run_job`), the readout is the difference."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import typer
+
+from ..errors import ConfigError, OpenjevError
+from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, app, err
+from .display import _print_plan, _print_summary, _progress
+from .options import ENGINE, _engine_options, _quiet, _resolve, _spool_stdin
+
+
+@app.command()
+@_engine_options("run")
+def run(
+    input: Path = typer.Argument(
+        ...,
+        help="Input, one row per conversation: .parquet, .jsonl (.gz/.zst), .csv, .json, a datasets folder, or - (stdin).",
+    ),
+    output: Path = typer.Option(
+        None, "-o", "--output", help="Output .parquet, .jsonl or .csv (by extension; written atomically)."
+    ),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
+    ),
+    backend: str = typer.Option(
+        None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
+    ),
+    questions: Path = typer.Option(
+        None, "--questions", "-q", help="JSON/YAML question map applied to every row."
+    ),
+    keep: str = typer.Option("", "--keep", help="Comma-separated input columns copied to the output."),
+    engine: dict = ENGINE,
+    # 2048: the host stage of chunk k+1 runs while chunk k is on the engine, so smaller chunks hide more of it
+    # (H200, multi-item, W2 12,032 rows: 11.2 s in one chunk, 9.5 s in chunks of 2048; docs/benchmarks.md).
+    chunk_rows: int = typer.Option(
+        2048, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
+    ),
+    max_branches: int = typer.Option(4096, help="Most branches per window."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue from OUT.partial, skipping finished chunks."
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Plan only (tokenizer, no model): rows, branches, logical/unique tokens, expected cache hit rate, peak RSS.",
+    ),
+    ray: bool = typer.Option(
+        False, "--ray", help="Run on Ray Data: engine actors score prefix-grouped buckets (extra `[ray]`)."
+    ),
+    ray_address: str = typer.Option(
+        None, "--ray-address", help="--ray: cluster address (default: start a local cluster)."
+    ),
+    workers: int = typer.Option(None, "--workers", help="--ray: engine actors, one backend each [1]."),
+    gpus_per_worker: float = typer.Option(
+        None, "--gpus-per-worker", help="--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0]."
+    ),
+    limit: int = typer.Option(None, "--limit", min=1, help="Only the first N input rows (a quick look)."),
+    threads: int = typer.Option(
+        None, "--threads", min=1, help="CPU threads for torch/OpenMP (CPU runs; default: all cores)."
+    ),
+) -> None:
+    """Answer every question of every row from the model's next-token label logprobs."""
+    _run_job(
+        "run",
+        dict(
+            input=input, output=output, model=model, backend=backend, readout="label-logprobs",
+            questions_file=questions, keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
+            progress=progress, resume=resume, limit=limit, **engine,
+        ),
+        dry_run=dry_run, ray=ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
+        threads=threads,
+    )  # fmt: skip
+
+
+def _run_job(
+    command: str, kw: dict, *, dry_run: bool, ray: bool, ray_address, workers, gpus_per_worker, threads
+) -> None:
+    """The one body of `run` and `classify` (the readout is in `kw`): build the config, then the dry run,
+    the Ray run or the local job; print the summary; exit 3 when some rows or questions have errors."""
+    output, progress, resume = kw["output"], kw["progress"], kw["resume"]
+    if output is None and not dry_run:
+        raise typer.BadParameter("missing: -o/--output (only --dry-run runs without it)", param_hint="'-o'")
+    if threads:
+        from ..config import apply_threads
+
+        apply_threads(threads)  # before torch is imported (default_backend, the backends)
+    from ..backends import default_backend
+    from ..config import build_config
+
+    _quiet(progress)
+    stack = contextlib.ExitStack()
+    try:
+        if str(kw["input"]) == "-":
+            if resume:
+                raise ConfigError("--resume needs an input file: standard input cannot be read again")
+            kw["input"] = _spool_stdin(stack)
+        cfg = build_config(
+            **{
+                **kw,
+                "model": _resolve(kw["model"]),
+                "backend": kw["backend"] or default_backend(),
+                "keep": tuple(k.strip() for k in kw["keep"].split(",") if k.strip()),
+            }
+        )
+        if dry_run:
+            from ..pipeline.dry_run import dry_run as plan_only
+
+            if resume:  # the plan covers the whole input; OUT.partial is neither read nor checked
+                raise ConfigError("--dry-run plans the whole input and ignores OUT.partial: drop --resume")
+            _print_plan(plan_only(cfg), command)
+            return
+        if not ray and (ray_address or workers is not None or gpus_per_worker is not None):
+            raise ConfigError("--ray-address, --workers and --gpus-per-worker need --ray")
+        ray_opts = dict(
+            address=ray_address, workers=1 if workers is None else workers, gpus_per_worker=gpus_per_worker
+        )
+        readout, s = _execute(cfg, command, ray_opts if ray else None)
+    except OpenjevError as e:
+        _fail(e)
+    except OSError as e:  # the output folder vanished or filled up mid-job
+        err.print(f"error: {e}", markup=False)
+        raise typer.Exit(EXIT_FAILED) from None
+    except KeyboardInterrupt:
+        err.print(
+            f"interrupted: finished chunks are kept in {output}.partial; rerun with --resume", markup=False
+        )
+        raise typer.Exit(130) from None
+    finally:
+        stack.close()
+    _print_summary(command, readout, s)
+    if s.errors:
+        raise typer.Exit(EXIT_ROW_ERRORS)
+
+
+def _execute(cfg, command: str, ray_opts: dict | None):
+    """The job, local or on Ray (`ray_opts`), under a progress bar in the readout's unit. Returns the readout
+    and the Summary."""
+    from ..pipeline.job import make_readout, run_job
+
+    # classify reads its labels here (config.json only): a checkpoint that is no classifier is refused
+    readout = make_readout(cfg) if cfg.readout != "label-logprobs" else None
+    unit = readout.unit if readout else "branches"
+    with _progress("prefill" if unit == "branches" else command, unit, cfg.progress) as tick:
+        if ray_opts is not None:
+            from ..pipeline.ray.run import RayOptions, run_job_ray
+
+            s = run_job_ray(cfg, RayOptions(**ray_opts), on_progress=tick)
+        else:
+            s = run_job(cfg, on_progress=tick)
+    return readout or make_readout(cfg), s
+
+
+@app.command()
+@_engine_options("classify")
+def classify(
+    input: Path = typer.Argument(
+        ..., help="Input .parquet/.jsonl: `text`, or `premise` + `hypothesis`, per row."
+    ),
+    output: Path = typer.Option(..., "-o", "--output", help="Output .parquet (written atomically)."),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="A *ForSequenceClassification checkpoint with id2label."
+    ),
+    backend: str = typer.Option(
+        None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
+    ),
+    template: str = typer.Option(
+        None, help=r"Prompt over {premise} and {hypothesis}; \n is a newline [default: NLI template]"
+    ),
+    keep: str = typer.Option("", "--keep", help="Comma-separated input columns copied to the output."),
+    engine: dict = ENGINE,
+    chunk_rows: int = typer.Option(
+        20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
+    ),
+    max_rows: int = typer.Option(4096, help="Most rows per window."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue from OUT.partial, skipping finished chunks."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Plan only (tokenizer, no model): rows, logical/unique tokens, peak RSS."
+    ),
+    ray: bool = typer.Option(
+        False, "--ray", help="Run on Ray Data: engine actors score prefix-grouped buckets (extra `[ray]`)."
+    ),
+    ray_address: str = typer.Option(
+        None, "--ray-address", help="--ray: cluster address (default: start a local cluster)."
+    ),
+    workers: int = typer.Option(None, "--workers", help="--ray: engine actors, one backend each [1]."),
+    gpus_per_worker: float = typer.Option(
+        None, "--gpus-per-worker", help="--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0]."
+    ),
+) -> None:
+    """Classify every row with a sequence-classification head (e.g. NLI): logits, probs, label per row."""
+    from ..readouts.classifier_head import DEFAULT_TEMPLATE, unescape_template
+
+    _run_job(
+        "classify",
+        dict(
+            input=input, output=output, model=model, backend=backend, readout="classifier-head",
+            template=unescape_template(template) if template is not None else DEFAULT_TEMPLATE,
+            keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_rows, progress=progress,
+            resume=resume, limit=None, **engine,
+        ),
+        dry_run=dry_run, ray=ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
+        threads=None,
+    )  # fmt: skip

@@ -1,0 +1,106 @@
+"""`validate`: check an input file's rows (either readout) without a model."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from pathlib import Path
+
+import typer
+
+from ..errors import ConfigError, OpenjevError
+from . import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out
+from .options import _spool_stdin
+
+
+@app.command()
+def validate(
+    input: Path = typer.Argument(
+        ..., help="Input: .parquet, .jsonl (.gz/.zst), .csv, .json, a datasets folder, or - (stdin)."
+    ),
+    questions: Path = typer.Option(
+        None, "--questions", "-q", help="JSON/YAML question map applied to every row."
+    ),
+    readout: str = typer.Option(
+        "label-logprobs",
+        "--readout",
+        help="label-logprobs (rows for `run`) | classifier-head (rows for `classify`).",
+    ),
+    template: str = typer.Option(
+        None, help=r"classifier-head: prompt over {premise} and {hypothesis} [default: NLI template]"
+    ),
+    keep: str = typer.Option(
+        "", "--keep", help="Columns `run --keep` would copy (their values are checked too)."
+    ),
+    show: int = typer.Option(20, min=0, help="Print at most this many errors."),
+) -> None:
+    """Check the schema and limits of an input file without loading a model."""
+    from ..pipeline.read import read_rows
+    from ..schema import RowError
+
+    stack = contextlib.ExitStack()
+    try:
+        if str(input) == "-":
+            input = _spool_stdin(stack)
+        kept = tuple(k.strip() for k in keep.split(",") if k.strip())
+        r = _readout(readout, questions, template, kept)
+        rows = n_q = 0
+        errors: list[str] = []
+        for chunk in read_rows(input, readout=r):
+            for row in chunk:
+                rows += 1
+                if isinstance(row, RowError):
+                    errors.append(row.error)
+                    continue
+                n_q += r.n_records(row)
+                errors.extend(r.problems(row))
+    except OpenjevError as e:
+        _fail(e)
+    finally:
+        stack.close()
+    for e in errors[:show]:
+        err.print(f"[red]✗[/] {e}", highlight=False)
+    if len(errors) > show:
+        err.print(f"… and {len(errors) - show} more")
+    kinds = Counter(e.split(": ", 2)[1] if e.count(": ") >= 2 else e for e in errors)
+    counts = f"{rows:,} rows, {n_q:,} questions" if readout == "label-logprobs" else f"{rows:,} rows"
+    out.print(
+        f"{counts}, {len(errors):,} errors"
+        + (f" ({', '.join(f'{k}: {v}' for k, v in kinds.most_common(5))})" if errors else ""),
+        highlight=False,
+    )
+    raise typer.Exit(EXIT_ROW_ERRORS if errors else EXIT_OK)
+
+
+def _readout(name: str, questions, template):
+    """The readout whose rows are checked (no model: a classifier's labels are not needed for its rows)."""
+    from ..config import load_questions
+    from ..readouts.classifier_head import DEFAULT_TEMPLATE, ClassifierHead, unescape_template
+    from ..readouts.label_logprobs import LabelLogprobs
+
+    if name == "classifier-head":
+        if questions:
+            raise ConfigError("--questions is for run (label logprobs), not for a classifier head")
+        return ClassifierHead(("?",), unescape_template(template) if template else DEFAULT_TEMPLATE)
+    if name == "label-logprobs":
+        if template:
+            raise ConfigError("--template is for classify (a classifier head)")
+        return LabelLogprobs(load_questions(questions) if questions else None)
+    raise ConfigError(f"unknown readout {name!r}; expected label-logprobs or classifier-head")
+
+
+def _readout(name: str, questions, template, keep: tuple[str, ...]):
+    """The readout whose rows are checked (no model: a classifier's labels are not needed for its rows)."""
+    from ..config import load_questions
+    from ..readouts.classifier_head import DEFAULT_TEMPLATE, ClassifierHead, unescape_template
+    from ..readouts.label_logprobs import LabelLogprobs
+
+    if name == "classifier-head":
+        if questions:
+            raise ConfigError("--questions is for run (label logprobs), not for a classifier head")
+        return ClassifierHead(("?",), unescape_template(template) if template else DEFAULT_TEMPLATE, keep)
+    if name == "label-logprobs":
+        if template:
+            raise ConfigError("--template is for classify (a classifier head)")
+        return LabelLogprobs(load_questions(questions) if questions else None, keep)
+    raise ConfigError(f"unknown readout {name!r}; expected label-logprobs or classifier-head")

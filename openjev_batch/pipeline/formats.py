@@ -1,0 +1,300 @@
+"""Input formats: Parquet, JSONL (also .gz/.zst), CSV, JSON, `datasets` folders and stdin, read as chunks of
+(position, record or the error text of an unreadable line)."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import InputFileError
+from ..schema import InvalidText
+
+JSONL_EXT = (".jsonl", ".ndjson")
+
+
+PARQUET_EXT = (".parquet", ".pq")
+
+
+INPUT_EXT = {
+    **dict.fromkeys(JSONL_EXT, "jsonl"),
+    **dict.fromkeys(PARQUET_EXT, "parquet"),
+    ".csv": "csv",
+    ".json": "json",
+}
+
+
+FORMAT_NAMES = {
+    "parquet": "Parquet",
+    "jsonl": "JSONL",
+    "csv": "CSV",
+    "json": "JSON",
+    "hf-dataset": "a datasets folder",
+}
+
+
+COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json object hook: plain json.loads keeps the last of two equal keys silently (two options with
+    one name would merge); raise instead, naming the key."""
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {dup!r} in a JSON object")
+    return d
+
+
+def input_format(path: str | Path) -> tuple[str, str | None]:
+    """(format, compression) of an input path: format is parquet | jsonl | csv | json | hf-dataset (a
+    `datasets` folder written by `save_to_disk`); compression is gzip | zstd | None (from a `.gz` / `.zst`
+    ending, for jsonl, csv and json). Raises InputFileError for anything else."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / "state.json").is_file():
+            return "hf-dataset", None
+        if (path / "dataset_dict.json").is_file():
+            splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+            raise InputFileError(
+                f"{path}: a datasets DatasetDict folder; pass one split's folder, e.g. "
+                + ", ".join(str(path / s) for s in splits[:3])
+            )
+        raise InputFileError(
+            f"{path}: a folder, but not one written by datasets' save_to_disk (no state.json)"
+        )
+    suffixes = [x.lower() for x in path.suffixes[-2:]]
+    compression = COMPRESSION.get(suffixes[-1]) if suffixes else None
+    ext = (suffixes[-2] if len(suffixes) == 2 else "") if compression else (suffixes[-1] if suffixes else "")
+    fmt = INPUT_EXT.get(ext)
+    if fmt is None or (compression and fmt == "parquet"):
+        raise InputFileError(
+            f"{path}: unknown extension {''.join(path.suffixes[-2:]) or '(none)'!r}; use .parquet, .jsonl "
+            "(or .jsonl.gz / .jsonl.zst), .csv, .json, a datasets folder, or - for stdin"
+        )
+    return fmt, compression
+
+
+class _RawStream(io.RawIOBase):
+    """A pyarrow input stream as a Python raw stream, so io.BufferedReader can split it into lines
+    (pyarrow's own readline does not work on decompressing streams)."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        data = self.f.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
+
+def open_binary(path: Path, compression: str | None):
+    """A buffered binary file object over `path`, decompressing gzip/zstd on the fly (pyarrow's codecs)."""
+    if compression is None:
+        return open(path, "rb")
+    return io.BufferedReader(_RawStream(pa.input_stream(path, compression=compression)), 1 << 20)
+
+
+def _jsonl_records(f, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
+    chunk: list[tuple[int, dict[str, Any] | str]] = []
+    pos = 0
+    with f:
+        for lineno, raw in enumerate(f, 1):
+            if lineno == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark (Windows editors)
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+                if not isinstance(rec, dict):
+                    raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
+                chunk.append((pos, rec))
+            except UnicodeDecodeError as e:
+                chunk.append((pos, f"line {lineno}: not valid UTF-8 (byte {e.start})"))
+            except json.JSONDecodeError as e:
+                chunk.append((pos, f"line {lineno}: malformed JSON ({e})"))
+            except RecursionError:  # json's C decoder recurses once per level
+                chunk.append((pos, f"line {lineno}: JSON nested too deeply"))
+            except ValueError as e:
+                chunk.append((pos, f"line {lineno}: {e}"))
+            pos += 1
+            if len(chunk) >= chunk_rows:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
+def _json_records(path: Path, compression: str | None, chunk_rows: int):
+    """A .json file: one JSON array of row objects (read whole; JSON has no record boundaries)."""
+    with open_binary(path, compression) as f:
+        raw = f.read()
+    try:
+        data = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=_no_duplicate_keys)
+    except RecursionError:
+        raise InputFileError(f"{path}: cannot read as JSON: nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise InputFileError(
+            f"{path}: cannot read as JSON: {e} (one object per line? name it .jsonl)"
+        ) from None
+    if not isinstance(data, list):
+        raise InputFileError(
+            f"{path}: expected a JSON array of row objects, got {type(data).__name__} "
+            "(one object per line? name it .jsonl)"
+        )
+    for start in range(0, len(data), chunk_rows):
+        yield [
+            (
+                pos,
+                rec
+                if isinstance(rec, dict)
+                else f"item {pos}: expected a JSON object, got {type(rec).__name__}",
+            )
+            for pos, rec in enumerate(data[start : start + chunk_rows], start)
+        ]
+
+
+def _csv_reader(path: Path, compression: str | None):
+    """pyarrow's streaming CSV reader with every column read as text (nulls for empty cells): a CSV has no
+    types, and inferring them would turn an id `007` into 7 and could change type between blocks."""
+    import pyarrow.csv as pacsv
+
+    parse = pacsv.ParseOptions(newlines_in_values=True)
+    with open_binary(path, compression) as f:
+        names = pacsv.open_csv(f, parse_options=parse).schema.names
+    # check_utf8=False: an undecodable cell is that row's error (`_batch_records`), not the whole file's
+    conv = pacsv.ConvertOptions(
+        column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=True, check_utf8=False
+    )
+    return pacsv.open_csv(open_binary(path, compression), parse_options=parse, convert_options=conv)
+
+
+def _hf_dataset_files(path: Path) -> list[Path]:
+    state = json.loads((path / "state.json").read_text())
+    return [path / f["filename"] for f in state.get("_data_files", [])]
+
+
+def _arrow_batches(files: list[Path]) -> Iterator[pa.RecordBatch]:
+    """Record batches of a `datasets` folder's Arrow files (the IPC stream format `save_to_disk` writes;
+    the file format is accepted too). Read with pyarrow, so `datasets` need not be installed."""
+    for p in files:
+        with pa.memory_map(str(p)) as src:
+            try:
+                reader = pa.ipc.open_stream(src)
+            except pa.ArrowInvalid:
+                reader = pa.ipc.open_file(src)
+                for i in range(reader.num_record_batches):
+                    yield reader.get_batch(i)
+                continue
+            yield from reader
+
+
+def _rechunk(batches, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
+    pos, buf = 0, []
+    for b in batches:
+        buf.extend(_batch_records(b))
+        while len(buf) >= chunk_rows:
+            yield list(enumerate(buf[:chunk_rows], pos))
+            pos += chunk_rows
+            buf = buf[chunk_rows:]
+    if buf:
+        yield list(enumerate(buf, pos))
+
+
+def input_columns(path: Path) -> set[str] | None:
+    """Column names of a schema-carrying input (Parquet, CSV header, datasets folder), else None."""
+    fmt, compression = input_format(path)
+    try:
+        if fmt == "parquet":
+            return set(pq.read_schema(path).names)
+        if fmt == "csv":
+            return set(_csv_reader(path, compression).schema.names)
+        if fmt == "hf-dataset":
+            files = _hf_dataset_files(path)
+            return set(next(_arrow_batches(files[:1])).schema.names) if files else set()
+    except InputFileError:
+        raise
+    except Exception as e:
+        raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES[fmt]}: {e}") from e
+    return None
+
+
+def record_chunks(path: Path, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
+    """Chunks of (position, record) or (position, error text for an unreadable line)."""
+    fmt, compression = input_format(path)
+    try:
+        if fmt == "jsonl":
+            yield from _jsonl_records(open_binary(path, compression), chunk_rows)
+            return
+        if fmt == "json":
+            yield from _json_records(path, compression, chunk_rows)
+            return
+    except OSError as e:  # a corrupt or truncated .gz/.zst stream (pyarrow's codec), or a read error
+        raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES[fmt]}: {e}") from e
+    try:
+        if fmt == "csv":
+            batches = _csv_reader(path, compression)
+        elif fmt == "hf-dataset":
+            batches = _arrow_batches(_hf_dataset_files(path))
+        else:
+            batches = pq.ParquetFile(path).iter_batches(batch_size=chunk_rows)
+        yield from _rechunk(batches, chunk_rows)
+    except InputFileError:
+        raise
+    except Exception as e:
+        raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES[fmt]}: {e}") from e
+
+
+def _batch_records(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    """A record batch (Parquet, CSV, datasets) as row dicts. Arrow does not validate UTF-8 on read: a cell that does not decode
+    becomes an `InvalidText`, which `parse_row` reports as that row's error naming the column."""
+    try:
+        return batch.to_pylist()
+    except UnicodeDecodeError:
+        pass
+    cols: dict[str, list[Any]] = {}
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        try:
+            cols[name] = col.to_pylist()
+        except UnicodeDecodeError:
+            vals: list[Any] = []
+            for i in range(len(col)):
+                try:
+                    vals.append(col[i].as_py())
+                except UnicodeDecodeError as e:
+                    vals.append(InvalidText(f"not valid UTF-8 (byte {e.object[e.start]:#04x} at {e.start})"))
+            cols[name] = vals
+    return [dict(zip(cols, vs, strict=True)) for vs in zip(*cols.values(), strict=True)]
+
+
+def spool_stdin(folder: str | Path, stream=None) -> Path:
+    """Copy standard input (`-`) into `folder` under a name whose extension is its sniffed format
+    (Parquet magic → .parquet, `[` → .json, `{` → .jsonl, anything else → .csv), so every reader works on
+    it unchanged. Returns the path. Raises InputFileError for empty input."""
+    import sys
+
+    src = stream if stream is not None else sys.stdin.buffer
+    tmp = Path(folder) / "stdin.tmp"
+    with open(tmp, "wb") as f:
+        shutil.copyfileobj(src, f, 1 << 20)
+    with open(tmp, "rb") as f:
+        head = f.read(4096)
+    if not head.strip():
+        raise InputFileError("-: standard input is empty")
+    first = head.lstrip()[:1]
+    ext = ".parquet" if head[:4] == b"PAR1" else {b"[": ".json", b"{": ".jsonl"}.get(first, ".csv")
+    return tmp.rename(tmp.with_name("stdin" + ext))

@@ -1,0 +1,155 @@
+"""The job: read → prompt → plan → prefill → read out → write, chunk by chunk (bounded memory), for any
+readout (readouts/): `run` is the label-logprobs readout, `classify` the classifier-head one.
+
+The stage functions `prompt_chunk` and `score_chunk` are what the local loop (`run_job`) and the Ray actors
+(scaleout.py) both call. Output order is input order (row by row, a row's records in its order), whatever
+order the planner ran the rows in. Every input row appears with `readout.n_records(row)` records, answered
+or with its error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..backends import Backend, load_backend
+from ..config import RunConfig, load_questions
+from ..errors import ConfigError
+from ..model_info import model_info
+from ..readouts.base import Readout
+from .prefill import FailureTracker
+from .read import check_input, read_rows
+from .stages import prompt_chunk, score_chunk
+from .summary import Summary, Totals, describe_model
+from .write import ResultWriter
+
+
+def make_readout(cfg: RunConfig, labels: tuple[str, ...] | None = None) -> Readout:
+    """The readout of a job. classifier-head: `labels` from the backend, else read from the checkpoint's
+    config.json (no weights; a checkpoint that is not a classifier is refused here, before any model loads).
+    Raises ConfigError / BackendError."""
+    if cfg.readout == "classifier-head":
+        from ..backends.checkpoint import read_checkpoint
+        from ..readouts.classifier_head import DEFAULT_TEMPLATE, ClassifierHead
+
+        if labels is None:
+            labels = read_checkpoint(cfg.model).labels
+        return ClassifierHead(tuple(labels), cfg.template or DEFAULT_TEMPLATE, cfg.keep)
+    from ..readouts.label_logprobs import LabelLogprobs
+
+    if not cfg.questions_file:
+        return LabelLogprobs(None, cfg.keep)
+    questions = load_questions(cfg.questions_file)  # raises ConfigError for a missing or bad file
+    # the questions' content, not their path: an edited file must not mix old and new answers
+    sha = hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest()
+    return LabelLogprobs(questions, cfg.keep, sha)
+
+
+def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, Any]:
+    """What identifies a job's partial output; `--resume` continues only a partial with the same manifest
+    (single-machine and Ray runs write the same one, so either can resume the other). It holds everything
+    that changes the numbers (model, backend, dtype, device, context length, engine settings) so one output
+    never mixes precisions, and the readout's own key (the questions by content, or template and labels)."""
+    readout = readout or make_readout(cfg)
+    st = Path(cfg.input).stat()
+    return {
+        "input": str(Path(cfg.input).resolve()),
+        "input_size": st.st_size,
+        "input_mtime": st.st_mtime,
+        "model": cfg.model,
+        "backend": cfg.backend,
+        **cfg.resume_key(),  # the engine options that change the numbers (config.ENGINE_OPTIONS)
+        "chunk_rows": cfg.chunk_rows,
+        "limit": cfg.limit,
+        "keep": list(cfg.keep),
+        **readout.manifest(),
+    }
+
+
+def _host_stage(chunks, prompter, finished: Callable[[int], bool]):
+    """Yield (index, chunk, its prompted chunk or None when `finished(index)`) for each input chunk. The host
+    stage of chunk i+1 runs in a thread while chunk i is on the engine (the tokenizer's batch calls release
+    the GIL). Only that thread touches the reader and the prompter; each chunk is planned and prefilled
+    exactly as before, so the output is the same."""
+
+    def host(skip: bool):
+        """Read the next chunk and, unless it is already done (--resume), render + tokenize it."""
+        chunk = next(chunks, None)
+        return None if chunk is None else (chunk, None if skip else prompt_chunk(chunk, prompter))
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="openjev-host")
+    try:
+        pending = pool.submit(host, finished(0))
+        i = 0
+        while (item := pending.result()) is not None:
+            pending = pool.submit(host, finished(i + 1))
+            yield i, *item
+            i += 1
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def run_job(
+    cfg: RunConfig, backend: Backend | None = None, on_progress: Callable[[int, int], None] | None = None
+) -> Summary:
+    """Run one job end to end and return its Summary. `backend` may be passed in (tests, eval) and is then
+    not closed here. `on_progress(branches_done, tokens_done)` is called after each window.
+    With `cfg.resume`, chunks already in the partial output are not run again.
+
+    Raises OpenjevError subclasses for job-level failures (input unreadable, model not loadable, engine
+    dead, output count check failed); the partial output is then kept for `--resume`.
+    """
+    t0 = time.perf_counter()
+    if cfg.output is None:
+        raise ConfigError("an output path (-o) is needed; only --dry-run runs without one")
+    check_input(cfg.input, cfg.keep)
+    own = backend is None
+    readout = make_readout(cfg, None if own else backend.labels)
+    if own:
+        backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
+    warm0 = backend.warm_tokens
+    try:
+        # Branches longer than the model's context are refused in the prompt stage, before any model call.
+        prompter = readout.prompter(backend.tokenizer, backend.context_length)
+        budget = cfg.kv_budget_tokens or backend.kv_budget_tokens()
+        store = ResultWriter(
+            cfg.output, cfg.keep, job_manifest(cfg, readout), resume=cfg.resume, schema=readout.schema
+        )
+        tracker = FailureTracker(backend.name, partial=f"{cfg.output}.partial")
+        totals = Totals()
+        chunks = read_rows(
+            cfg.input, keep=cfg.keep, chunk_rows=cfg.chunk_rows, limit=cfg.limit, readout=readout
+        )
+
+        stages = _host_stage(chunks, prompter, lambda i: cfg.resume and store.done(i) is not None)
+        with contextlib.closing(stages):  # the host thread stops with the job, also when it fails
+            for i, chunk, prompted in stages:
+                totals.rows += len(chunk)
+                totals.expected += sum(readout.n_records(r) for r in chunk)
+                done = store.done(i) if prompted is None else None
+                if done is None:
+                    prompted = prompted or prompt_chunk(chunk, prompter)
+                    scored = score_chunk(
+                        prompted, readout, backend, budget, cfg.max_branches_per_window, on_progress, tracker
+                    )
+                    store.write(i, scored.records)
+                    totals.unique += scored.unique_tokens
+                    done = store.done(i)
+                totals.add(readout, done)
+        totals.check(cfg.output, f"delete {Path(cfg.output).name}.partial and rerun")
+        out = store.close()
+    finally:
+        if own:
+            backend.close()
+    return totals.summary(
+        backend.warm_tokens - warm0,
+        time.perf_counter() - t0,
+        str(out),
+        model=describe_model(getattr(backend, "model_info", None) or model_info(cfg.model)),
+        pattern=getattr(backend, "pattern", ""),
+    )

@@ -1,0 +1,105 @@
+"""Planning (pure: rows in, windows out; no model, no I/O).
+
+Rows are sorted by their prefix ids so rows that share a prefix — a common system prompt, the same
+few-shot block, the same conversation asked several question sets — are adjacent, then cut into windows
+whose *unique* tokens fit the engine's KV budget, so a prefix is still in the radix cache when its
+branches run. Unique tokens are counted with the sorted-order longest common prefix (LCP): after
+sorting, a prefix's new tokens are its length minus its LCP with the previous prefix, which is exactly
+what a radix tree over the window's prefixes stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..core import BranchResult, BranchSpec, RowPrompt, Window, lcp  # noqa: F401
+
+
+def plan(rows: Iterable[RowPrompt], kv_budget_tokens: int, max_branches: int = 4096) -> list[Window]:
+    """Sort rows by prefix and cut them into windows.
+
+    A window closes before a row whose unique tokens (its new prefix tokens + all its suffixes) would
+    take the window past `kv_budget_tokens` or `max_branches`. A row larger than the budget runs alone.
+    The first row of every window counts its whole prefix (the cache may have evicted it).
+    Raises ValueError for a non-positive budget.
+    """
+    if kv_budget_tokens <= 0 or max_branches <= 0:
+        raise ValueError("kv_budget_tokens and max_branches must be positive")
+    ordered = sorted(rows, key=lambda r: (r.prefix, r.pos))
+    windows: list[Window] = []
+    cur: list[RowPrompt] = []
+    new: list[int] = []
+    used = branches = 0
+    prev: tuple[int, ...] = ()
+    for r in ordered:
+        suffix = sum(len(b.suffix) for b in r.branches)
+        fresh = len(r.prefix) - lcp(prev, r.prefix)
+        if cur and (used + fresh + suffix > kv_budget_tokens or branches + len(r.branches) > max_branches):
+            windows.append(Window(tuple(cur), tuple(new)))
+            cur, new, used, branches = [], [], 0, 0
+            fresh = len(r.prefix)
+        cur.append(r)
+        new.append(fresh)
+        used += fresh + suffix
+        branches += len(r.branches)
+        prev = r.prefix
+    if cur:
+        windows.append(Window(tuple(cur), tuple(new)))
+    return windows
+
+
+@dataclass(frozen=True)
+class StateBudget:
+    """The recurrent-state slots of a hybrid (linear-attention / mamba) engine, a second scarce resource
+    beside KV tokens (`../shared/research/hybrid-models.md`).
+
+    `slots`: state slots in the engine's pool (sglang `max_mamba_cache_size`); `per_request`: slots a
+    running request holds (its working state, plus sglang's ping-pong tracking buffers: 3 with the default
+    `extra_buffer` strategy and the overlap scheduler); `max_running`: the engine's running-request cap.
+    A cached prefix state holds one slot until its branches have run; when the pool runs short the engine
+    evicts cached states LRU, so a group's prefixes must still fit beside the requests in flight."""
+
+    slots: int
+    per_request: int = 3
+    max_running: int | None = None
+    headroom: float = 0.9  # the radix tree's own leaves and the scheduler's look-ahead take a few slots
+
+    def group_cost(self, prefixes: int, requests: int) -> int:
+        """Slots a group holds at its peak: its cached prefix states and its running requests' states."""
+        running = min(requests, self.max_running) if self.max_running else requests
+        return prefixes + self.per_request * running
+
+    def fits(self, prefixes: int, requests: int, depth: int) -> bool:
+        """Whether `depth` groups of this size in flight fit the pool (and the running-request cap)."""
+        usable = int(self.slots * self.headroom) // max(1, depth)
+        cap_ok = not self.max_running or requests * max(1, depth) <= self.max_running
+        return self.group_cost(prefixes, requests) <= usable and cap_ok
+
+
+def state_groups(rows: Sequence[RowPrompt], budget: StateBudget, depth: int = 2) -> list[tuple[int, int]]:
+    """Cut prefix-sorted rows into [start, end) groups whose distinct prefixes and requests fit the state
+    budget with `depth` groups in flight, never splitting a run of rows that share a prefix. A group's peak
+    is its cached prefix states plus its branches running (its prefix-only requests finish before its
+    branches are sent; they overlap the previous group's branches, which `depth` counts). A prefix run too big
+    for the budget on its own still forms one group (its state is then reused as far as the engine can).
+    Pure: the sglang backend runs each group as prefix-only requests, then the group's branches."""
+    groups: list[tuple[int, int]] = []
+    start = 0
+    prefixes = requests = 0
+    i = 0
+    while i < len(rows):
+        j = i  # the run of rows sharing rows[i].prefix
+        run_branches = 0
+        while j < len(rows) and rows[j].prefix == rows[i].prefix:
+            run_branches += len(rows[j].branches)
+            j += 1
+        p, r = prefixes + 1, requests + run_branches
+        if i > start and not budget.fits(p, r, depth):
+            groups.append((start, i))
+            start, p, r = i, 1, run_branches
+        prefixes, requests = p, r
+        i = j
+    if start < len(rows):
+        groups.append((start, len(rows)))
+    return groups

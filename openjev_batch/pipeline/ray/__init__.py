@@ -1,0 +1,1 @@
+"""`--ray`: the job on Ray Data (run.py). Ray is imported only when it runs."""

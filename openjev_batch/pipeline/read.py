@@ -1,0 +1,110 @@
+"""Read input in bounded chunks (Parquet, JSONL — also .gz/.zst —, CSV, JSON, a `datasets` folder; by
+extension) and write results (Parquet, JSONL or CSV, by extension).
+
+Reading never raises for a bad row: a JSONL line that is not valid UTF-8 / JSON / an object becomes a
+`RowError` naming its line. Whole-file problems (missing, wrong extension, unreadable, empty) raise
+InputFileError. Writing goes to ``<out>.partial`` and is renamed into place only by `close()`, so the
+target path never holds a truncated file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputFileError
+from ..schema import duplicate_id_error
+from .formats import input_columns, input_format, record_chunks
+
+KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
+
+
+def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
+    """Whole-file checks done before any model loads. Raises InputFileError for a missing, empty or
+    wrong-extension file, or a `--keep` column missing from a schema (Parquet, CSV header, datasets folder;
+    JSONL/JSON: from every one of the first KEEP_SCAN_ROWS rows; a row without it later gets a null)."""
+    path = Path(path)
+    if not path.exists():
+        input_format(path)  # an unknown extension is the better message
+        raise InputFileError(f"{path}: no such file")
+    input_format(path)
+    if path.is_file() and path.stat().st_size == 0:
+        raise InputFileError(f"{path}: file is empty")
+    if not keep:
+        return path
+    names = input_columns(path)
+    if names is not None:
+        if missing := [k for k in keep if k not in names]:
+            raise InputFileError(f"{path}: --keep column(s) not in the input: {', '.join(missing)}")
+    else:  # JSONL has no schema: a column in none of the first rows is most likely a typo
+        first = next(record_chunks(path, KEEP_SCAN_ROWS), [])
+        seen = {k for _, rec in first if isinstance(rec, dict) for k in rec}
+        if missing := [k for k in keep if k not in seen]:
+            raise InputFileError(
+                f"{path}: --keep column(s) in none of the first {KEEP_SCAN_ROWS:,} rows: {', '.join(missing)}"
+            )
+    return path
+
+
+def read_rows(
+    path: str | Path,
+    questions: Any = None,
+    keep: tuple[str, ...] = (),
+    chunk_rows: int = 100_000,
+    limit: int | None = None,
+    readout: Any = None,
+) -> Iterator[list[Any]]:
+    """Yield chunks of parsed rows in input order (the first `limit` rows when given); `readout`
+    (readouts/base.py) parses each record (default: the label-logprobs readout over `questions` and
+    `keep`). Duplicate ids become RowErrors (the first one wins).
+
+    Raises InputFileError for a missing, empty or wrong-extension file, or a `--keep` column that
+    does not exist (Parquet: checked against the schema up front).
+    """
+    readout = readout or _default_readout(questions, keep)
+    path = check_input(path, readout.keep)
+    any_rows = False
+    for out in parse_records(record_chunks(path, chunk_rows), limit=limit, readout=readout):
+        any_rows = True
+        yield out
+    if not any_rows:
+        raise InputFileError(f"{path}: no rows")
+
+
+def _default_readout(questions: Any, keep: tuple[str, ...]):
+    from ..readouts.label_logprobs import LabelLogprobs
+
+    return LabelLogprobs(questions, keep)
+
+
+def parse_records(
+    chunks, questions: Any = None, keep: tuple[str, ...] = (), limit: int | None = None, readout: Any = None
+) -> Iterator[list[Any]]:
+    """Chunks of (position, record or unreadable-line text) → chunks of the readout's rows and RowErrors,
+    with duplicate ids made RowErrors (the first one wins); stops after `limit` rows. Shared by files and
+    the Python API."""
+    readout = readout or _default_readout(questions, keep)
+    seen: dict[str, int] = {}
+    n = 0
+    for chunk in chunks:
+        if limit is not None and n + len(chunk) > limit:
+            chunk = chunk[: limit - n]
+        n += len(chunk)
+        out: list[Any] = []
+        for pos, rec in chunk:
+            if isinstance(rec, str):  # an unreadable line: its id cannot be read
+                out.append(readout.unreadable(pos, rec))
+                continue
+            row = readout.parse_row(pos, rec)
+            if row.id is None:  # no usable id (already a RowError): nothing to deduplicate
+                pass
+            elif row.id in seen:
+                row = readout.with_error(row, duplicate_id_error(row.id, seen[row.id], pos))
+            else:
+                seen[row.id] = pos
+            out.append(row)
+        if out:
+            yield out
+        if limit is not None and n >= limit:
+            return

@@ -1,0 +1,149 @@
+"""What a job reports: its Summary, the running totals it is built from (chunk by chunk, resumed parts too),
+the count check and the most frequent errors."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import OutputCheckError
+from ..readouts.base import Readout
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Counts for one job. `questions` counts output records (one per row × question; classify: one per
+    row). Tokens: logical = Σ branch lengths (what a no-reuse run computes); prefix_tokens = the prefix part
+    of it (Σ over answered branches of their row's prefix length, so a row's prefix counts once per
+    question); computed = Σ (branch − cached) + prefix warm-up passes; unique_tokens = what the planner
+    counted for the answered branches of the chunks run now (a radix tree over each window holds)."""
+
+    rows: int
+    questions: int
+    answered: int
+    errors: int
+    prefix_tokens: int
+    branch_tokens: int
+    cached_tokens: int
+    warm_tokens: int
+    wall_s: float
+    output: str
+    unique_tokens: int = 0
+    model: str = ""  # model_info.describe(): architecture, hybrid/recurrent layers, MoE
+    pattern: str = ""  # the request pattern the backend chose for it
+    # the most frequent distinct errors: (count, error without its row name, one row it came from)
+    top_errors: tuple[tuple[int, str, str], ...] = ()
+
+    @property
+    def computed_tokens(self) -> int:
+        return self.branch_tokens - self.cached_tokens + self.warm_tokens
+
+    @property
+    def cache_hit_rate(self) -> float:
+        """1 − computed/logical: the share of logical tokens the job did not have to compute."""
+        return 1 - self.computed_tokens / self.branch_tokens if self.branch_tokens else 0.0
+
+    @property
+    def logical_tokens(self) -> int:
+        return self.branch_tokens
+
+    @property
+    def shared_rate(self) -> float:
+        """1 − unique/logical: the share of logical tokens the plan shares between rows."""
+        return 1 - self.unique_tokens / self.branch_tokens if self.branch_tokens else 0.0
+
+
+TOP_ERRORS = 5
+
+
+def top_errors(stats: pa.Table, n: int = TOP_ERRORS) -> tuple[tuple[int, str, str], ...]:
+    """The `n` most frequent distinct errors in an output's `id` and `error` columns, most frequent first
+    (ties: first seen first). Every error starts with its row's name (`row T7: …`, or `row at index 4: …`
+    for a row without a usable id); that name is taken off, so the same fault on many rows counts as one
+    error. Numbers inside the rest (token counts) are kept: `branch has 40,210 tokens` and `… 41,003 …`
+    are two errors, each with its exact text."""
+    errs = stats.filter(pc.invert(pc.is_null(stats.column("error"))))
+    counts: dict[str, list] = {}
+    ids = errs.column("id").to_pylist() if "id" in errs.column_names else [None] * errs.num_rows
+    for rid, e in zip(ids, errs.column("error").to_pylist(), strict=True):
+        name = f"row {rid}: " if rid is not None else None
+        if name is None or not e.startswith(name):
+            m = re.match(r"row at index [0-9]+: ", e)
+            name = m.group(0) if m else ""
+        c = counts.setdefault(e[len(name) :], [0, name.removesuffix(": ")])
+        c[0] += 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1][0])[:n]  # stable: ties keep first-seen order
+    return tuple((c, msg, where) for msg, (c, where) in ranked)
+
+
+@dataclass
+class Totals:
+    """Running counts of a job's output, chunk by chunk (from each finished part, resumed ones too)."""
+
+    rows: int = 0
+    expected: int = 0
+    records: int = 0
+    errors: int = 0
+    prefix: int = 0
+    branch: int = 0
+    cached: int = 0
+    unique: int = 0
+    failed: list = field(default_factory=list)  # the (id, error) rows of the parts, for top_errors
+
+    def add(self, readout: Readout, part: pa.Table) -> None:
+        bad = part.filter(pc.invert(pc.is_null(part.column("error"))))
+        if bad.num_rows:
+            self.failed.append(bad.select(["id", "error"]))
+        self.records += part.num_rows
+        self.errors += part.num_rows - int(pc.sum(pc.is_null(part.column("error"))).as_py() or 0)
+        t = readout.tokens(part)
+        self.prefix, self.branch, self.cached = (
+            self.prefix + t["prefix"],
+            self.branch + t["branch"],
+            self.cached + t["cached"],
+        )
+
+    def check(self, output: Path, fix: str) -> None:
+        """Raises OutputCheckError unless the output holds exactly the records the input needs."""
+        if self.records != self.expected or not self.rows:
+            raise OutputCheckError(
+                f"count check failed: {self.rows} input rows need {self.expected} output rows, "
+                f"the partial output has {self.records}; {fix}"
+            )
+
+    def summary(self, warm: int, wall_s: float, output: str, **extra: Any) -> Summary:
+        return Summary(
+            rows=self.rows, questions=self.records, answered=self.records - self.errors, errors=self.errors,
+            prefix_tokens=self.prefix, branch_tokens=self.branch, cached_tokens=self.cached,
+            warm_tokens=warm, wall_s=wall_s, output=output, unique_tokens=self.unique,
+            top_errors=top_errors(pa.concat_tables(self.failed)) if self.failed else (), **extra,
+        )  # fmt: skip
+
+
+def summarize(
+    table: pa.Table,
+    n_rows: int,
+    warm_tokens: int,
+    wall_s: float,
+    output: str,
+    model: str = "",
+    pattern: str = "",
+    readout: Readout | None = None,
+) -> Summary:
+    """A job's Summary from its whole output table (the Python API, which holds it in memory)."""
+    if readout is None:
+        from ..readouts.label_logprobs import LabelLogprobs
+
+        readout = LabelLogprobs()
+    totals = Totals(rows=n_rows)
+    totals.add(readout, table)
+    return totals.summary(warm_tokens, wall_s, output, model=model, pattern=pattern)
+
+
+def describe_model(info) -> str:
+    return info.describe() if info.known else ""

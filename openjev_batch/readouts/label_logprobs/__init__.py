@@ -1,0 +1,155 @@
+"""The `label-logprobs` readout (`run`): every row asks questions; each question's answer is read from the
+next-token logprobs of its option labels (readout.py for the math, prompt.py for the layout).
+
+Output: one record per input row × question, in the row's question order:
+`id, question_id, type, options, probs, answer, p_true, score, confidence, label_mass, prefix_tokens,
+branch_tokens, cached_tokens, error`, then the kept columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...schema import (
+    MAX_BRANCH_TOKENS,
+    QuestionError,
+    QuestionSpec,
+    Row,
+    RowError,
+    ids_and_types,
+    parse_row,
+    unidentified_row_error,
+)
+from ..base import Readout, RowFailures, RowResults
+from .answer import read_out
+from .prompt import Prompter
+
+OUTPUT_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("question_id", pa.string()),
+        ("type", pa.string()),
+        ("options", pa.list_(pa.string())),
+        ("probs", pa.list_(pa.float64())),
+        ("answer", pa.string()),
+        ("p_true", pa.float64()),
+        ("score", pa.float64()),
+        ("confidence", pa.float64()),
+        ("label_mass", pa.float64()),
+        ("prefix_tokens", pa.int64()),
+        ("branch_tokens", pa.int64()),
+        ("cached_tokens", pa.int64()),
+        ("error", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class LabelLogprobs(Readout):
+    """`questions`: the parsed shared `--questions` (None: each row's own `questions` column);
+    `questions_sha256`: their file's content hash (the resume key; an edited file never mixes answers)."""
+
+    questions: tuple[QuestionSpec, ...] | None = None
+    keep: tuple[str, ...] = ()
+    questions_sha256: str | None = None
+
+    name = "label-logprobs"
+    backend_kind = "label-logprobs"
+    unit = "branches"
+    noun = "question"
+
+    @property
+    def schema(self) -> pa.Schema:
+        return OUTPUT_SCHEMA
+
+    def parse_row(self, pos: int, rec: dict[str, Any]) -> Row | RowError:
+        return parse_row(pos, rec, self.questions, self.keep)
+
+    def unreadable(self, pos: int, why: str) -> RowError:
+        return unidentified_row_error(pos, why, self.questions, dict.fromkeys(self.keep))
+
+    def with_error(self, row: Row | RowError, error: str) -> RowError:
+        qids, qtypes = (row.qids, row.qtypes) if isinstance(row, RowError) else ids_and_types(row.questions)
+        return RowError(row.pos, row.id, error, qids, row.kept, qtypes)
+
+    def n_records(self, row: Row | RowError) -> int:
+        return max(1, len(row.qids)) if isinstance(row, RowError) else len(row.questions)
+
+    def prefix_key(self, row: Row | RowError) -> str:
+        # The prefix is the chat template over the fixed instructions and this text (prompt.py).
+        return Prompter.body(row) if isinstance(row, Row) else ""
+
+    def problems(self, row: Row) -> list[str]:
+        return [q.error for q in row.questions if isinstance(q, QuestionError)]
+
+    def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> Prompter:
+        return Prompter(
+            tokenizer, max_branch_tokens=min(MAX_BRANCH_TOKENS, max_branch_tokens or MAX_BRANCH_TOKENS)
+        )
+
+    def records(self, row: Row, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
+        out = []
+        for q in row.questions:
+            if q.qid in failed:
+                opts = list(q.options) if isinstance(q, QuestionSpec) else None
+                out.append(self._rec(row, q.qid, q.type, error=failed[q.qid], options=opts))
+                continue
+            plen, res = results[q.qid]
+            tokens = dict(
+                prefix_tokens=plen, branch_tokens=res.prompt_tokens, cached_tokens=res.cached_tokens
+            )
+            try:
+                if res.error:
+                    raise ValueError(res.error)
+                a = read_out(q, res.values)
+            except ValueError as e:
+                err = f"row {row.id}: questions.{q.qid}: {e}"
+                out.append(self._rec(row, q.qid, q.type, options=list(q.options), error=err, **tokens))
+                continue
+            out.append(
+                self._rec(
+                    row, q.qid, q.type, options=list(a.options), probs=list(a.probs), answer=a.answer,
+                    p_true=a.p_true, score=a.score, confidence=a.confidence, label_mass=a.label_mass, **tokens,
+                )
+            )  # fmt: skip
+        return out
+
+    def error_records(self, row: RowError) -> list[dict[str, Any]]:
+        return [
+            self._rec(row, qid, row.type_of(i), error=row.error) for i, qid in enumerate(row.qids or (None,))
+        ]
+
+    def _rec(self, row, qid: str | None, qtype: str | None, **values: Any) -> dict[str, Any]:
+        return self.blank(row.id, row.kept, question_id=qid, type=qtype, **values)
+
+    def manifest(self) -> dict[str, Any]:
+        return {"readout": self.name, "questions_sha256": self.questions_sha256}
+
+    def tokens(self, table: pa.Table) -> dict[str, int]:
+        ok = table.filter(pc.is_null(table.column("error")))
+        return {
+            k: int(pc.sum(ok.column(c)).as_py() or 0)
+            for k, c in (
+                ("prefix", "prefix_tokens"),
+                ("branch", "branch_tokens"),
+                ("cached", "cached_tokens"),
+            )
+        }
+
+    def summary_rows(self, s) -> list[tuple[str, str]]:
+        return [
+            ("rows", f"{s.rows:,}"),
+            ("questions", f"{s.questions:,}"),
+            ("answered", f"{s.answered:,}"),
+            ("errors", f"{s.errors:,}"),
+            ("branch (logical) tokens", f"{s.branch_tokens:,}"),
+            ("  of which prefix", f"{s.prefix_tokens:,}"),
+            ("computed tokens", f"{s.computed_tokens:,}"),
+            ("cache hit rate", f"{s.cache_hit_rate:.1%}"),
+            ("wall time", f"{s.wall_s:.1f} s"),
+            ("output", s.output),
+        ]

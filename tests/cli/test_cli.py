@@ -1,0 +1,292 @@
+"""The real `openjev-batch` command on the tiny model: exit codes, every output column, bad rows."""
+
+import json
+import math
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import polars as pl
+import pytest
+from conftest import EXAMPLES, cli, sglang_cpu_env, write_jsonl
+
+COLUMNS = [
+    "id",
+    "question_id",
+    "type",
+    "options",
+    "probs",
+    "answer",
+    "p_true",
+    "score",
+    "confidence",
+    "label_mass",
+    "prefix_tokens",
+    "branch_tokens",
+    "cached_tokens",
+    "error",
+]
+
+
+def test_run_tickets_every_column(tiny_model, tmp_path):
+    out = tmp_path / "out.parquet"
+    r = cli(
+        "run",
+        EXAMPLES / "tickets.jsonl",
+        "-q",
+        EXAMPLES / "ticket_questions.yaml",
+        "-o",
+        out,
+        "-m",
+        tiny_model,
+        "-b",
+        "hf",
+        "--keep",
+        "channel",
+        "--no-progress",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "answered" in r.stderr and "cache hit rate" in r.stderr
+    assert "Loading weights" not in r.stderr  # --no-progress silences transformers' bar too
+    df = pl.read_parquet(out)
+    n_rows = sum(1 for line in open(EXAMPLES / "tickets.jsonl") if line.strip())
+    assert df.columns == COLUMNS + ["channel"]
+    assert df.height == 3 * n_rows and df["error"].null_count() == df.height
+    assert df["id"].unique(maintain_order=True).to_list()[:2] == ["T001", "T002"]  # input order
+    assert df["question_id"].to_list()[:3] == ["refund_request", "category", "urgency"]
+    for rec in df.iter_rows(named=True):
+        assert math.isclose(sum(rec["probs"]), 1.0, rel_tol=1e-9)
+        assert rec["answer"] == rec["options"][max(range(len(rec["probs"])), key=rec["probs"].__getitem__)]
+        assert 0.0 <= rec["confidence"] <= 1.0 and 0.0 < rec["label_mass"] <= 1.0
+        assert (
+            rec["branch_tokens"] > rec["prefix_tokens"] > 0 and rec["cached_tokens"] == rec["prefix_tokens"]
+        )
+        if rec["type"] == "noul":
+            assert (
+                rec["options"] == ["true", "false"]
+                and rec["p_true"] == rec["probs"][0]
+                and rec["score"] is None
+            )
+        elif rec["type"] == "score":
+            assert len(rec["options"]) == 5
+            assert rec["score"] == pytest.approx(sum(i * p for i, p in enumerate(rec["probs"])))
+        else:
+            assert len(rec["options"]) == 8 and rec["p_true"] is None and rec["score"] is None
+    # readable unchanged by pandas and duckdb
+    assert len(pd.read_parquet(out)) == df.height
+    assert duckdb.sql(f"select count(*), sum(len(probs)) from '{out}'").fetchall() == [
+        (df.height, n_rows * 15)
+    ]
+    assert not out.with_name(out.name + ".partial").exists()
+
+
+def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
+    q = {
+        "u": {"type": "score", "instructions": "Urgent?", "criteria": ["low", "high"]},
+        "c": {"type": "choice", "instructions": "Kind?", "criteria": {"a": None, "b": None}},
+    }
+    bad_q = {**q, "u": {"type": "score", "instructions": "Urgent?", "criteria": ["only"]}}
+    p = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"id": "ok", "state": "fine", "questions": q, "src": "a"},
+            {"id": "T7", "state": "x", "questions": bad_q},
+            "{not json",
+            {"id": "empty", "state": [], "questions": q},
+            {"id": "ok2", "state": [{"role": "user", "content": "hi"}], "questions": q},
+        ],
+    )
+    out = tmp_path / "o.parquet"
+    r = cli("run", p, "-o", out, "-m", tiny_model, "-b", "hf", "--no-progress", "--keep", "src")
+    assert r.returncode == 3, r.stderr  # --keep with an unreadable line: its kept cells are null
+    df = pl.read_parquet(out)
+    got = {(a, b): e for a, b, e in df.select("id", "question_id", "error").iter_rows()}
+    assert got[("T7", "u")] == "row T7: questions.u.criteria: score needs 2–64 levels, got 1"
+    assert got[("T7", "c")] is None and got[("ok", "u")] is None and got[("ok2", "c")] is None
+    assert got[(None, None)].startswith("row at index 2: line 3: malformed JSON")
+    assert got[("empty", "u")] == got[("empty", "c")] == "row empty: state: empty conversation"
+    assert df.height == 2 + 2 + 1 + 2 + 2
+    assert df["src"].to_list()[:2] == ["a", "a"] and df["src"].null_count() == df.height - 2
+
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["run", "nope.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf"], "no such file"),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.txt", "-m", "M", "-b", "hf"],
+            "output must be a .parquet, .jsonl or .csv file",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "vllm"],
+            "unknown backend 'vllm'",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf", "--keep", "score"],
+            "keep: score already output column(s)",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "examples", "-m", "M", "-b", "hf"],
+            "output must be a .parquet, .jsonl or .csv file",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "docs.parquet/x.parquet", "-m", "M", "-b", "hf"],
+            "does not exist",
+        ),
+        (
+            [
+                "run",
+                "examples/tickets.jsonl",
+                "-o",
+                "x.parquet",
+                "-m",
+                "M",
+                "-b",
+                "hf",
+                "--keep",
+                "channel,channel",
+            ],
+            "a column is named twice",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf", "--keep", "chanel"],
+            "--keep column(s) in none of the first 1,000 rows: chanel",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "/no/model", "-b", "hf"],
+            "model /no/model: no such folder",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "smollm2", "-b", "hf"],
+            "did you mean smollm2-135m?",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf"],
+            "cannot load model 'M'",
+        ),
+        (
+            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf", "-q", "missing.yaml"],
+            "no such file",
+        ),
+    ],
+)
+def test_job_level_errors_are_messages_not_tracebacks(args, msg, tmp_path):
+    r = cli(*args)
+    assert r.returncode == 4, r.stderr
+    assert msg in " ".join(r.stderr.split()) and "Traceback" not in r.stderr
+
+
+def test_validate(tmp_path):
+    r = cli("validate", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml")
+    assert r.returncode == 0 and "0 errors" in r.stdout
+    p = write_jsonl(
+        tmp_path / "v.jsonl",
+        [{"id": "a", "state": "x", "questions": {"k": {"type": "rank", "instructions": "?"}}}],
+    )
+    r = cli("validate", p)
+    assert r.returncode == 3 and "questions.k.type: unknown question type 'rank'" in r.stderr
+
+
+@pytest.mark.sglang
+def test_sglang_backend_cli_matches_hf(tiny_model, tmp_path, monkeypatch):
+    pytest.importorskip("sglang")
+    for k, v in sglang_cpu_env().items():
+        monkeypatch.setenv(k, v)
+    args = [EXAMPLES / "tickets_inline.jsonl", "-m", tiny_model, "--no-progress"]
+    ra = cli("run", *args, "-o", tmp_path / "hf.parquet", "-b", "hf")
+    rb = cli(
+        "run", *args, "-o", tmp_path / "sg.parquet", "-b", "sglang", "--engine-arg", "max_total_tokens=50000"
+    )
+    assert ra.returncode == 0 and rb.returncode == 0, rb.stderr[-3000:]
+    a, b = pl.read_parquet(tmp_path / "hf.parquet"), pl.read_parquet(tmp_path / "sg.parquet")
+    assert a.select("id", "question_id", "answer").equals(b.select("id", "question_id", "answer"))
+    for pa_, pb_ in zip(a["probs"].to_list(), b["probs"].to_list(), strict=True):
+        assert max(abs(x - y) for x, y in zip(pa_, pb_, strict=True)) <= 1e-4
+    rc = cli("run", *args, "-o", tmp_path / "x.parquet", "-b", "sglang", "--engine-arg", "no_such_arg=1")
+    assert rc.returncode == 4 and "unknown sglang engine arg(s): no_such_arg" in rc.stderr
+
+
+def test_inline_questions_jsonl_to_parquet_roundtrip(tiny_model, tmp_path):
+    """Per-row questions given as nested Parquet columns answer the same as the JSONL form."""
+    rows = [json.loads(line) for line in open(EXAMPLES / "tickets_inline.jsonl")]
+    pl_in = tmp_path / "in.parquet"
+    pl.DataFrame(
+        {
+            "id": [r["id"] for r in rows],
+            "state": [r["state"] if isinstance(r["state"], str) else json.dumps(r["state"]) for r in rows],
+            "questions": [json.dumps(r["questions"]) for r in rows],
+        }
+    ).write_parquet(pl_in)
+    a = cli(
+        "run",
+        EXAMPLES / "tickets_inline.jsonl",
+        "-o",
+        tmp_path / "a.parquet",
+        "-m",
+        tiny_model,
+        "-b",
+        "hf",
+        "--no-progress",
+    )
+    b = cli("run", pl_in, "-o", tmp_path / "b.parquet", "-m", tiny_model, "-b", "hf", "--no-progress")
+    assert a.returncode == b.returncode == 0, b.stderr
+    assert pl.read_parquet(tmp_path / "a.parquet").equals(pl.read_parquet(tmp_path / "b.parquet"))
+
+
+def test_refusals_found_by_a_new_user_trial(tmp_path):
+    """Each is refused before any model loads, exit 4, with a message naming the problem."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    same = tmp_path / "same.parquet"
+    pq.write_table(pa.table({"id": ["a"], "state": ["hello"]}), same)
+    qdup = tmp_path / "qdup.yaml"
+    qdup.write_text(
+        "kind:\n  type: choice\n  instructions: Which?\n  criteria:\n    a: one\n    a: two\n    b: three\n"
+    )
+    qtop = tmp_path / "qtop.yaml"
+    qtop.write_text("ok:\n  type: noul\n  instructions: Fine?\nextra_top: 5\n")
+    cases = [
+        (["run", same, "-o", same, "-m", "M", "-b", "hf", "-q", EXAMPLES / "ticket_questions.yaml"],
+         "is the input file", same),
+        (["validate", EXAMPLES / "tickets.jsonl", "-q", qdup], "duplicate key 'a'", None),
+        (["run", EXAMPLES / "tickets.jsonl", "-o", tmp_path / "o.parquet", "-m", "M", "-b", "hf", "-q", qtop],
+         "questions.extra_top: Input should be a question object", None),
+        (["run", EXAMPLES / "tickets.jsonl", "-o", tmp_path / "o.parquet", "-m", "M", "-b", "hf", "--dry-run",
+          "--resume"], "drop --resume", None),
+    ]  # fmt: skip
+    for args, msg, untouched in cases:
+        before = untouched.read_bytes() if untouched else None
+        r = cli(*map(str, args))
+        assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+        assert msg in " ".join((r.stdout + r.stderr).split()), r.stdout + r.stderr
+        assert "_Question" not in r.stderr
+        if untouched:
+            assert untouched.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["run", "validate", "eval", "classify"])
+def test_readme_cli_reference_names_every_option(command):
+    """The README's CLI reference stays in step with --help: every option of each command is in it."""
+    import re
+
+    r = cli(command, "--help")
+    assert r.returncode == 0
+    options = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", r.stdout)) - {"--help"}
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert options and not sorted(o for o in options if o not in readme)
+
+
+def test_hf_refuses_sglang_engine_options(tiny_model, tmp_path):
+    """`--tp-size 2 -b hf` used to run on one device without a word."""
+    out = tmp_path / "o.parquet"
+    inp = EXAMPLES / "tickets_inline.jsonl"
+    r = cli("run", inp, "-m", tiny_model, "-b", "hf", "-o", out, "--tp-size", "2", "--no-progress")
+    assert r.returncode == 4 and "hf backend has no engine options; drop --tp-size" in r.stderr, r.stderr
+    assert not out.exists()
+    # refused when the options are validated, before any model (or Ray cluster) starts
+    from openjev_batch.backends import BackendError
+    from openjev_batch.config import build_config
+
+    with pytest.raises(BackendError, match="drop --engine-arg chunked_prefill_size"):
+        build_config(input=inp, output=out, model="m", backend="hf", engine_args={"chunked_prefill_size": 1})

@@ -1,0 +1,110 @@
+from openjev_batch.core import BranchSpec, RowPrompt, lcp
+from openjev_batch.pipeline.plan import plan
+
+
+def row(pos, prefix, n_q=2, suffix_len=3):
+    return RowPrompt(
+        pos,
+        str(pos),
+        tuple(prefix),
+        tuple(BranchSpec(f"q{i}", (900 + i,) * suffix_len, (1, 2)) for i in range(n_q)),
+    )
+
+
+def test_lcp():
+    assert lcp((1, 2, 3), (1, 2, 4)) == 2
+    assert lcp((1, 2), (1, 2, 3)) == 2
+    assert lcp((), (1,)) == 0
+    assert lcp((5,), (6,)) == 0
+    assert lcp((1, 2, 3), [1, 2]) == 2 and lcp([7, 8], (7, 9)) == 1
+
+
+def test_shared_prefixes_become_adjacent_and_are_counted_once():
+    system = [7] * 10
+    rows = [row(0, system + [1, 1]), row(1, [3, 3, 3]), row(2, system + [2, 2]), row(3, system + [1, 1])]
+    (w,) = plan(rows, kv_budget_tokens=10_000)
+    assert [r.pos for r in w.rows] == [1, 0, 3, 2]
+    # row1: 3 new; row0: 12 new; row3 repeats row0: 0; row2 shares 10 with row3: 2 new
+    assert w.new_prefix_tokens == (3, 12, 0, 2)
+    assert w.unique_tokens == 17 + 4 * 2 * 3
+    assert w.logical_tokens == sum(len(r.prefix) * 2 + 6 for r in rows)
+
+
+def test_windows_respect_the_budget_and_every_row_appears_once():
+    rows = [row(i, [i % 5] * 20 + [i]) for i in range(50)]
+    windows = plan(rows, kv_budget_tokens=100)
+    seen = [r.pos for w in windows for r in w.rows]
+    assert sorted(seen) == list(range(50))
+    for w in windows:
+        assert w.unique_tokens <= 100 or len(w.rows) == 1
+    assert len(windows) > 1
+
+
+def test_oversized_row_runs_alone_and_branch_cap():
+    rows = [row(0, [1] * 500), row(1, [2] * 5), row(2, [3] * 5)]
+    windows = plan(rows, kv_budget_tokens=50)
+    assert [len(w.rows) for w in windows] == [1, 2]
+    assert [len(w.rows) for w in plan(rows, 10_000, max_branches=2)] == [1, 1, 1]
+
+
+def test_plan_is_pure():
+    rows = [row(i, [9 - i]) for i in range(5)]
+    a, b = plan(rows, 1000), plan(list(rows), 1000)
+    assert a == b and [r.pos for r in rows] == list(range(5))
+
+
+# --- recurrent-state budgeting (hybrid models) ---------------------------------------------------------
+from openjev_batch.pipeline.plan import StateBudget, state_groups  # noqa: E402
+
+# The H200 numbers for the 35B-A3B shape (../shared/research/hybrid-models.md): 422 slots, 3 per running
+# request, at most 140 running.
+H200_35B = StateBudget(slots=422, per_request=3, max_running=140)
+
+
+def _peak(rows, a, b, budget):
+    prefixes = len({r.prefix for r in rows[a:b]})
+    return budget.group_cost(prefixes, sum(len(r.branches) for r in rows[a:b]))
+
+
+def test_state_groups_fit_two_in_flight_and_cover_every_row_once():
+    rows = [row(i, [i] * 50, n_q=8) for i in range(64)]  # W1-like: 64 distinct prefixes × 8 questions
+    groups = state_groups(rows, H200_35B, depth=2)
+    assert [i for a, b in groups for i in range(a, b)] == list(range(64))  # contiguous, in order, once
+    usable = int(422 * 0.9) // 2
+    for a, b in groups:
+        assert _peak(rows, a, b, H200_35B) <= usable
+        assert 2 * sum(len(r.branches) for r in rows[a:b]) <= 140
+    # 1 + 3 × 8 = 25 slots a row → 7 rows a group (the measured sweet spot was 8 rows sequentially)
+    assert max(b - a for a, b in groups) == 7 and len(groups) == 10
+
+
+def test_state_groups_get_larger_with_more_slots_and_fewer_in_flight():
+    rows = [row(i, [i] * 50, n_q=3) for i in range(200)]
+    small = state_groups(rows, StateBudget(slots=100, per_request=3), depth=2)
+    big = state_groups(rows, StateBudget(slots=1000, per_request=3), depth=2)
+    single = state_groups(rows, StateBudget(slots=100, per_request=3), depth=1)
+    assert len(big) < len(single) < len(small)
+    # the running-request cap binds too: 10 running at most, 2 groups in flight → ≤ 5 branches a group
+    capped = state_groups(rows, StateBudget(slots=10_000, per_request=1, max_running=10), depth=2)
+    assert all(sum(len(r.branches) for r in rows[a:b]) <= 5 for a, b in capped)
+
+
+def test_state_groups_never_split_rows_that_share_a_prefix():
+    shared = [9] * 40
+    rows = [row(i, shared, n_q=8) for i in range(30)] + [row(100 + i, [i] * 40, n_q=8) for i in range(10)]
+    rows = sorted(rows, key=lambda r: r.prefix)
+    groups = state_groups(rows, H200_35B, depth=2)
+    starts = {a for a, _ in groups}
+    for i in range(1, len(rows)):
+        if rows[i].prefix == rows[i - 1].prefix:
+            assert i not in starts
+    # the 30-row run (240 branches) is larger than the budget: it still runs, as one group
+    assert any(b - a >= 30 for a, b in groups)
+    assert sum(b - a for a, b in groups) == 40
+
+
+def test_state_budget_refuses_more_running_requests_than_the_engine_runs():
+    b = StateBudget(slots=422, per_request=3, max_running=140)
+    assert b.group_cost(7, 56) == 7 + 3 * 56
+    assert b.group_cost(1, 1000) == 1 + 3 * 140  # queued requests wait: only 140 hold states
+    assert b.fits(7, 56, depth=2) and not b.fits(8, 64, depth=2) and b.fits(8, 64, depth=1)
