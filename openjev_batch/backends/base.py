@@ -77,6 +77,19 @@ class Backend(ABC):
             return f"prompt has {n} tokens, the model takes at most {self.context_length}"
         return None
 
+    def one_branch_rows(self, window: Window) -> tuple[list, list[tuple[int, tuple[int, ...]]]]:
+        """For a classifier-head window (one branch per row): the results list with the too-long rows'
+        errors filled in, and the (index, prompt ids) of the rows to run."""
+        results: list[list[BranchResult] | None] = [None] * len(window.rows)
+        todo = []
+        for i, rp in enumerate(window.rows):
+            ids = rp.prefix + rp.branches[0].suffix
+            if err := self.too_long(len(ids)):
+                results[i] = [BranchResult((), len(ids), 0, err)]
+            else:
+                todo.append((i, ids))
+        return results, todo
+
     def check_alive(self) -> None:  # noqa: B027 - optional hook
         """Raise BackendError when the engine is dead (called after a failed window)."""
 

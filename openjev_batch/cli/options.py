@@ -78,3 +78,22 @@ def _resolve(model: str) -> str:
     from ..models import resolve_model
 
     return resolve_model(model)
+
+
+# Options `run` and `classify` both take, declared once (typer copies an option's info per command).
+BACKEND = typer.Option(
+    None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
+)
+KEEP = typer.Option("", "--keep", help="Comma-separated input columns copied to the output.")
+PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
+RESUME = typer.Option(False, "--resume", help="Continue from OUT.partial, skipping finished chunks.")
+RAY = typer.Option(
+    False, "--ray", help="Run on Ray Data: engine actors score prefix-grouped buckets (extra `[ray]`)."
+)
+RAY_ADDRESS = typer.Option(
+    None, "--ray-address", help="--ray: cluster address (default: start a local cluster)."
+)
+WORKERS = typer.Option(None, "--workers", help="--ray: engine actors, one backend each [1].")
+GPUS_PER_WORKER = typer.Option(
+    None, "--gpus-per-worker", help="--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0]."
+)

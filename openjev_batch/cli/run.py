@@ -10,7 +10,21 @@ import typer
 from ..errors import ConfigError, OpenjevError
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, app, err
 from .display import _print_plan, _print_summary, _progress
-from .options import ENGINE, _engine_options, _quiet, _resolve, _spool_stdin
+from .options import (
+    BACKEND,
+    ENGINE,
+    GPUS_PER_WORKER,
+    KEEP,
+    PROGRESS,
+    RAY,
+    RAY_ADDRESS,
+    RESUME,
+    WORKERS,
+    _engine_options,
+    _quiet,
+    _resolve,
+    _spool_stdin,
+)
 
 
 @app.command()
@@ -26,13 +40,11 @@ def run(
     model: str = typer.Option(
         ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
     ),
-    backend: str = typer.Option(
-        None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
-    ),
+    backend: str = BACKEND,
     questions: Path = typer.Option(
         None, "--questions", "-q", help="JSON/YAML question map applied to every row."
     ),
-    keep: str = typer.Option("", "--keep", help="Comma-separated input columns copied to the output."),
+    keep: str = KEEP,
     engine: dict = ENGINE,
     # 2048: the host stage of chunk k+1 runs while chunk k is on the engine, so smaller chunks hide more of it
     # (H200, multi-item, W2 12,032 rows: 11.2 s in one chunk, 9.5 s in chunks of 2048; docs/benchmarks.md).
@@ -40,25 +52,17 @@ def run(
         2048, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
     ),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
-    resume: bool = typer.Option(
-        False, "--resume", help="Continue from OUT.partial, skipping finished chunks."
-    ),
+    progress: bool = PROGRESS,
+    resume: bool = RESUME,
     dry_run: bool = typer.Option(
         False,
         "--dry-run",
         help="Plan only (tokenizer, no model): rows, branches, logical/unique tokens, expected cache hit rate, peak RSS.",
     ),
-    ray: bool = typer.Option(
-        False, "--ray", help="Run on Ray Data: engine actors score prefix-grouped buckets (extra `[ray]`)."
-    ),
-    ray_address: str = typer.Option(
-        None, "--ray-address", help="--ray: cluster address (default: start a local cluster)."
-    ),
-    workers: int = typer.Option(None, "--workers", help="--ray: engine actors, one backend each [1]."),
-    gpus_per_worker: float = typer.Option(
-        None, "--gpus-per-worker", help="--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0]."
-    ),
+    ray: bool = RAY,
+    ray_address: str = RAY_ADDRESS,
+    workers: int = WORKERS,
+    gpus_per_worker: float = GPUS_PER_WORKER,
     limit: int = typer.Option(None, "--limit", min=1, help="Only the first N input rows (a quick look)."),
     threads: int = typer.Option(
         None, "--threads", min=1, help="CPU threads for torch/OpenMP (CPU runs; default: all cores)."
@@ -165,35 +169,25 @@ def classify(
     model: str = typer.Option(
         ..., "--model", "-m", help="A *ForSequenceClassification checkpoint with id2label."
     ),
-    backend: str = typer.Option(
-        None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
-    ),
+    backend: str = BACKEND,
     template: str = typer.Option(
         None, help=r"Prompt over {premise} and {hypothesis}; \n is a newline [default: NLI template]"
     ),
-    keep: str = typer.Option("", "--keep", help="Comma-separated input columns copied to the output."),
+    keep: str = KEEP,
     engine: dict = ENGINE,
     chunk_rows: int = typer.Option(
         20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
     ),
     max_rows: int = typer.Option(4096, help="Most rows per window."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
-    resume: bool = typer.Option(
-        False, "--resume", help="Continue from OUT.partial, skipping finished chunks."
-    ),
+    progress: bool = PROGRESS,
+    resume: bool = RESUME,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Plan only (tokenizer, no model): rows, logical/unique tokens, peak RSS."
     ),
-    ray: bool = typer.Option(
-        False, "--ray", help="Run on Ray Data: engine actors score prefix-grouped buckets (extra `[ray]`)."
-    ),
-    ray_address: str = typer.Option(
-        None, "--ray-address", help="--ray: cluster address (default: start a local cluster)."
-    ),
-    workers: int = typer.Option(None, "--workers", help="--ray: engine actors, one backend each [1]."),
-    gpus_per_worker: float = typer.Option(
-        None, "--gpus-per-worker", help="--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0]."
-    ),
+    ray: bool = RAY,
+    ray_address: str = RAY_ADDRESS,
+    workers: int = WORKERS,
+    gpus_per_worker: float = GPUS_PER_WORKER,
 ) -> None:
     """Classify every row with a sequence-classification head (e.g. NLI): logits, probs, label per row."""
     from ..readouts.classifier_head import DEFAULT_TEMPLATE, unescape_template

@@ -24,36 +24,20 @@ import math
 import torch
 
 from ...core import Window
-from ...errors import BackendError
-from ..base import Backend, BackendOptions, BranchResult, loader_options, refuse_engine_options, trust_hint
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from ..base import Backend, BackendOptions, BranchResult, refuse_engine_options
+from .load import device_and_dtype, load_pretrained
 
 
 class HFBackend(Backend):
     name = "hf"
 
     def __init__(self, opts: BackendOptions):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         refuse_engine_options(opts, "hf")
-        device = opts.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        dtype = opts.dtype if opts.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
-        if dtype not in _DTYPES:
-            raise BackendError(f"unknown dtype {dtype!r}; expected auto or one of {', '.join(_DTYPES)}")
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
-            self.model = (
-                AutoModelForCausalLM.from_pretrained(opts.model, dtype=_DTYPES[dtype], **loader_options(opts))
-                .to(device)
-                .eval()
-            )
-        except Exception as e:
-            raise BackendError(
-                f"cannot load model {opts.model!r} with transformers: {e}{trust_hint(opts, e)}"
-            ) from e
+        device, dtype = device_and_dtype(opts)
+        self.tokenizer, model = load_pretrained(AutoModelForCausalLM, opts, dtype, "model")
+        self.model = model.to(device).eval()
         self.device = device
         # Newer transformers (5.24; not 5.12) name the forward argument `cache`, not `past_key_values`;
         # the old name still works there with a FutureWarning ("will be removed in version 5.40.0").

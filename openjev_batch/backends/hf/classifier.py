@@ -15,10 +15,9 @@ import torch
 
 from ...core import BranchResult, Window
 from ...errors import BackendError
-from ..base import Backend, BackendOptions, loader_options, refuse_engine_options
+from ..base import Backend, BackendOptions, refuse_engine_options
 from ..checkpoint import read_checkpoint
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from .load import device_and_dtype, load_pretrained
 
 
 class HFClassifier(Backend):
@@ -26,23 +25,12 @@ class HFClassifier(Backend):
     kind = "classifier-head"
 
     def __init__(self, opts: BackendOptions):
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification
 
         refuse_engine_options(opts, "hf")
         ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before any weights load
-        device = opts.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        dtype = opts.dtype if opts.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
-        if dtype not in _DTYPES:
-            raise BackendError(f"unknown dtype {dtype!r}; expected auto or one of {', '.join(_DTYPES)}")
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
-            model = AutoModelForSequenceClassification.from_pretrained(
-                opts.model, dtype=_DTYPES[dtype], **loader_options(opts)
-            )
-        except Exception as e:
-            raise BackendError(f"cannot load classifier {opts.model!r} with transformers: {e}") from e
+        device, dtype = device_and_dtype(opts)
+        self.tokenizer, model = load_pretrained(AutoModelForSequenceClassification, opts, dtype, "classifier")
         self.model = model.to(device).eval()
         self.labels = ckpt.labels
         if self.model.config.num_labels != len(self.labels):
@@ -87,14 +75,7 @@ class HFClassifier(Backend):
 
     def prefill(self, window: Window) -> list[list[BranchResult]]:
         """One branch per row: its raw logits (rows sorted by length into padded batches)."""
-        results: list[list[BranchResult] | None] = [None] * len(window.rows)
-        todo = []
-        for i, rp in enumerate(window.rows):
-            ids = rp.prefix + rp.branches[0].suffix
-            if err := self.too_long(len(ids)):
-                results[i] = [BranchResult((), len(ids), 0, err)]
-            else:
-                todo.append((i, ids))
+        results, todo = self.one_branch_rows(window)
         todo.sort(key=lambda t: len(t[1]))
         start = 0
         while start < len(todo):

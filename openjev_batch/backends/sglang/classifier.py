@@ -144,14 +144,7 @@ class SGLangClassifier(Backend):
 
     def prefill(self, window: Window) -> list[list[BranchResult]]:
         """One branch per row: its raw logits. Shared prefixes are warmed first (N+1)."""
-        results: list[list[BranchResult] | None] = [None] * len(window.rows)
-        todo: list[tuple[int, tuple[int, ...]]] = []
-        for i, rp in enumerate(window.rows):
-            ids = rp.prefix + rp.branches[0].suffix
-            if err := self.too_long(len(ids)):
-                results[i] = [BranchResult((), len(ids), 0, err)]
-            else:
-                todo.append((i, ids))
+        results, todo = self.one_branch_rows(window)
         # N+1, step 1: each prefix that two or more rows share, once (rows are prefix-sorted).
         counts: dict[tuple[int, ...], int] = {}
         for i, ids in todo:

@@ -1,0 +1,41 @@
+"""What both transformers backends do alike: the device and dtype a job runs in, and loading the tokenizer
+and the model through transformers' Auto classes with the checkpoint-trust options (no pickle weights, no
+checkpoint code unless asked)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...errors import BackendError
+from ..base import BackendOptions, loader_options, trust_hint
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def device_and_dtype(opts: BackendOptions) -> tuple[str, torch.dtype]:
+    """`auto` resolved: cuda when there is one, float32 on the CPU and bfloat16 on a GPU.
+    Raises BackendError for an unknown dtype."""
+    device = opts.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = opts.dtype if opts.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
+    if dtype not in _DTYPES:
+        raise BackendError(f"unknown dtype {dtype!r}; expected auto or one of {', '.join(_DTYPES)}")
+    return device, _DTYPES[dtype]
+
+
+def load_pretrained(auto_model: Any, opts: BackendOptions, dtype: torch.dtype, what: str) -> tuple[Any, Any]:
+    """(tokenizer, model) of `opts.model` through `auto_model` (e.g. AutoModelForCausalLM). Raises
+    BackendError naming `what` failed to load, and the option that would allow a refused checkpoint."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
+        model = auto_model.from_pretrained(opts.model, dtype=dtype, **loader_options(opts))
+    except Exception as e:
+        raise BackendError(
+            f"cannot load {what} {opts.model!r} with transformers: {e}{trust_hint(opts, e)}"
+        ) from e
+    return tokenizer, model
