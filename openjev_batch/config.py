@@ -6,6 +6,7 @@ readout's (`readout`, `questions_file` or `template`); `build_config` validates 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -201,12 +202,21 @@ def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
     valid. Raises ConfigError with each question's problem."""
     try:
         # utf-8-sig: a byte-order mark at the start is not part of the first key
-        raw = yaml.load(Path(path).read_text(encoding="utf-8-sig"), Loader=_UniqueKeyLoader)  # noqa: S506
+        text = Path(path).read_text(encoding="utf-8-sig")
+        try:
+            # JSON first: PyYAML (YAML 1.1) refuses valid JSON — an escaped emoji `\ud83d\ude00` (json.dumps'
+            # default) becomes two lone surrogates, a tab-indented file and a key over 1,024 characters
+            # do not parse
+            from .io import _no_duplicate_keys
+
+            raw = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        except json.JSONDecodeError:
+            raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506
     except FileNotFoundError:
         raise ConfigError(f"--questions: no such file {path}") from None
     except RecursionError:  # PyYAML composes and constructs recursively, one frame per level
         raise ConfigError(f"--questions {path}: cannot parse: nested too deeply") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+    except (yaml.YAMLError, ValueError) as e:  # ValueError: UnicodeDecodeError, a duplicate JSON key
         raise ConfigError(f"--questions {path}: cannot parse: {e}") from None
     return shared_questions(raw, f"--questions {path}")
 

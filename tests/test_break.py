@@ -46,3 +46,31 @@ def test_corrupt_compressed_input_run_fails_once(tmp_path, tiny_model):
     r = cli("run", inp, "-q", _questions(tmp_path), "-m", tiny_model, "-b", "hf", "-o", out, "--no-progress")
     assert r.returncode == 4 and "Traceback" not in r.stderr + r.stdout, r.stderr
     assert "Truncated compressed stream" in r.stderr and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # json.dumps' default escapes an emoji as a surrogate pair, which PyYAML read as two lone surrogates
+        json.dumps({"q": {"type": "noul", "instructions": "Is the customer happy \U0001f600?"}}),
+        json.dumps(Q, indent="\t"),  # tab indentation: not YAML
+        json.dumps({"q" * 1500: Q["q"]}),  # a key over PyYAML's 1,024-character simple-key limit
+    ],
+    ids=["escaped-emoji", "tabs", "long-key"],
+)
+def test_valid_json_questions_file_is_read_as_json(tmp_path, text):
+    qf = tmp_path / "q.json"
+    qf.write_text(text)
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "state": "x"}) + "\n")
+    r = cli("validate", inp, "-q", qf)
+    assert r.returncode == 0 and "1 rows, 1 questions, 0 errors" in r.stdout, r.stdout + r.stderr
+
+
+def test_json_questions_file_with_a_repeated_key_is_refused(tmp_path):
+    qf = tmp_path / "q.json"
+    qf.write_text('{"q": {"type": "noul", "instructions": "x"}, "q": {"type": "noul", "instructions": "y"}}')
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "state": "x"}) + "\n")
+    r = cli("validate", inp, "-q", qf)
+    assert r.returncode == 4 and "duplicate key 'q'" in r.stderr and "Traceback" not in r.stderr, r.stderr
