@@ -21,7 +21,7 @@ from pydantic import (
 
 from .errors import ConfigError
 from .options import BACKENDS, EngineOptions, output_format
-from .schema import QuestionError, QuestionSpec, parse_questions
+from .schema import QuestionError, QuestionSpec, no_duplicate_keys, parse_questions
 
 
 def check_output_path(v: Path, any_format: bool = False) -> Path:
@@ -207,9 +207,7 @@ def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
             # JSON first: PyYAML (YAML 1.1) refuses valid JSON — an escaped emoji `\ud83d\ude00` (json.dumps'
             # default) becomes two lone surrogates, a tab-indented file and a key over 1,024 characters
             # do not parse
-            from .io import _no_duplicate_keys
-
-            raw = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+            raw = json.loads(text, object_pairs_hook=no_duplicate_keys)
         except json.JSONDecodeError:
             raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506
     except FileNotFoundError:

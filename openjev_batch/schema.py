@@ -474,3 +474,14 @@ def parse_row(
         for q in questions
     )
     return Row(pos, rid, messages, plain, qs, kept)
+
+
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json object hook: plain json.loads keeps the last of two equal keys silently (two options with
+    one name would merge); raise instead, naming the key."""
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {dup!r} in a JSON object")
+    return d

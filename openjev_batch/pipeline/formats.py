@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InputFileError
-from ..schema import InvalidText
+from ..schema import InvalidText, no_duplicate_keys
 
 JSONL_EXT = (".jsonl", ".ndjson")
 
@@ -40,17 +40,6 @@ FORMAT_NAMES = {
 
 
 COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """json object hook: plain json.loads keeps the last of two equal keys silently (two options with
-    one name would merge); raise instead, naming the key."""
-    d = dict(pairs)
-    if len(d) != len(pairs):
-        seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"duplicate key {dup!r} in a JSON object")
-    return d
 
 
 def input_format(path: str | Path) -> tuple[str, str | None]:
@@ -119,7 +108,7 @@ def _jsonl_records(f, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any
             if not raw.strip():
                 continue
             try:
-                rec = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+                rec = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicate_keys)
                 if not isinstance(rec, dict):
                     raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
                 chunk.append((pos, rec))
@@ -144,7 +133,7 @@ def _json_records(path: Path, compression: str | None, chunk_rows: int):
     with open_binary(path, compression) as f:
         raw = f.read()
     try:
-        data = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=_no_duplicate_keys)
+        data = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=no_duplicate_keys)
     except RecursionError:
         raise InputFileError(f"{path}: cannot read as JSON: nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as e:
