@@ -92,6 +92,10 @@ class QuestionSpec:
     instructions: str
     options: tuple[str, ...]
     descriptions: tuple[str | None, ...]
+    # what the assistant turn starts with before the label ("Answer:" when None)
+    answer_lead: str | None = None
+    # worked examples shown before the row's text: (example text, index of its option)
+    examples: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,15 @@ class _Question(BaseModel):
     type: str
     instructions: str
     criteria: Any = None
+    answer_lead: str | None = None
+    examples: list[Any] | None = None
+
+    @field_validator("answer_lead")
+    @classmethod
+    def _lead(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or len(v) > 200):
+            raise ValueError("must be 1–200 characters, not only whitespace")
+        return v
 
     @field_validator("type")
     @classmethod
@@ -257,22 +270,48 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     except ValidationError as e:
         t = raw.get("type") if isinstance(raw, dict) else None
         return QuestionError(qid, t if t in QUESTION_TYPES else None, _error_text(where, e))
-    texts = [q.instructions, *_criteria_texts(q.criteria)]
+    examples_texts = [
+        e["text"] for e in q.examples or () if isinstance(e, dict) and isinstance(e.get("text"), str)
+    ]
+    texts = [q.instructions, *_criteria_texts(q.criteria), q.answer_lead or "", *examples_texts]
     if (n := sum(map(text_bytes, texts))) > MAX_QUESTION_BYTES:
         return QuestionError(
             qid, q.type, f"{where}: question text is {n:,} bytes, limit {MAX_QUESTION_BYTES:,}"
         )
     if q.type == "noul":
         c = q.criteria or {}
-        return QuestionSpec(
-            qid, "noul", q.instructions, ("true", "false"), (c.get("true") or "Yes", c.get("false") or "No")
-        )
-    if q.type == "choice":
-        names = tuple(str(k) for k in q.criteria)
-        return QuestionSpec(qid, "choice", q.instructions, names, tuple(q.criteria.values()))
-    return QuestionSpec(
-        qid, "score", q.instructions, tuple(str(i) for i in range(len(q.criteria))), tuple(q.criteria)
-    )
+        names, descs = ("true", "false"), (c.get("true") or "Yes", c.get("false") or "No")
+    elif q.type == "choice":
+        names, descs = tuple(str(k) for k in q.criteria), tuple(q.criteria.values())
+    else:
+        names, descs = tuple(str(i) for i in range(len(q.criteria))), tuple(q.criteria)
+    try:
+        examples = _examples(q.examples, names)
+    except ValueError as e:
+        return QuestionError(qid, q.type, f"{where}.examples{e}")
+    return QuestionSpec(qid, q.type, q.instructions, names, descs, q.answer_lead, examples)  # type: ignore[arg-type]
+
+
+MAX_EXAMPLES = 16
+
+
+def _examples(raw: list[Any] | None, names: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """`examples: [{text: ..., answer: <option name>}, …]` → ((text, option index), …). A noul answer may
+    be a boolean, a score answer the level's number. Raises ValueError with `[i].field: why`."""
+    out = []
+    for i, ex in enumerate(raw or ()):
+        if not isinstance(ex, dict) or set(ex) != {"text", "answer"}:
+            raise ValueError(f"[{i}]: expected an object with 'text' and 'answer'")
+        if not isinstance(ex["text"], str) or not ex["text"].strip():
+            raise ValueError(f"[{i}].text: must be a non-empty string")
+        a = ex["answer"]
+        a = str(a).lower() if isinstance(a, bool) else str(a)
+        if a not in names:
+            raise ValueError(f"[{i}].answer: {ex['answer']!r} is not an option ({', '.join(names)})")
+        out.append((ex["text"], names.index(a)))
+    if len(out) > MAX_EXAMPLES:
+        raise ValueError(f": at most {MAX_EXAMPLES} examples a question, got {len(out)}")
+    return tuple(out)
 
 
 def _criteria_texts(c: Any) -> list[str]:

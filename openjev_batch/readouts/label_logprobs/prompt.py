@@ -161,8 +161,10 @@ class Prompter:
         instructions: str = INSTRUCTIONS,
         max_branch_tokens: int = MAX_BRANCH_TOKENS,
         max_row_tokens: int = MAX_ROW_TOKENS,
+        answer_lead: str = ANSWER_LEAD,
     ):
         self.tok = quiet_length_warning(tokenizer)
+        self.answer_lead = answer_lead  # what the assistant turn says before the label
         self.instructions = instructions.strip()
         self.max_branch_tokens = max_branch_tokens
         self.max_row_tokens = max_row_tokens
@@ -171,7 +173,7 @@ class Prompter:
         # instructions the tokenizer reads as text too (control strings removed); then the real ones.
         self._layout(self.text.without_controls(self.instructions))
         # labels are read after the answer lead, which follows the template's assistant header (markup)
-        self.labels: tuple[Label, ...] = select_labels(tokenizer, self.tail + ANSWER_LEAD)
+        self.labels: tuple[Label, ...] = select_labels(tokenizer, self.tail + self.answer_lead)
         self.cut = self._choose_cut()
         self._layout(self.instructions)
         self._suffix_cache: dict[str, tuple[int, ...]] = {}  # suffix text → ids
@@ -211,11 +213,11 @@ class Prompter:
         self._pre_run = "".join(p for p in pre[i + 1 :] if isinstance(p, str))
         post = self.text.markup(tail)
         if len(post) == 1:  # no control token after the user content: one run to the answer lead
-            self._post_run, self._post = tail + ANSWER_LEAD, ()
+            self._post_run, self._post = tail + self.answer_lead, ()
         else:
             self._post_run = post[0]
             *rest, last = post[1:]
-            self._post = self._ids([*rest, last + ANSWER_LEAD])
+            self._post = self._ids([*rest, last + self.answer_lead])
 
     def _ids(self, pieces: list[str | int]) -> tuple[int, ...]:
         """Pieces → ids: control ids as they are, each run of text between two of them tokenized as text."""
@@ -243,7 +245,7 @@ class Prompter:
             bad = []
             for probe in _PROBES:
                 body = f"Conversation:\nuser: {probe}"
-                whole = self.render(self._layout_instructions, body + SEP + qtext) + ANSWER_LEAD
+                whole = self.render(self._layout_instructions, body + SEP + qtext) + self.answer_lead
                 natural = tuple(self.tok(whole, add_special_tokens=False)["input_ids"])
                 ours = (
                     self._prefix_ids([self._prefix_text(body)])[0]
@@ -285,7 +287,7 @@ class Prompter:
     def branch_text(self, row: Row, q: QuestionSpec) -> str:
         """The whole text of one branch as the template renders it (what the model reads; for display and
         tests — the ids are built run by run, see the module doc)."""
-        return self.render(self.instructions, self.body(row) + SEP + self.question_text(q)) + ANSWER_LEAD
+        return self.render(self.instructions, self.body(row) + SEP + self.question_text(q)) + self.answer_lead
 
     # -- ids --------------------------------------------------------------------------------------
     def _prefix_ids(self, prefix_texts: list[str]) -> list[tuple[int, ...]]:
@@ -300,7 +302,18 @@ class Prompter:
 
     def build_many(self, rows: list[Row]) -> list[tuple[RowPrompt | None, tuple[Failed, ...]]]:
         """Rows → (RowPrompt of each row's valid questions or None, its failed questions), aligned with
-        `rows`. Never raises for row data."""
+        `rows`. Never raises for row data. Questions with an answer lead or worked examples go through
+        `prompt_variants` (a Prompter per system text × lead)."""
+        from .prompt_variants import Variants, needs_variants
+
+        if not needs_variants(rows):
+            return self._build_plain(rows)
+        if getattr(self, "_variants", None) is None:
+            self._variants = Variants(self)
+        return self._variants.build_many(rows)
+
+    def _build_plain(self, rows: list[Row]) -> list[tuple[RowPrompt | None, tuple[Failed, ...]]]:
+        """build_many for this Prompter's own instructions and answer lead."""
         # Rows often share a whole prefix (a few-shot block, one conversation asked several question sets):
         # tokenize each distinct prefix text once and share its ids.
         texts = [self._prefix_text(self.body(row)) for row in rows]
