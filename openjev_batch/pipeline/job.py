@@ -55,6 +55,15 @@ def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, An
     (single-machine and Ray runs write the same one, so either can resume the other). It holds everything
     that changes the numbers (model, backend, dtype, device, context length, engine settings) so one output
     never mixes precisions, and the readout's own key (the questions by content, or template and labels)."""
+    if (
+        readout is None and cfg.readout == "label-logprobs"
+    ):  # the key needs the questions' bytes, not their parse
+        from ..readouts.label_logprobs import LabelLogprobs
+
+        sha = (
+            hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest() if cfg.questions_file else None
+        )
+        readout = LabelLogprobs(None, cfg.keep, sha)
     readout = readout or make_readout(cfg)
     st = Path(cfg.input).stat()
     return {
