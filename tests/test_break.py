@@ -74,3 +74,26 @@ def test_json_questions_file_with_a_repeated_key_is_refused(tmp_path):
     inp.write_text(json.dumps({"id": "a", "state": "x"}) + "\n")
     r = cli("validate", inp, "-q", qf)
     assert r.returncode == 4 and "duplicate key 'q'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_second_job_on_the_same_output_is_refused(tmp_path, tiny_model):
+    """Two jobs on one -o: the second deleted the first's partial folder and both wrote each other's parts.
+    The first job holds `<out>.lock`; here the test holds it, as a running job does."""
+    import fcntl
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"r{i}", "state": f"ticket {i}"}) + "\n" for i in range(3)))
+    out = tmp_path / "o.parquet"
+    args = ("run", inp, "-q", _questions(tmp_path), "-m", tiny_model, "-b", "hf", "-o", out, "--no-progress")
+    partial = tmp_path / "o.parquet.partial"
+    partial.mkdir()
+    (partial / "part-000000.parquet").write_bytes(b"the running job's part")
+    with open(tmp_path / "o.parquet.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        r = cli(*args)
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+    assert "another job is writing" in " ".join(r.stderr.split()), r.stderr
+    assert (partial / "part-000000.parquet").read_bytes() == b"the running job's part" and not out.exists()
+    r = cli(*args)  # the lock released: the job runs and leaves no lock file behind
+    assert r.returncode == 0, r.stderr
+    assert out.exists() and not partial.exists() and not (tmp_path / "o.parquet.lock").exists()

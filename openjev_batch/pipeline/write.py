@@ -103,6 +103,7 @@ class ResultWriter:
         self.keep = keep
         self.rows_written = 0
         manifest = {**(manifest or {}), "keep": list(keep)}
+        self._lock = _lock_output(self.path)
         mpath = self.partial / "manifest.json"
         if resume and mpath.exists():
             old = json.loads(mpath.read_text())
@@ -169,4 +170,33 @@ class ResultWriter:
                 w.write_table(pa.Table.from_arrays(cols, schema=schema))
         os.replace(tmp, self.path)
         shutil.rmtree(self.partial)
+        self.lock_path.unlink(missing_ok=True)
+        self._lock.close()
         return self.path
+
+    @property
+    def lock_path(self) -> Path:
+        return lock_path(self.path)
+
+
+def lock_path(out: Path) -> Path:
+    return out.with_name(out.name + ".lock")
+
+
+def _lock_output(out: Path):
+    """Hold an exclusive lock on `<out>.lock` for the job's life: a second job on the same output would
+    otherwise delete the first one's partial folder and the two would write, join and rename each other's
+    parts (seen: the second died on a vanished `part-*.tmp`). Released by close() or when the process ends."""
+    import fcntl
+
+    from ..errors import ConfigError
+
+    f = open(lock_path(out), "a")  # noqa: SIM115 — held open until close()
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise ConfigError(
+            f"another job is writing {out} (it holds {lock_path(out)}); wait for it or pick another -o"
+        ) from None
+    return f
