@@ -40,3 +40,27 @@ class BackendError(OpenjevError):
 
 class OutputCheckError(OpenjevError):
     """The output does not hold exactly one row per input row × question; the partial output is kept."""
+
+
+class OutputBusyError(OpenjevError):
+    """Another job holds the lock on this output (`<out>.lock`); the message names it."""
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """The job was stopped by a signal: SIGINT (Ctrl-C, exit 130) or SIGTERM (schedulers: cron, Slurm,
+    Kubernetes; exit 143). A KeyboardInterrupt subclass on purpose: asyncio and libraries that catch
+    `Exception` (sglang's request path) let it through exactly as they let Ctrl-C through."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(signal.Signals(signum).name)
+
+
+class EngineDied(KeyboardInterrupt):
+    """Raised from the SIGQUIT handler that replaces sglang's (which SIGKILLs the whole process) while the
+    job waits on the engine: a scheduler or detokenizer process failed. The backend turns it into a
+    BackendError (exit 4) naming the process and its exit code; a KeyboardInterrupt subclass for the same
+    reason as JobInterrupted (it must cross asyncio and sglang's `except Exception` blocks)."""

@@ -15,6 +15,7 @@ from rich.console import Console
 from ..errors import OpenjevError
 
 EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM: both keep the partial
 
 HELP = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 from pathlib import Path
 
 import typer
 
-from ..errors import ConfigError, OpenjevError
-from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, app, err
+from ..errors import ConfigError, JobInterrupted, OpenjevError
+from ..interrupts import stop_on_signals
+from . import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_ROW_ERRORS, EXIT_TERMINATED, _fail, app, err
 from .display import _print_plan, _print_summary, _progress
 from .options import (
     BACKEND,
@@ -98,6 +100,7 @@ def _run_job(
 
     _quiet(progress)
     stack = contextlib.ExitStack()
+    stop_on_signals()  # SIGTERM (schedulers) ends the job like Ctrl-C: message, partial kept, exit 143
     try:
         if str(kw["input"]) == "-":
             if resume:
@@ -129,11 +132,19 @@ def _run_job(
     except OSError as e:  # the output folder vanished or filled up mid-job
         err.print(f"error: {e}", markup=False)
         raise typer.Exit(EXIT_FAILED) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (interrupts.py): the window in flight is dropped
+        term = isinstance(e, JobInterrupted) and e.signum == signal.SIGTERM
+        kept = Path(f"{output}.partial").is_dir()  # a job stopped before its first part leaves none
         err.print(
-            f"interrupted: finished chunks are kept in {output}.partial; rerun with --resume", markup=False
+            f"{'terminated (SIGTERM)' if term else 'interrupted'}: "
+            + (
+                f"finished chunks are kept in {output}.partial; rerun with --resume"
+                if kept
+                else "nothing written"
+            ),
+            markup=False,
         )
-        raise typer.Exit(130) from None
+        raise typer.Exit(EXIT_TERMINATED if term else EXIT_INTERRUPTED) from None
     finally:
         stack.close()
     _print_summary(command, readout, s)

@@ -1,5 +1,5 @@
 """The pipeline: read (read.py) → prompt + plan (plan.py) → prefill → read out (job.py: the stage
-functions and the one job loop) → write (read.py's ResultWriter); dry_run; ray/ the Ray runner.
+functions and the one job loop) → write (store.py's OutputStore); dry_run; ray/ the Ray runner.
 `from openjev_batch.pipeline import run_job` and the other public names resolve lazily to job.py."""
 
 from __future__ import annotations

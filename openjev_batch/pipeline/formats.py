@@ -98,11 +98,13 @@ def open_binary(path: Path, compression: str | None):
     return io.BufferedReader(_RawStream(pa.input_stream(path, compression=compression)), 1 << 20)
 
 
-def _jsonl_records(f, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
+def _jsonl_records(f, chunk_rows: int, hasher=None) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
     chunk: list[tuple[int, dict[str, Any] | str]] = []
     pos = 0
     with f:
         for lineno, raw in enumerate(f, 1):
+            if hasher is not None:
+                hasher.update(raw)
             if lineno == 1:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark (Windows editors)
             if not raw.strip():
@@ -128,10 +130,12 @@ def _jsonl_records(f, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any
         yield chunk
 
 
-def _json_records(path: Path, compression: str | None, chunk_rows: int):
+def _json_records(path: Path, compression: str | None, chunk_rows: int, hasher=None):
     """A .json file: one JSON array of row objects (read whole; JSON has no record boundaries)."""
     with open_binary(path, compression) as f:
         raw = f.read()
+    if hasher is not None:
+        hasher.update(raw)
     try:
         data = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=no_duplicate_keys)
     except RecursionError:
@@ -192,9 +196,15 @@ def _arrow_batches(files: list[Path]) -> Iterator[pa.RecordBatch]:
             yield from reader
 
 
-def _rechunk(batches, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
+def _rechunk(batches, chunk_rows: int, hasher=None) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
     pos, buf = 0, []
+    schema = None
     for b in batches:
+        if hasher is not None:
+            if b.schema != schema:
+                schema = b.schema
+                hasher.update(schema.serialize())
+            hasher.update(b.serialize())
         buf.extend(_batch_records(b))
         while len(buf) >= chunk_rows:
             yield list(enumerate(buf[:chunk_rows], pos))
@@ -222,15 +232,22 @@ def input_columns(path: Path) -> set[str] | None:
     return None
 
 
-def record_chunks(path: Path, chunk_rows: int) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
-    """Chunks of (position, record) or (position, error text for an unreadable line)."""
+def record_chunks(
+    path: Path, chunk_rows: int, hasher=None
+) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
+    """Chunks of (position, record) or (position, error text for an unreadable line).
+
+    `hasher` (a hashlib object), when given, is fed the input's content as it is read, before each chunk is
+    yielded, so `hasher.hexdigest()` then identifies the input up to the end of that chunk (resume by
+    content, store.py): JSONL and JSON their raw (decompressed) bytes; Parquet, CSV and datasets folders
+    their Arrow schema and record batches in Arrow IPC form."""
     fmt, compression = input_format(path)
     try:
         if fmt == "jsonl":
-            yield from _jsonl_records(open_binary(path, compression), chunk_rows)
+            yield from _jsonl_records(open_binary(path, compression), chunk_rows, hasher)
             return
         if fmt == "json":
-            yield from _json_records(path, compression, chunk_rows)
+            yield from _json_records(path, compression, chunk_rows, hasher)
             return
     except OSError as e:  # a corrupt or truncated .gz/.zst stream (pyarrow's codec), or a read error
         raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES[fmt]}: {e}") from e
@@ -241,7 +258,7 @@ def record_chunks(path: Path, chunk_rows: int) -> Iterator[list[tuple[int, dict[
             batches = _arrow_batches(_hf_dataset_files(path))
         else:
             batches = pq.ParquetFile(path).iter_batches(batch_size=chunk_rows)
-        yield from _rechunk(batches, chunk_rows)
+        yield from _rechunk(batches, chunk_rows, hasher)
     except InputFileError:
         raise
     except Exception as e:
@@ -287,3 +304,34 @@ def spool_stdin(folder: str | Path, stream=None) -> Path:
     first = head.lstrip()[:1]
     ext = ".parquet" if head[:4] == b"PAR1" else {b"[": ".json", b"{": ".jsonl"}.get(first, ".csv")
     return tmp.rename(tmp.with_name("stdin" + ext))
+
+
+def has_rows(path: Path) -> bool:
+    """Whether the input holds at least one row (blank lines, a header only or 0 rows do not count)."""
+    fmt, _ = input_format(path)
+    try:
+        if fmt == "parquet":
+            return pq.ParquetFile(path).metadata.num_rows > 0
+        return next(record_chunks(path, 1), None) is not None
+    except InputFileError:
+        raise
+    except Exception as e:
+        raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES[fmt]}: {e}") from e
+
+
+def kept_types(path: str | Path, keep: tuple[str, ...]) -> dict[str, pa.DataType] | None:
+    """The Arrow types of the `--keep` columns from a schema-carrying input (Parquet, datasets folder; CSV
+    columns are read as text), so the output's kept columns have the input's types whatever the chunking;
+    None for JSONL and JSON, which have no schema (store.py then unifies the values' types)."""
+    path = Path(path)
+    fmt, _ = input_format(path)
+    if fmt == "parquet":
+        schema = pq.read_schema(path)
+    elif fmt == "csv":
+        return dict.fromkeys(keep, pa.string())
+    elif fmt == "hf-dataset":
+        files = _hf_dataset_files(path)
+        schema = next(_arrow_batches(files[:1])).schema if files else pa.schema([])
+    else:
+        return None
+    return {k: schema.field(k).type for k in keep}

@@ -22,11 +22,12 @@ from ..config import RunConfig, load_questions
 from ..errors import ConfigError
 from ..model_info import model_info
 from ..readouts.base import Readout
+from .formats import kept_types
 from .prefill import FailureTracker
 from .read import check_input, read_rows
 from .stages import prompt_chunk, score_chunk
+from .store import OutputStore
 from .summary import Summary, Totals, describe_model
-from .write import ResultWriter
 
 
 def make_readout(cfg: RunConfig, labels: tuple[str, ...] | None = None) -> Readout:
@@ -54,7 +55,9 @@ def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, An
     """What identifies a job's partial output; `--resume` continues only a partial with the same manifest
     (single-machine and Ray runs write the same one, so either can resume the other). It holds everything
     that changes the numbers (model, backend, dtype, device, context length, engine settings) so one output
-    never mixes precisions, and the readout's own key (the questions by content, or template and labels)."""
+    never mixes precisions, and the readout's own key (the questions by content, or template and labels).
+    The input is identified by content too, chunk by chunk as it is read (`store.OutputStore.begin_chunk`),
+    not by its path, size or mtime."""
     if (
         readout is None and cfg.readout == "label-logprobs"
     ):  # the key needs the questions' bytes, not their parse
@@ -65,11 +68,7 @@ def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, An
         )
         readout = LabelLogprobs(None, cfg.keep, sha)
     readout = readout or make_readout(cfg)
-    st = Path(cfg.input).stat()
     return {
-        "input": str(Path(cfg.input).resolve()),
-        "input_size": st.st_size,
-        "input_mtime": st.st_mtime,
         "model": cfg.model,
         "backend": cfg.backend,
         **cfg.resume_key(),  # the engine options that change the numbers (config.ENGINE_OPTIONS)
@@ -80,8 +79,9 @@ def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, An
     }
 
 
-def _host_stage(chunks, prompter, finished: Callable[[int], bool]):
-    """Yield (index, chunk, its prompted chunk or None when `finished(index)`) for each input chunk. The host
+def _host_stage(chunks, prompter, finished: Callable[[int], bool], digest=None):
+    """Yield (index, chunk, its prompted chunk or None when `finished(index)`, the input's sha256 up to the
+    chunk's end when `digest` is the hasher the reader feeds) for each input chunk. The host
     stage of chunk i+1 runs in a thread while chunk i is on the engine (the tokenizer's batch calls release
     the GIL). Only that thread touches the reader and the prompter; each chunk is planned and prefilled
     exactly as before, so the output is the same."""
@@ -89,7 +89,10 @@ def _host_stage(chunks, prompter, finished: Callable[[int], bool]):
     def host(skip: bool):
         """Read the next chunk and, unless it is already done (--resume), render + tokenize it."""
         chunk = next(chunks, None)
-        return None if chunk is None else (chunk, None if skip else prompt_chunk(chunk, prompter))
+        if chunk is None:
+            return None
+        sha = digest.hexdigest() if digest is not None else None  # read here, before the next chunk
+        return chunk, None if skip else prompt_chunk(chunk, prompter), sha
 
     pool = ThreadPoolExecutor(1, thread_name_prefix="openjev-host")
     try:
@@ -119,42 +122,63 @@ def run_job(
     check_input(cfg.input, cfg.keep)
     own = backend is None
     readout = make_readout(cfg, None if own else backend.labels)
-    if own:
-        backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
-    warm0 = backend.warm_tokens
-    try:
-        # Branches longer than the model's context are refused in the prompt stage, before any model call.
-        prompter = readout.prompter(backend.tokenizer, backend.context_length)
-        budget = cfg.kv_budget_tokens or backend.kv_budget_tokens()
-        store = ResultWriter(
-            cfg.output, cfg.keep, job_manifest(cfg, readout), resume=cfg.resume, schema=readout.schema
-        )
-        tracker = FailureTracker(backend.name, partial=f"{cfg.output}.partial")
-        totals = Totals()
-        chunks = read_rows(
-            cfg.input, keep=cfg.keep, chunk_rows=cfg.chunk_rows, limit=cfg.limit, readout=readout
-        )
-
-        stages = _host_stage(chunks, prompter, lambda i: cfg.resume and store.done(i) is not None)
-        with contextlib.closing(stages):  # the host thread stops with the job, also when it fails
-            for i, chunk, prompted in stages:
-                totals.rows += len(chunk)
-                totals.expected += sum(readout.n_records(r) for r in chunk)
-                done = store.done(i) if prompted is None else None
-                if done is None:
-                    prompted = prompted or prompt_chunk(chunk, prompter)
-                    scored = score_chunk(
-                        prompted, readout, backend, budget, cfg.max_branches_per_window, on_progress, tracker
-                    )
-                    store.write(i, scored.records)
-                    totals.unique += scored.unique_tokens
-                    done = store.done(i)
-                totals.add(readout, done)
-        totals.check(cfg.output, f"delete {Path(cfg.output).name}.partial and rerun")
-        out = store.close()
-    finally:
+    # The output is locked before the model loads: a second job on the same -o is refused at once.
+    with OutputStore(
+        cfg.output,
+        cfg.keep,
+        job_manifest(cfg, readout),
+        cfg.resume,
+        kept_types(cfg.input, cfg.keep),
+        schema=readout.schema,
+    ) as store:
         if own:
-            backend.close()
+            backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
+        warm0 = backend.warm_tokens
+        try:
+            # Branches longer than the model's (sglang: the engine's) limit are refused in the prompt stage,
+            # before any model call.
+            prompter = readout.prompter(backend.tokenizer, backend.context_length)
+            budget = cfg.kv_budget_tokens or backend.kv_budget_tokens()
+            tracker = FailureTracker(backend.name, partial=f"{cfg.output}.partial")
+            totals = Totals()
+            digest = hashlib.sha256()  # the input's content as read: resume identifies the input by it
+            chunks = read_rows(
+                cfg.input,
+                keep=cfg.keep,
+                chunk_rows=cfg.chunk_rows,
+                limit=cfg.limit,
+                readout=readout,
+                hasher=digest,
+            )
+
+            stages = _host_stage(chunks, prompter, lambda i: cfg.resume and store.is_done(i), digest)
+            with contextlib.closing(stages):  # the host thread stops with the job, also when it fails
+                for i, chunk, prompted, sha in stages:
+                    totals.rows += len(chunk)
+                    need = sum(readout.n_records(r) for r in chunk)
+                    totals.expected += need
+                    store.begin_chunk(i, len(chunk), need, sha)  # resuming: refuses a changed input
+                    done = store.done(i)
+                    if done is None:
+                        prompted = prompted or prompt_chunk(chunk, prompter)
+                        scored = score_chunk(
+                            prompted,
+                            readout,
+                            backend,
+                            budget,
+                            cfg.max_branches_per_window,
+                            on_progress,
+                            tracker,
+                        )
+                        store.write(i, scored.records)
+                        totals.unique += scored.unique_tokens
+                        done = store.done(i)
+                    totals.add(readout, done)
+            totals.check(cfg.output, f"delete {Path(cfg.output).name}.partial and rerun")
+            out = store.close()  # every part of this job, each with its chunk's records
+        finally:
+            if own:
+                backend.close()
     return totals.summary(
         backend.warm_tokens - warm0,
         time.perf_counter() - t0,

@@ -3,8 +3,7 @@ extension) and write results (Parquet, JSONL or CSV, by extension).
 
 Reading never raises for a bad row: a JSONL line that is not valid UTF-8 / JSON / an object becomes a
 `RowError` naming its line. Whole-file problems (missing, wrong extension, unreadable, empty) raise
-InputFileError. Writing goes to ``<out>.partial`` and is renamed into place only by `close()`, so the
-target path never holds a truncated file.
+InputFileError. The output store (parts, manifest, lock, resume, join) is store.py.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from typing import Any
 
 from ..errors import InputFileError
 from ..schema import duplicate_id_error
-from .formats import input_columns, input_format, record_chunks
+from .formats import has_rows, input_columns, input_format, record_chunks
 
 KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
 
@@ -31,6 +30,8 @@ def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
     input_format(path)
     if path.is_file() and path.stat().st_size == 0:
         raise InputFileError(f"{path}: file is empty")
+    if not has_rows(path):  # blank lines only, a header only, 0 rows: refused before the model loads
+        raise InputFileError(f"{path}: no rows")
     if not keep:
         return path
     names = input_columns(path)
@@ -54,10 +55,12 @@ def read_rows(
     chunk_rows: int = 100_000,
     limit: int | None = None,
     readout: Any = None,
+    hasher: Any = None,
 ) -> Iterator[list[Any]]:
     """Yield chunks of parsed rows in input order (the first `limit` rows when given); `readout`
     (readouts/base.py) parses each record (default: the label-logprobs readout over `questions` and
-    `keep`). Duplicate ids become RowErrors (the first one wins).
+    `keep`). Duplicate ids become RowErrors (the first one wins). `hasher`: the input's content hash up to
+    the end of the chunk just yielded (formats.record_chunks).
 
     Raises InputFileError for a missing, empty or wrong-extension file, or a `--keep` column that
     does not exist (Parquet: checked against the schema up front).
@@ -65,7 +68,7 @@ def read_rows(
     readout = readout or _default_readout(questions, keep)
     path = check_input(path, readout.keep)
     any_rows = False
-    for out in parse_records(record_chunks(path, chunk_rows), limit=limit, readout=readout):
+    for out in parse_records(record_chunks(path, chunk_rows, hasher), limit=limit, readout=readout):
         any_rows = True
         yield out
     if not any_rows:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import interrupts
 from ..backends import Backend, BranchResult
 from ..core import RowPrompt
 from ..readouts.base import Readout
@@ -69,6 +70,7 @@ def score_chunk(
             unique += new + sum(ok) if ok else 0
         if on_progress:
             on_progress(window.n_branches, window.logical_tokens)
+        interrupts.check()  # a SIGINT/SIGTERM that a library swallowed still stops the job here
     records = []
     for row in chunk.rows:
         if isinstance(row, RowError):

@@ -32,15 +32,20 @@ its group scheduler and the readout by token id; the engine arguments are kwargs
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import os
+import signal
+import tempfile
 from typing import Any
 
 from ... import mis
 from ...core import Window
-from ...errors import BackendError
+from ...errors import BackendError, EngineDied, JobInterrupted
 from ...model_info import ModelInfo, model_info
 from ...pipeline.plan import StateBudget, state_groups
 from ..base import Backend, BackendOptions, BranchResult, loader_options
+from . import signals as sglang_signals
 from .kwargs import NO_SGL_KERNEL, _version_tuple, choose_multi_item, engine_kwargs, import_sglang
 from .scheduler_patch import engine_class
 
@@ -112,14 +117,27 @@ class SGLangBackend(Backend):
             self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
         except Exception as e:
             raise BackendError(f"cannot load the tokenizer of {opts.model!r}: {e}") from e
+        self.engine = None
+        # sglang's SIGQUIT handlers SIGKILL this process when an engine process fails: the product handles
+        # it instead (sglang_signals), at start-up through sglang's own `custom_sigquit_handler` hook.
+        kw.setdefault("custom_sigquit_handler", sglang_signals.on_sigquit)
+        prev_term = signal.getsignal(signal.SIGTERM)
+        fd, self._error_file = tempfile.mkstemp(prefix="openjev-engine-", suffix=".err")
+        os.close(fd)
+        before = sglang_signals.children_pids()
         try:
-            self.engine = engine_class()(**kw)
-        except BaseException as e:  # the scheduler subprocess dies → SystemExit/RuntimeError here
+            with sglang_signals.starting(self._error_file):
+                self.engine = engine_class()(**kw)
+            sglang_signals.take_over_signals(self.engine, prev_term)
+        except BaseException as e:  # a scheduler that fails → EngineDied / RuntimeError / SystemExit here
+            sglang_signals.kill_new_children(before)  # what the half-started engine left running
+            os.unlink(self._error_file)
+            if isinstance(e, JobInterrupted):
+                raise
             if "sgl_kernel" in str(e):
                 raise BackendError(NO_SGL_KERNEL) from e
-            raise BackendError(
-                f"sglang.Engine could not start with {opts.model!r}: {type(e).__name__}: {e}"
-            ) from e
+            why = str(e) if isinstance(e, EngineDied) else f"{type(e).__name__}: {e}"
+            raise BackendError(f"sglang.Engine could not start with {opts.model!r}: {why}") from None
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         info = self.engine.get_server_info()
         self._capacity = int(info.get("max_total_num_tokens") or 0) or None
@@ -136,6 +154,15 @@ class SGLangBackend(Backend):
         self.pack_tokens = min(budget, int(ctx) - 16) if ctx else budget
         vocab = len(self.tokenizer)
         self.delimiter_id = mis.DELIMITER_ID if vocab > mis.DELIMITER_ID else 0  # any valid id (never read)
+        # The engine's own limit on a request's input (sglang refuses len >= max_req_input_len, and
+        # len + reserved >= context_len): branches above it become row errors in the prompt stage, before
+        # any request (a refused request used to end the whole job).
+        tm = getattr(self.engine, "tokenizer_manager", None)
+        limits = [
+            int(info.get("max_req_input_len") or 0) - 1,
+            int(getattr(tm, "context_len", 0) or 0) - 1 - int(getattr(tm, "num_reserved_tokens", 0) or 0),
+        ]
+        self.context_length = min((n for n in limits if n > 0), default=None)
         self.pattern = self._describe_pattern()
 
     def _describe_pattern(self) -> str:
@@ -164,9 +191,24 @@ class SGLangBackend(Backend):
             sampling_params={"max_new_tokens": self.max_new_tokens, "temperature": 0},
         )
 
+    def _wait(self, coro):
+        """Run `coro` on the engine's loop. Raises BackendError when an engine process fails meanwhile: the
+        SIGQUIT handler (sglang_signals) raises EngineDied here, the only place it may land."""
+        if why := sglang_signals.cause():
+            coro.close()  # never started
+            raise BackendError(f"the sglang engine died: {why}")
+        try:
+            with sglang_signals.waiting_on_engine():
+                return self.engine.loop.run_until_complete(coro)
+        except EngineDied as e:
+            raise BackendError(f"the sglang engine died: {e}") from None
+
     def _generate(self, ids: list[list[int]], label_ids: list[list[int]]) -> list[dict]:
         try:
-            outs = self.engine.generate(**self._request(ids, label_ids))
+            with sglang_signals.waiting_on_engine():
+                outs = self.engine.generate(**self._request(ids, label_ids))
+        except EngineDied as e:
+            raise BackendError(f"the sglang engine died: {e}") from None
         except Exception as e:
             raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
         return outs if isinstance(outs, list) else [outs]
@@ -252,7 +294,7 @@ class SGLangBackend(Backend):
         async def run_all() -> list:
             return await asyncio.gather(*(run_batch(b) for b in batches), return_exceptions=True)
 
-        errs = [e for e in self.engine.loop.run_until_complete(run_all()) if isinstance(e, BaseException)]
+        errs = [e for e in self._wait(run_all()) if isinstance(e, BaseException)]
         if errs:
             e = errs[0]
             raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
@@ -273,7 +315,7 @@ class SGLangBackend(Backend):
 
             return await asyncio.gather(*(one(g) for g in groups), return_exceptions=True)
 
-        errs = [e for e in self.engine.loop.run_until_complete(run_all()) if isinstance(e, BaseException)]
+        errs = [e for e in self._wait(run_all()) if isinstance(e, BaseException)]
         if errs:
             e = errs[0]
             raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
@@ -356,7 +398,7 @@ class SGLangBackend(Backend):
 
         # gather(return_exceptions=True): every group has finished or failed before we raise, so no request
         # of this window is still pending in the engine's loop when the caller retries a half.
-        errs = [e for e in self.engine.loop.run_until_complete(run_all()) if isinstance(e, BaseException)]
+        errs = [e for e in self._wait(run_all()) if isinstance(e, BaseException)]
         if errs:
             e = errs[0]
             raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
@@ -364,16 +406,19 @@ class SGLangBackend(Backend):
 
     def check_alive(self) -> None:
         """A one-token request (a one-item pack on a multi-item engine: every request there needs delimiter
-        indices); raises BackendError when the engine no longer answers."""
+        indices); raises BackendError when an engine process has failed (SIGQUIT seen) or the engine no
+        longer answers."""
+        if why := sglang_signals.cause():
+            raise BackendError(f"the sglang engine died: {why}")
         t = self.tokenizer.eos_token_id or 0
         if not self.multi_item:
             self._generate([[t]], [[0]])
             return
         ids, delims = mis.build([t], [[t]], self.delimiter_id)
         try:
-            self.engine.loop.run_until_complete(
-                self._generate_mis([mis.Pack(ids, delims, (0,), ((0, 0),), 1)])
-            )
+            self._wait(self._generate_mis([mis.Pack(ids, delims, (0,), ((0, 0),), 1)]))
+        except BackendError:
+            raise
         except Exception as e:
             raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
 
@@ -381,3 +426,6 @@ class SGLangBackend(Backend):
         eng, self.engine = getattr(self, "engine", None), None
         if eng is not None:
             eng.shutdown()
+        if getattr(self, "_error_file", None):
+            with contextlib.suppress(OSError):
+                os.unlink(self._error_file)

@@ -62,9 +62,39 @@ def apply() -> bool:
     return True
 
 
+def report_failures() -> None:
+    """In the scheduler process: also write the last line of the exception sglang's scheduler hits (it logs
+    the traceback, then SIGQUITs the parent) to the file named by $OPENJEV_ENGINE_ERROR_FILE, so the
+    parent's message names the cause (sglang_signals). Changes nothing without that variable or when
+    the scheduler module has no `get_exception_traceback`."""
+    import os
+
+    path = os.environ.get("OPENJEV_ENGINE_ERROR_FILE")
+    if not path:
+        return
+    import sglang.srt.managers.scheduler as sch
+
+    orig = getattr(sch, "get_exception_traceback", None)
+    if not callable(orig):
+        return
+
+    def traced() -> str:
+        tb = orig()
+        last = next((ln.strip() for ln in reversed(tb.splitlines()) if ln.strip()), "")
+        try:
+            with open(path, "a") as f:
+                f.write(last[:2000] + "\n")
+        except OSError:
+            pass
+        return tb
+
+    sch.get_exception_traceback = traced
+
+
 def run_scheduler_process(*args: Any, **kwargs: Any) -> Any:
     """sglang's scheduler process entry point with the gather installed first (spawned by reference)."""
     apply()
+    report_failures()
     from sglang.srt.managers.scheduler import run_scheduler_process as run
 
     return run(*args, **kwargs)

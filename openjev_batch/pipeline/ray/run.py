@@ -6,7 +6,7 @@
     GPU actors   one backend each (one sglang.Engine); a block = a bucket → pipeline.score_chunk
                  (plan → prefill with fault isolation → read out), the single-machine stage functions
     driver       result blocks ─▶ <out>.partial/ray/*.parquet as they arrive ─▶ per input chunk, in input
-                 order, through io.ResultWriter (the same parts, manifest, count check and --resume as a
+                 order, through store.OutputStore (the same parts, manifest, count check and --resume as a
                  single-machine run) ─▶ <out>
 
 Rows are bucketed by `readout.prefix_key(row)`, text that is equal exactly when two rows share their whole
@@ -21,6 +21,7 @@ The output file is the one the single-machine run writes. Ray is imported only w
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import pickle
 import time
 from collections.abc import Callable
@@ -34,10 +35,11 @@ import pyarrow.compute as pc
 from ...config import RunConfig
 from ...errors import ConfigError, OpenjevError, OutputCheckError
 from ...readouts.base import Readout
+from ..formats import kept_types
 from ..job import job_manifest, make_readout
 from ..read import check_input, read_rows
+from ..store import OutputStore
 from ..summary import Summary, Totals
-from ..write import ResultWriter
 from .cluster import RayOptions, _connect, _domain_error, _gpus, _iter_results
 from .stages import _tokenizer, bucket_of, buckets_per_chunk, stage_schema
 from .staging import STAGE_DIR, _records_of, _stage_files, _write_stage, read_stage
@@ -68,8 +70,13 @@ class _Driver:
 
     def __init__(self, cfg: RunConfig, opts: RayOptions, readout: Readout):
         self.cfg, self.opts, self.readout = cfg, opts, readout
-        self.writer = ResultWriter(
-            cfg.output, cfg.keep, job_manifest(cfg, readout), resume=cfg.resume, schema=readout.schema
+        self.writer = OutputStore(
+            cfg.output,
+            cfg.keep,
+            job_manifest(cfg, readout),
+            cfg.resume,
+            kept_types(cfg.input, cfg.keep),
+            schema=readout.schema,
         )
         self.schema = stage_schema(readout)
         self.stage = self.writer.partial / STAGE_DIR
@@ -95,13 +102,20 @@ class _Driver:
     def read_and_ship(self, ray) -> None:
         """Read the input in chunks; ship the rows not finished by an earlier run, bucketed by prefix."""
         cfg, opts, readout = self.cfg, self.opts, self.readout
+        digest = hashlib.sha256()  # resume identifies the input by content (store.py)
         rows = read_rows(
-            cfg.input, keep=cfg.keep, chunk_rows=cfg.chunk_rows, limit=cfg.limit, readout=readout
+            cfg.input,
+            keep=cfg.keep,
+            chunk_rows=cfg.chunk_rows,
+            limit=cfg.limit,
+            readout=readout,
+            hasher=digest,
         )
         for i, chunk in enumerate(rows):
             self.n_rows += len(chunk)
             expected = np.array([readout.n_records(r) for r in chunk], np.int64)
-            done = cfg.resume and self.writer.part(i).exists()
+            self.writer.begin_chunk(i, len(chunk), int(expected.sum()), digest.hexdigest())
+            done = self.writer.is_done(i)
             self.chunks.append(_Chunk(i, chunk[0].pos, expected, done))
             staged = self.staged
             todo = [] if done else [
@@ -196,6 +210,13 @@ def run_job_ray(
     readout = make_readout(cfg)
     readout.prompter(_tokenizer(cfg.model))  # fail here, not in an actor: the tokenizer loads, gives labels
     job = _Driver(cfg, opts, readout)
+    try:
+        return _run(ray, cfg, opts, readout, job, on_progress, t0)
+    finally:
+        job.writer.release()
+
+
+def _run(ray, cfg, opts, readout, job: _Driver, on_progress, t0) -> RaySummary:
     started = _connect(ray, opts, opts.render_workers or opts.workers)
     try:
         gpus = _gpus(ray, cfg, opts)

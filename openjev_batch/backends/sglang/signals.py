@@ -1,0 +1,182 @@
+"""The product, not sglang, decides what happens to the process when an sglang engine dies or the job is stopped.
+
+sglang 0.5.19 (`entrypoints/engine._set_envs_and_config`, `managers/tokenizer_manager.SignalHandler`):
+- a scheduler or detokenizer that hits an exception sends SIGQUIT to this process, and sglang's
+  `SubprocessWatchdog` thread sends one when a child exits non-zero (e.g. a killed scheduler); sglang's
+  SIGQUIT handlers answer with `kill_process_tree(os.getpid())`, a SIGKILL of this very process: the job
+  died with rc 137 and no message, at start-up (a KV pool that does not fit) or mid-job;
+- the tokenizer manager's event loop takes SIGTERM for a "drain requests" handler, so a SIGTERM never
+  stopped a job (it ran to completion).
+
+Here: the engine starts with `custom_sigquit_handler=on_sigquit` (sglang's own hook, installed instead of
+the killing one for the launch phase); once it runs, the loop's SIGTERM/SIGQUIT handlers are removed, SIGQUIT
+goes to `on_sigquit` again and SIGTERM/SIGINT back to the handler that was there before (the CLI's, see
+interrupts.py). `on_sigquit` records the cause and, only while the main thread waits on the engine (start-up or
+a request batch), raises EngineDied, which the backend turns into a BackendError: exit 4 with a message, the
+partial output kept. The cause names the failed process and its exit code, or the scheduler's exception
+(its last traceback line, written by the scheduler process to `ERROR_FILE_ENV`, see sglang_patches).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import weakref
+from collections.abc import Iterator
+
+from ...errors import EngineDied
+
+ERROR_FILE_ENV = "OPENJEV_ENGINE_ERROR_FILE"
+_state = {"waiting": 0, "cause": None, "error_file": None}
+_engines: weakref.WeakSet = weakref.WeakSet()  # running engines (their processes name a death's cause)
+
+
+class _DropCustomHandlerNotice(logging.Filter):
+    """sglang logs the use of `custom_sigquit_handler` at ERROR level; here it is the normal case."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Using custom SIGQUIT handler")
+
+
+logging.getLogger("sglang.srt.entrypoints.engine").addFilter(_DropCustomHandlerNotice())
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return f" (killed by {signal.Signals(-code).name})" if code < 0 else ""
+    except ValueError:
+        return ""
+
+
+def failure_cause() -> str:
+    """What failed, as well as this process can tell: the scheduler's exception, else an engine process
+    that exited (pid and exit code), else a generic line."""
+    path = _state["error_file"]
+    if path:
+        try:
+            with open(path) as f:
+                lines = [ln.strip() for ln in f if ln.strip()]
+            if lines:
+                return f"the sglang scheduler failed: {lines[-1]}"
+        except OSError:
+            pass
+    for engine in list(_engines):
+        # sglang's SubprocessWatchdog holds the engine's processes (it has already reaped a dead one, so
+        # multiprocessing.active_children() no longer lists it)
+        wd = getattr(getattr(engine, "tokenizer_manager", None), "_subprocess_watchdog", None)
+        for p, name in zip(getattr(wd, "_processes", []), getattr(wd, "_names", []), strict=False):
+            code = p.exitcode
+            if code not in (None, 0):
+                return f"sglang's {name} process (pid {p.pid}) exited with code {code}{_signal_name(code)}"
+    import multiprocessing
+
+    for p in multiprocessing.active_children():  # also reaps the ones that exited
+        if p.exitcode not in (None, 0):
+            return f"an sglang engine process (pid {p.pid}) exited with code {p.exitcode}{_signal_name(p.exitcode)}"
+    try:
+        import psutil
+
+        dead = [c for c in psutil.Process().children() if c.status() == psutil.STATUS_ZOMBIE]
+        if dead:
+            return f"an sglang engine process (pid {dead[0].pid}) exited"
+    except Exception:
+        pass
+    return "an sglang engine process reported a failure (SIGQUIT; its log is above)"
+
+
+def on_sigquit(signum, frame) -> None:
+    """SIGQUIT from an engine process (or sglang's watchdog): record the cause; raise EngineDied only where
+    the main thread waits on the engine, so it never lands in unrelated code."""
+    cause = failure_cause()
+    _state["cause"] = _state["cause"] or cause
+    if _state["waiting"]:
+        raise EngineDied(cause)
+
+
+def cause() -> str | None:
+    """The recorded cause of an engine death, or None while the engine is believed alive."""
+    return _state["cause"]
+
+
+@contextlib.contextmanager
+def waiting_on_engine() -> Iterator[None]:
+    """Mark the block as waiting on the engine: a SIGQUIT in it raises EngineDied here."""
+    _state["waiting"] += 1
+    try:
+        if _state["cause"]:
+            raise EngineDied(_state["cause"])
+        yield
+    finally:
+        _state["waiting"] -= 1
+
+
+@contextlib.contextmanager
+def starting(error_file: str) -> Iterator[None]:
+    """Around `sglang.Engine(...)`: the scheduler processes spawned in it inherit `ERROR_FILE_ENV`."""
+    _state.update(cause=None, error_file=error_file)
+    old = os.environ.get(ERROR_FILE_ENV)
+    os.environ[ERROR_FILE_ENV] = error_file
+    try:
+        with waiting_on_engine():
+            yield
+    finally:
+        if old is None:
+            os.environ.pop(ERROR_FILE_ENV, None)
+        else:
+            os.environ[ERROR_FILE_ENV] = old
+
+
+def take_over_signals(engine, prev_term) -> None:
+    """After the engine started: remove the tokenizer manager's loop handlers (SIGTERM drain, SIGQUIT
+    kill), route SIGQUIT to `on_sigquit` and put SIGTERM/SIGINT back to `prev_term` (the CLI's handler).
+    A no-op outside the main thread (sglang installs nothing there either)."""
+    _engines.add(engine)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    tm = getattr(engine, "tokenizer_manager", None)
+    if tm is not None and hasattr(tm, "auto_create_handle_loop") and hasattr(engine, "loop"):
+
+        async def create() -> None:  # inside the engine's loop: it binds its handle loop to the running one
+            tm.auto_create_handle_loop()
+
+        # sglang installs its loop's handlers on the first request; do it now, then take them back
+        engine.loop.run_until_complete(create())
+        loop = getattr(tm, "event_loop", None)
+        if loop is not None:
+            for s in (signal.SIGTERM, signal.SIGQUIT):
+                with contextlib.suppress(Exception):
+                    loop.remove_signal_handler(s)
+    signal.signal(signal.SIGQUIT, on_sigquit)
+    if prev_term is not None:  # None: a handler not set from Python, which cannot be put back
+        signal.signal(signal.SIGTERM, prev_term)
+
+
+def kill_new_children(before: set[int]) -> None:
+    """Kill (with their descendants) the child processes that were not there in `before`: what a failed
+    `sglang.Engine(...)` left running. Other children (e.g. another engine of this process) are spared."""
+    try:
+        import psutil
+    except ImportError:
+        return
+    me = psutil.Process()
+    for c in me.children():
+        if c.pid in before:
+            continue
+        with contextlib.suppress(psutil.Error):
+            for d in c.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    d.kill()
+            c.kill()
+            c.wait(timeout=30)
+
+
+def children_pids() -> set[int]:
+    try:
+        import psutil
+
+        return {c.pid for c in psutil.Process().children()}
+    except Exception:
+        return set()

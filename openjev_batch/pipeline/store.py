@@ -1,0 +1,416 @@
+"""The output store: one job's parts, manifest, lock, input ledger, resume and count checks, and the join.
+
+    <out>.lock           flock(2)-held while a job writes <out>; holds that job's pid, host and start time
+    <out>.partial/
+      manifest.json      what made the parts (model, backend, engine settings, questions, …) + a job id
+      chunks.jsonl       per input chunk: its rows, output records and the input's sha256 up to its end
+      part-NNNNNN.parquet  one input chunk's output; its Parquet metadata names the job id and chunk
+      .part-*.tmp, .join-*.tmp  files being written (unique names, renamed into place when complete)
+      ray/               `run --ray` staging (scaleout.py)
+
+- One job owns the folder: the lock is taken before anything in it is read or deleted, and a second job
+  on the same output is refused at start, naming the holder. The kernel drops a flock when its process
+  dies (SIGKILL included), so a crashed job never leaves it stuck. flock works on local filesystems and on
+  NFSv4 (Linux emulates it with POSIX locks there).
+- Resume identifies the input by content: each chunk's entry in chunks.jsonl carries the sha256 of the
+  input read so far (computed while reading, `read.read_rows(hasher=…)`), and a resumed run refuses as soon
+  as the input it reads differs from what an earlier run of this job read. Size and mtime are not used
+  (a touched identical copy resumes; a same-size, same-mtime edit is refused).
+- The join checks that the parts are exactly chunks 0…n−1 of this run, each made by this job (the job id in
+  its metadata) with the number of records this run expects for it, then concatenates them into `<out>`
+  (a unique temporary name inside the folder, then an atomic rename).
+- Only files the store creates are deleted or overwritten: it removes its own names above, never the
+  folder wholesale, so a user's file inside `<out>.partial/` or a user's `<out>.tmp` survives.
+- Kept columns have one type whatever the chunking: a Parquet input's own column types; for JSONL (no
+  schema) the type every value agrees on (ints and floats → double, structs merged field by field, lists
+  by element), computed over all parts at the join, else JSON text.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import ConfigError, OutputBusyError, OutputCheckError
+from ..options import output_format
+from .write import TableWriter
+
+MANIFEST, LEDGER = "manifest.json", "chunks.jsonl"
+STAGE_DIR = "ray"  # `run --ray` staging, under <out>.partial/
+_META_JOB, _META_CHUNK, _META_TYPES = b"openjev.job", b"openjev.chunk", b"openjev.kept_types"
+_OWN_GLOBS = ("part-[0-9]*.parquet", ".part-*.tmp", ".join-*.tmp", MANIFEST, LEDGER)
+_OWN_STAGE_GLOBS = ("r[0-9]*-[0-9]*.parquet", "r[0-9]*-[0-9]*.tmp")
+
+
+# -- kept column types (JSONL) ---------------------------------------------------------------------------
+def unify_types(a: pa.DataType | None, b: pa.DataType | None) -> pa.DataType | None:
+    """The type both `a` and `b` values fit, or None (no common type: the column is written as text).
+    Associative, with null as identity, so folding it over values gives one answer for any chunking."""
+    if a is None or b is None:
+        return None
+    if a == b or pa.types.is_null(b):
+        return a
+    if pa.types.is_null(a):
+        return b
+    num = (pa.int64(), pa.float64())
+    if a in num and b in num:
+        return pa.float64()
+    if pa.types.is_list(a) and pa.types.is_list(b):
+        t = unify_types(a.value_type, b.value_type)
+        return None if t is None else pa.list_(t)
+    if pa.types.is_struct(a) and pa.types.is_struct(b):
+        fields = {f.name: f.type for f in a}
+        for f in b:
+            fields[f.name] = unify_types(fields[f.name], f.type) if f.name in fields else f.type
+            if fields[f.name] is None:
+                return None
+        return pa.struct(list(fields.items()))
+    return None
+
+
+def value_type(v: Any) -> pa.DataType | None:
+    """Arrow's inferred type of one JSON value (None when Arrow cannot hold it, e.g. an int ≥ 2**63)."""
+    try:
+        return pa.array([v]).type
+    except Exception:
+        return None
+
+
+def _encode_type(t: pa.DataType | None) -> str | None:
+    return None if t is None else base64.b64encode(pa.schema([("t", t)]).serialize().to_pybytes()).decode()
+
+
+def _decode_type(s: str | None) -> pa.DataType | None:
+    return None if s is None else pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s))).field("t").type
+
+
+def _as_text(v: Any) -> str | None:
+    return v if v is None or isinstance(v, str) else json.dumps(v)
+
+
+# -- the lock --------------------------------------------------------------------------------------------
+def _holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"pid {info['pid']} on host {info['host']}, started {info['started']}"
+    except Exception:  # a holder that has not written its record yet
+        return "another process"
+
+
+def lock_path(output: Path) -> Path:
+    return output.with_name(output.name + ".lock")
+
+
+def _acquire(output: Path) -> int:
+    """An exclusive non-blocking flock on `<out>.lock`; returns the fd that holds it. Raises OutputBusyError
+    naming the holder. A job that finished removes the lock file while holding it, so a lock taken on a
+    file that has just been unlinked is dropped and taken again on the new file."""
+    lock = lock_path(output)
+    for _ in range(100):
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            who = _holder(fd)
+            os.close(fd)
+            raise OutputBusyError(
+                f"another job is writing {output} ({who}; it holds {lock}); wait for it to finish, "
+                "or write to another -o"
+            ) from None
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            continue
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        return fd
+    raise OutputBusyError(f"{output}: could not lock {lock} (it keeps being removed)")
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".part-{path.name}-{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class OutputStore:
+    """Writes one job's results chunk by chunk under ``<out>.partial/`` so it can be resumed, and makes
+    ``<out>`` appear only when complete (see the module docstring for the layout and the guarantees).
+
+    Use: `begin_chunk(i, …)` for every input chunk as it is read (records, or on resume checks, the
+    input hash), `done(i)` / `write(i, records)`, then `close()`; `release()` (or the context manager)
+    drops the lock on every path. Raises OutputBusyError when another job holds the output, ConfigError
+    when resuming a partial made by a different job or from a different input.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        keep: tuple[str, ...] = (),
+        manifest: dict | None = None,
+        resume: bool = False,
+        kept_types: dict[str, pa.DataType] | None = None,
+        schema: pa.Schema | None = None,
+    ):
+        if schema is None:
+            from ..readouts.label_logprobs import OUTPUT_SCHEMA as schema
+        self.schema = schema  # the readout's columns
+        self.path = Path(path)
+        self.partial = self.path.with_name(self.path.name + ".partial")
+        self.keep = keep
+        self.kept_types = kept_types  # None: JSONL (types decided at the join)
+        self.rows_written = 0
+        if self.partial.exists() and not self.partial.is_dir():
+            raise ConfigError(f"{self.partial} exists and is not a folder; move it away")
+        self._fd: int | None = _acquire(self.path)
+        try:
+            self.partial.mkdir(parents=True, exist_ok=True)
+            self._open({**(manifest or {}), "keep": list(keep)}, resume)
+        except BaseException:
+            self.release()
+            raise
+
+    # -- opening -------------------------------------------------------------------------------------
+    def _open(self, manifest: dict, resume: bool) -> None:
+        mpath = self.partial / MANIFEST
+        self.ledger: dict[int, dict] = {}
+        if resume and mpath.exists():
+            try:
+                old = json.loads(mpath.read_text())
+            except (OSError, ValueError):
+                old = {}
+            job = old.pop("job_id", None)
+            if old != manifest or not job:
+                diff = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
+                raise ConfigError(
+                    f"--resume: {self.partial} was made by a different job (differs in: "
+                    f"{', '.join(diff) or 'job id'}); delete it or rerun without --resume"
+                )
+            self.job_id = job
+            self.ledger = self._read_ledger()
+        else:
+            self._remove_own_files()
+            self.job_id = uuid.uuid4().hex
+            _atomic_write(mpath, json.dumps({**manifest, "job_id": self.job_id}).encode())
+        for pattern in (".part-*.tmp", ".join-*.tmp"):  # left by a killed run of this job
+            for tmp in self.partial.glob(pattern):
+                tmp.unlink(missing_ok=True)
+        self._seen = 0
+
+    def _read_ledger(self) -> dict[int, dict]:
+        out: dict[int, dict] = {}
+        p = self.partial / LEDGER
+        if p.exists():
+            for line in p.read_text().splitlines():
+                try:
+                    e = json.loads(line)
+                    out[int(e["chunk"])] = e
+                except (ValueError, KeyError, TypeError):  # a line torn by a kill: that chunk reruns
+                    continue
+        return out
+
+    def _remove_own_files(self) -> None:
+        for pattern in _OWN_GLOBS:
+            for p in self.partial.glob(pattern):
+                p.unlink(missing_ok=True)
+        stage = self.partial / STAGE_DIR
+        if stage.is_dir():
+            for pattern in _OWN_STAGE_GLOBS:
+                for p in stage.glob(pattern):
+                    p.unlink(missing_ok=True)
+            _rmdir_if_empty(stage)
+
+    # -- per chunk -----------------------------------------------------------------------------------
+    def begin_chunk(self, chunk: int, rows: int, records: int, input_sha256: str) -> None:
+        """Record (or, resuming, check) input chunk `chunk`: its rows, the output records it must give,
+        and the sha256 of the input read up to its end. Raises ConfigError when an earlier run of this job
+        read different input there (the partial cannot be resumed with this input)."""
+        entry = {"chunk": chunk, "rows": rows, "records": records, "input_sha256": input_sha256}
+        self._seen = max(self._seen, chunk + 1)
+        old = self.ledger.get(chunk)
+        if old == entry:
+            return
+        if old is not None:
+            raise ConfigError(
+                f"--resume: the input changed since {self.partial} was written (its content differs at "
+                f"input chunk {chunk} or before: sha256 {old['input_sha256'][:12]}… then, "
+                f"{input_sha256[:12]}… now); delete it or rerun without --resume"
+            )
+        self.ledger[chunk] = entry
+        with open(self.partial / LEDGER, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def part(self, chunk: int) -> Path:
+        return self.partial / f"part-{chunk:06d}.parquet"
+
+    def _part_meta(self, p: Path) -> dict[bytes, bytes]:
+        return pq.read_schema(p).metadata or {}
+
+    def _owned(self, chunk: int) -> bool:
+        p = self.part(chunk)
+        if not p.exists() or chunk not in self.ledger:
+            return False
+        meta = self._part_meta(p)
+        return meta.get(_META_JOB) == self.job_id.encode() and meta.get(_META_CHUNK) == str(chunk).encode()
+
+    def is_done(self, chunk: int) -> bool:
+        """Whether `chunk` has a finished part of this job for the input read now (call after begin_chunk)."""
+        return self._owned(chunk)
+
+    def done(self, chunk: int) -> pa.Table | None:
+        """The finished part of `chunk` (resume), or None."""
+        return pq.read_table(self.part(chunk)) if self._owned(chunk) else None
+
+    def write(self, chunk: int, records: list[dict[str, Any]]) -> None:
+        cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in self.schema}
+        types: dict[str, str | None] = {}
+        for k in self.keep:
+            vals = [r[k] for r in records]
+            if self.kept_types is not None:  # Parquet input: its own column type
+                cols[k] = pa.array(vals, type=self.kept_types[k])
+                continue
+            # JSONL: keep every value as JSON text and the type they agree on; the join decides the column's
+            # type over all parts, so it does not depend on where the chunks were cut.
+            t: pa.DataType | None = pa.null()
+            for v in vals:
+                t = unify_types(t, value_type(v))
+                if t is None:
+                    break
+            types[k] = _encode_type(t)
+            cols[k] = pa.array([None if v is None else json.dumps(v) for v in vals], pa.string())
+        meta = {_META_JOB: self.job_id.encode(), _META_CHUNK: str(chunk).encode()}
+        if types:
+            meta[_META_TYPES] = json.dumps(types).encode()
+        table = pa.table(cols).replace_schema_metadata(meta)
+        tmp = self.partial / f".part-{chunk:06d}-{uuid.uuid4().hex[:8]}.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.part(chunk))  # complete or absent: a SIGKILL leaves no torn part
+        self.rows_written += len(records)
+
+    # -- the join ------------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise OutputCheckError unless the parts are exactly this run's chunks 0…n−1, each of this job and
+        with the records its chunk needs (the count check); ConfigError when an earlier run read more
+        input than this one (the input shrank)."""
+        n = self._seen
+        if extra := sorted(c for c in self.ledger if c >= n):
+            raise ConfigError(
+                f"--resume: the input changed since {self.partial} was written (it ends before input chunk "
+                f"{extra[0]}, which an earlier run read); delete it or rerun without --resume"
+            )
+        want = {self.part(i).name for i in range(n)}
+        have = {p.name for p in self.partial.glob("part-[0-9]*.parquet")}
+        need = sum(self.ledger[i]["records"] for i in range(n))
+        rows = sum(self.ledger[i]["rows"] for i in range(n))
+        if have != want:
+            odd = sorted(have - want)[:3] + sorted(want - have)[:3]
+            raise OutputCheckError(
+                f"count check failed: {rows} input rows need {need} output rows in {n} parts, the partial "
+                f"output has {len(have)} parts (not matching: {', '.join(odd)}); "
+                f"delete {self.partial.name} and rerun"
+            )
+        for i in range(n):
+            p = self.part(i)
+            meta = self._part_meta(p)
+            if meta.get(_META_JOB) != self.job_id.encode() or meta.get(_META_CHUNK) != str(i).encode():
+                raise OutputCheckError(
+                    f"{p} was not written by this job (its job id or chunk differs from the manifest); "
+                    f"delete {self.partial.name} and rerun"
+                )
+            got = pq.read_metadata(p).num_rows
+            if got != self.ledger[i]["records"]:
+                raise OutputCheckError(
+                    f"count check failed: input chunk {i} needs {self.ledger[i]['records']} output rows, "
+                    f"{p.name} has {got}; delete {self.partial.name} and rerun"
+                )
+
+    def _final_types(self, parts: list[Path]) -> dict[str, pa.DataType | None]:
+        if self.kept_types is not None:
+            return dict(self.kept_types)
+        out: dict[str, pa.DataType | None] = dict.fromkeys(self.keep, pa.null())
+        for p in parts:
+            types = json.loads(self._part_meta(p).get(_META_TYPES, b"{}"))
+            for k in self.keep:
+                out[k] = unify_types(out[k], _decode_type(types.get(k)))
+        return out  # None: no common type (text)
+
+    def close(self) -> Path:
+        """Check the parts (`check`), join them in chunk order into the target path (atomically), remove
+        the store's files and the lock. Returns the path."""
+        self.check()
+        parts = [self.part(i) for i in range(self._seen)]
+        final = self._final_types(parts)
+        fields = list(self.schema)
+        for k in self.keep:
+            t = final[k]
+            fields.append(pa.field(k, pa.string() if t is None or pa.types.is_null(t) else t))
+        schema = pa.schema(fields)
+        tmp = self.partial / f".join-{uuid.uuid4().hex[:8]}.tmp"
+        with TableWriter(tmp, schema, output_format(self.path)) as w:
+            for p in parts:
+                t = pq.read_table(p)
+                cols = [t.column(f.name) for f in self.schema]
+                for k in self.keep:
+                    c = t.column(k)
+                    if self.kept_types is None:  # JSON text → the column's type, or text when none
+                        vals = [None if s is None else json.loads(s) for s in c.to_pylist()]
+                        if final[k] is None:
+                            c = pa.array([_as_text(v) for v in vals], pa.string())
+                        else:
+                            c = pa.array(vals, type=schema.field(k).type)
+                    cols.append(c)
+                w.write_table(pa.Table.from_arrays(cols, schema=schema))
+        os.replace(tmp, self.path)
+        self._remove_own_files()
+        self.release(remove=True)
+        return self.path
+
+    def abandon(self) -> None:
+        """The job ends without output: keep the partial for `--resume` if it holds a part, else remove the
+        store's files and folder (nothing to resume, e.g. the model did not load) and release the lock."""
+        if self._fd is not None and not any(self.partial.glob("part-[0-9]*.parquet")):
+            self._remove_own_files()
+            self.release(remove=True)
+        self.release()
+
+    def release(self, remove: bool = False) -> None:
+        """Drop the lock (idempotent). `remove`: also delete the lock file and the folder if it is empty
+        (done while still holding the lock; see `_acquire` for why that is safe)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        if remove:
+            lock_path(self.path).unlink(missing_ok=True)
+            _rmdir_if_empty(self.partial)
+        os.close(fd)  # closing the last fd drops the flock
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        self.abandon() if exc_type is not None else self.release()
+
+
+def _rmdir_if_empty(p: Path) -> None:
+    try:
+        p.rmdir()
+    except OSError:  # not empty: holds files the store did not create
+        pass
