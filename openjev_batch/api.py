@@ -190,8 +190,16 @@ class Classifier:
             output = kind if kind in ("polars", "pandas", "arrow") else "polars"
         if output not in ("polars", "pandas", "arrow"):
             raise ConfigError(f"output must be auto, polars, pandas or arrow, got {output!r}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise ConfigError(f"limit must be an integer, got {type(limit).__name__}")
         if limit is not None and limit <= 0:
             raise ConfigError("limit must be positive")
+        if kind == "records" and (isinstance(data, (str, bytes, dict)) or not isinstance(data, Iterable)):
+            # a path or a dict of columns would otherwise be iterated: one row error per character or key
+            raise ConfigError(
+                "data must be a DataFrame, a pyarrow Table or an iterable of row dicts, got "
+                f"{type(data).__name__} (a file: use the CLI, or read it into a DataFrame)"
+            )
         cols = _columns(data, kind)
         keep_t = self._keep(keep, cols)
         readout = LabelLogprobs(_questions(questions), keep_t)
@@ -230,7 +238,9 @@ class Classifier:
             keep = [c for c in cols if c not in {"id", "state", "questions", *OUTPUT_SCHEMA.names}]
         elif isinstance(keep, str):
             keep = [k.strip() for k in keep.split(",") if k.strip()]
-        keep = tuple(keep)
+        keep = tuple(keep) if isinstance(keep, Iterable) else (keep,)
+        if not all(isinstance(k, str) for k in keep):
+            raise ConfigError(f"keep must be a column name, names or 'all', got {keep!r}")
         try:
             check_keep(keep)
         except ValueError as e:

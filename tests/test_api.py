@@ -96,3 +96,17 @@ def test_readme_example_runs(tiny_model, monkeypatch, capsys):
     assert isinstance(ns["out"], pl.DataFrame) and ns["out"].height == 2
     assert isinstance(ns["more"], pd.DataFrame) and len(ns["more"]) == 3
     assert "refund" in capsys.readouterr().out
+
+
+def test_wrong_argument_types_are_config_errors(clf):
+    """Found by the break-it pass: these raised TypeError, or iterated a path's characters into row errors."""
+    for data in ("tickets.jsonl", {"state": ["x"]}, 5):
+        with pytest.raises(ConfigError, match="data must be a DataFrame"):
+            clf.run(data, Q)
+    with pytest.raises(ConfigError, match="keep must be a column name"):
+        clf.run([{"state": "x"}], Q, keep=5)
+    with pytest.raises(ConfigError, match="limit must be an integer"):
+        clf.run([{"state": "x"}], Q, limit="3")
+    # generators still work
+    out = clf.run(({"state": "x", "c": 1} for _ in range(2)), Q, keep=(k for k in ["c"]))
+    assert out["c"].to_list() == [1] * 2 * len(Q)
