@@ -97,3 +97,12 @@ def test_second_job_on_the_same_output_is_refused(tmp_path, tiny_model):
     r = cli(*args)  # the lock released: the job runs and leaves no lock file behind
     assert r.returncode == 0, r.stderr
     assert out.exists() and not partial.exists() and not (tmp_path / "o.parquet.lock").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "classify"])
+def test_engine_arg_without_a_value_is_a_job_error(tmp_path, command):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "state": "x", "text": "x"}) + "\n")
+    r = cli(command, inp, "-m", "m", "-b", "hf", "-o", tmp_path / "o.parquet", "--engine-arg", "foo")
+    assert r.returncode == 4 and "Traceback" not in r.stderr and "╭" not in r.stderr, r.stderr
+    assert "--engine-arg expects key=value, got 'foo'" in r.stderr, r.stderr

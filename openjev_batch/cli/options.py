@@ -45,7 +45,14 @@ def _engine_options(command: str):
         def wrapper(**kw):
             engine = {o.name: kw.pop(o.name) for o in declared}
             if "engine_args" in engine:
-                engine["engine_args"] = parse_engine_args(engine["engine_args"] or [])
+                from ..errors import ConfigError
+
+                try:
+                    engine["engine_args"] = parse_engine_args(engine["engine_args"] or [])
+                except ConfigError as e:  # parsed before the command's own error handling: same exit 4
+                    from . import _fail
+
+                    _fail(e)
             return f(**kw, engine=engine)
 
         wrapper.__signature__ = sig.replace(parameters=params)
