@@ -106,3 +106,19 @@ def test_engine_arg_without_a_value_is_a_job_error(tmp_path, command):
     r = cli(command, inp, "-m", "m", "-b", "hf", "-o", tmp_path / "o.parquet", "--engine-arg", "foo")
     assert r.returncode == 4 and "Traceback" not in r.stderr and "╭" not in r.stderr, r.stderr
     assert "--engine-arg expects key=value, got 'foo'" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("device, message", [("tpu", "unknown device 'tpu'"), ("cuda", "no CUDA GPU")])
+def test_bad_device_is_a_job_error(tmp_path, tiny_model, device, message):
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "state": "x"}) + "\n")
+    out = tmp_path / "o.parquet"
+    r = cli(
+        "run", inp, "-q", _questions(tmp_path), "-m", tiny_model, "-b", "hf", "-o", out, "--device", device
+    )
+    assert r.returncode == 4 and "Traceback" not in r.stderr and "╭" not in r.stderr, r.stderr
+    assert message in r.stderr and not out.exists(), r.stderr

@@ -16,10 +16,16 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 def device_and_dtype(opts: BackendOptions) -> tuple[str, torch.dtype]:
     """`auto` resolved: cuda when there is one, float32 on the CPU and bfloat16 on a GPU.
-    Raises BackendError for an unknown dtype."""
+    Raises BackendError for an unknown device or dtype, or cuda without a GPU."""
     device = opts.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        torch.device(device)  # `--device tpu` raised torch's RuntimeError as a traceback
+    except RuntimeError:
+        raise BackendError(f"unknown device {device!r}; expected auto, cpu or cuda (cuda:N)") from None
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise BackendError(f"--device {device}: no CUDA GPU is available here (use cpu or auto)")
     dtype = opts.dtype if opts.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
     if dtype not in _DTYPES:
         raise BackendError(f"unknown dtype {dtype!r}; expected auto or one of {', '.join(_DTYPES)}")
