@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from openjev_batch import models
-from openjev_batch.errors import ModelFetchError
+from openjev_batch.errors import ConfigError, ModelFetchError
 from openjev_batch.models import KNOWN_MODELS, cache_dir, fetch, resolve_model
 
 
@@ -32,8 +32,17 @@ def test_cache_dir_follows_env(tmp_cache):
 
 
 def test_resolve_model_passes_other_names_through(tmp_cache, no_client, tmp_path):
-    for arg in ("Qwen/Qwen3-0.6B", str(tmp_path / "my-model"), "./local/folder", "smollm2"):
+    (tmp_path / "my-model").mkdir()
+    for arg in ("Qwen/Qwen3-0.6B", str(tmp_path / "my-model")):
         assert resolve_model(arg) == arg
+    # a missing local folder and a near-miss of a packaged name are refused, not passed to a loader
+    for arg, says in (
+        (str(tmp_path / "missing"), "no such folder"),
+        ("./local/folder", "no such folder"),
+        ("smollm2", "did you mean smollm2-135m"),
+    ):
+        with pytest.raises(ConfigError, match=says):
+            resolve_model(arg)
     assert not tmp_cache.exists()
 
 
