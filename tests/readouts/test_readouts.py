@@ -65,14 +65,20 @@ def test_interrupted_then_resumed_equals_uninterrupted(job, tmp_path):
 
 def test_resume_refuses_a_partial_of_the_other_readout(tmp_path, hf_backend, hf_cls):
     """The readout is part of the resume key: a classify partial never continues a run, nor the reverse."""
-    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": "x", "state": "x", "questions": Q}])
+    # two one-row chunks, stopped in the second: the first chunk's part is on disk (a job that wrote
+    # nothing leaves no partial, pipeline/store.py), so there is a partial to refuse
+    rows = [{"id": i, "text": "x", "state": "x", "questions": Q} for i in ("a", "b")]
+    src = write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "o.parquet"
     partial = out.with_name(out.name + ".partial")
+    seen = []
 
     def stop(*_):
-        raise KeyboardInterrupt
+        seen.append(1)
+        if len(seen) > 1:
+            raise KeyboardInterrupt
 
-    run = build_config(input=src, output=out, model="-", backend="hf", progress=False)
+    run = build_config(input=src, output=out, model="-", backend="hf", progress=False, chunk_rows=1)
     with pytest.raises(KeyboardInterrupt):
         run_job(run, backend=hf_backend, on_progress=stop)
     assert partial.exists()
