@@ -9,7 +9,7 @@ import typer
 from ..errors import OpenjevError
 from . import EXIT_ROW_ERRORS, _fail, app, err, out
 from .display import _progress
-from .options import ENGINE, _engine_options, _quiet, _resolve
+from .options import CHUNK_ROWS_HELP, ENGINE, _engine_options, _quiet, _resolve
 
 
 @app.command("eval")
@@ -32,6 +32,7 @@ def eval_(
     seed: int = typer.Option(42, help="Seed of --sample and of the --calibrate split."),
     calibrate: float = typer.Option(None, help="Fit one temperature on this share, report the rest scaled."),
     engine: dict = ENGINE,
+    chunk_rows: int = typer.Option(2048, help=CHUNK_ROWS_HELP),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output folder."),
@@ -51,7 +52,8 @@ def eval_(
         cfg = build_eval_config(
             input=input, output_dir=output_dir, model=_resolve(model), model_name=model,
             backend=backend or default_backend(), format=fmt, shots=shots, dev=dev, sample=sample, seed=seed,
-            calibrate=calibrate, max_branches_per_window=max_branches, progress=progress, force=force,
+            calibrate=calibrate, chunk_rows=chunk_rows, max_branches_per_window=max_branches, progress=progress,
+            force=force,
             resume=resume, **engine,
         )  # fmt: skip
         with _progress("prefill", "branches", progress) as tick:

@@ -93,6 +93,7 @@ BACKEND = typer.Option(
 )
 KEEP = typer.Option("", "--keep", help="Comma-separated input columns copied to the output.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
+CHUNK_ROWS_HELP = "Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
 RESUME = typer.Option(False, "--resume", help="Continue from OUT.partial, skipping finished chunks.")
 RAY = typer.Option(
     False, "--ray", help="Run on Ray Data: engine actors score prefix-grouped buckets (extra `[ray]`)."

@@ -14,6 +14,7 @@ from . import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_ROW_ERRORS, EXIT_TERMINATED, _
 from .display import _print_plan, _print_summary, _progress
 from .options import (
     BACKEND,
+    CHUNK_ROWS_HELP,
     ENGINE,
     GPUS_PER_WORKER,
     KEEP,
@@ -50,9 +51,7 @@ def run(
     engine: dict = ENGINE,
     # 2048: the host stage of chunk k+1 runs while chunk k is on the engine, so smaller chunks hide more of it
     # (H200, multi-item, W2 12,032 rows: 11.2 s in one chunk, 9.5 s in chunks of 2048; docs/benchmarks.md).
-    chunk_rows: int = typer.Option(
-        2048, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
-    ),
+    chunk_rows: int = typer.Option(2048, help=CHUNK_ROWS_HELP),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     progress: bool = PROGRESS,
     resume: bool = RESUME,
@@ -186,9 +185,7 @@ def classify(
     ),
     keep: str = KEEP,
     engine: dict = ENGINE,
-    chunk_rows: int = typer.Option(
-        20_000, help="Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
-    ),
+    chunk_rows: int = typer.Option(20_000, help=CHUNK_ROWS_HELP),
     max_rows: int = typer.Option(4096, help="Most rows per window."),
     progress: bool = PROGRESS,
     resume: bool = RESUME,

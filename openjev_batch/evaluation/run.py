@@ -42,6 +42,7 @@ class EvalConfig(EngineOptions):
     seed: int = 42
     calibrate: float | None = Field(None, gt=0, lt=1)
     model_name: str | None = None  # as the user named it (a packaged name), for the report
+    chunk_rows: int = Field(2048, gt=0)  # the unit of --resume, as in `run`
     max_branches_per_window: int = Field(4096, gt=0)
     progress: bool = True
     force: bool = False
@@ -58,7 +59,8 @@ class EvalConfig(EngineOptions):
         engine = {k: getattr(self, k) for k in EngineOptions.model_fields}
         return build_config(
             input=questions, output=predictions, keep=KEEP, model=self.model, backend=self.backend,
-            max_branches_per_window=self.max_branches_per_window, progress=self.progress,
+            chunk_rows=self.chunk_rows, max_branches_per_window=self.max_branches_per_window,
+            progress=self.progress,
             resume=self.resume, **engine,
         )  # fmt: skip
 

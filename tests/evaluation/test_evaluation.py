@@ -218,10 +218,16 @@ def test_eval_refuses_a_used_folder_and_resumes_with_per_sample_columns(tiny_mod
     # an interrupted job: --resume continues its partial; the same predictions as a run in one go
     cut = tmp_path / "cut"
 
-    def stop(*_):
-        raise KeyboardInterrupt
+    # one-row chunks, stopped in the second: the first chunk's part is on disk (a job that wrote nothing
+    # leaves no partial, pipeline/store.py), so there is a partial to continue
+    seen = []
 
-    small = {**base, "output_dir": cut}
+    def stop(*_):
+        seen.append(1)
+        if len(seen) > 1:
+            raise KeyboardInterrupt
+
+    small = {**base, "output_dir": cut, "chunk_rows": 1}
     job = er.build_eval_config(**small)
     with pytest.raises(KeyboardInterrupt):
         er.run_eval(job, backend=hf_backend, on_progress=stop)
