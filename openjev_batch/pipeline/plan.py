@@ -58,35 +58,57 @@ class StateBudget:
     running request holds (its working state, plus sglang's ping-pong tracking buffers: 3 with the default
     `extra_buffer` strategy and the overlap scheduler); `max_running`: the engine's running-request cap.
     A cached prefix state holds one slot until its branches have run; when the pool runs short the engine
-    evicts cached states LRU, so a group's prefixes must still fit beside the requests in flight."""
+    evicts cached states LRU, so a group's prefixes must still fit beside the requests in flight.
+    `reserve`: slots kept free for the radix tree's own leaves and the scheduler's look-ahead; default 2 %
+    (at least 2). Measured on the H200 (35B-A3B shape, 207 slots, `benchmarks/results/2026-12-01-h200-hybrid-
+    run3.json`): groups holding 200 of the 207 slots still served every prefix token from the cache."""
 
     slots: int
     per_request: int = 3
     max_running: int | None = None
-    headroom: float = 0.9  # the radix tree's own leaves and the scheduler's look-ahead take a few slots
+    reserve: int | None = None
 
-    def group_cost(self, prefixes: int, requests: int) -> int:
-        """Slots a group holds at its peak: its cached prefix states and its running requests' states."""
-        running = min(requests, self.max_running) if self.max_running else requests
+    def usable(self, depth: int = 1) -> int:
+        """Slots one of `depth` groups in flight may hold at its peak."""
+        keep = self.reserve if self.reserve is not None else max(2, self.slots // 50)
+        return max(1, self.slots - keep) // max(1, depth)
+
+    def group_cost(self, prefixes: int, requests: int, ahead: int = 0) -> int:
+        """Slots a group holds at its peak: its cached prefix states, its running requests' states and those
+        of the next group's `ahead` prefix-only requests, which run beside its branches."""
+        running = requests + ahead
+        if self.max_running:
+            running = min(running, self.max_running)
         return prefixes + self.per_request * running
 
-    def fits(self, prefixes: int, requests: int, depth: int) -> bool:
+    def fits(self, prefixes: int, requests: int, depth: int = 1, ahead: int = 0) -> bool:
         """Whether `depth` groups of this size in flight fit the pool (and the running-request cap)."""
-        usable = int(self.slots * self.headroom) // max(1, depth)
-        cap_ok = not self.max_running or requests * max(1, depth) <= self.max_running
-        return self.group_cost(prefixes, requests) <= usable and cap_ok
+        cap_ok = not self.max_running or (requests + ahead) * max(1, depth) <= self.max_running
+        return self.group_cost(prefixes, requests, ahead) <= self.usable(depth) and cap_ok
 
 
-def state_groups(rows: Sequence[RowPrompt], budget: StateBudget, depth: int = 2) -> list[tuple[int, int]]:
+def state_groups(
+    rows: Sequence[RowPrompt], budget: StateBudget, depth: int = 1, overlap: bool = False
+) -> list[tuple[int, int]]:
     """Cut prefix-sorted rows into [start, end) groups whose distinct prefixes and requests fit the state
     budget with `depth` groups in flight, never splitting a run of rows that share a prefix. A group's peak
     is its cached prefix states plus its branches running (its prefix-only requests finish before its
-    branches are sent; they overlap the previous group's branches, which `depth` counts). A prefix run too big
-    for the budget on its own still forms one group (its state is then reused as far as the engine can).
-    Pure: the sglang backend runs each group as prefix-only requests, then the group's branches."""
+    branches are sent). With `overlap`, the next group's prefix-only requests run beside a group's branches
+    (the sglang backend sends both at once): a group also fits with as many prefix-only requests again
+    running beside it (the next group is not cut yet), and the previous group fits with this one's.
+    A prefix run too big for the budget on its own still forms one group (its state is then reused as far as
+    the engine can). Pure: the sglang backend runs each group as prefix-only requests, then its branches."""
     groups: list[tuple[int, int]] = []
     start = 0
     prefixes = requests = 0
+    prev: tuple[int, int] | None = None  # the previous group's (prefixes, requests)
+
+    def ok(p: int, r: int) -> bool:
+        if not overlap:
+            return budget.fits(p, r, depth)
+        before = prev is None or budget.fits(prev[0], prev[1], depth, ahead=p)
+        return before and budget.fits(p, r, depth, ahead=p)
+
     i = 0
     while i < len(rows):
         j = i  # the run of rows sharing rows[i].prefix
@@ -95,8 +117,9 @@ def state_groups(rows: Sequence[RowPrompt], budget: StateBudget, depth: int = 2)
             run_branches += len(rows[j].branches)
             j += 1
         p, r = prefixes + 1, requests + run_branches
-        if i > start and not budget.fits(p, r, depth):
+        if i > start and not ok(p, r):
             groups.append((start, i))
+            prev = (prefixes, requests)
             start, p, r = i, 1, run_branches
         prefixes, requests = p, r
         i = j

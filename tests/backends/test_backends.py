@@ -261,14 +261,15 @@ def test_sglang_prefix_first_pattern_matches_hf_and_reuses_prefixes(sglang_backe
         return await real(**kw)
 
     monkeypatch.setattr(sglang_backend.engine, "async_generate", spy)
-    budget = StateBudget(slots=20, per_request=3)  # 18 usable slots a group: a prefix + 5 branches
+    # 18 usable slots: a prefix + 5 branches, or, beside the next group's prefix request, a prefix + 4
+    budget = StateBudget(slots=20, per_request=3)
     monkeypatch.setattr(sglang_backend, "state_budget", budget)
     shared = tuple(range(800, 860))
     rows = make_rows(n_rows=4, n_q=3, seed=7) + make_rows(n_rows=2, n_q=2, shared=shared, seed=8)
     rows = [RowPrompt(i, str(i), r.prefix, r.branches) for i, r in enumerate(rows)]
     sglang_backend.engine.flush_cache()
     (w,) = plan(rows, 100_000)
-    groups = state_groups(w.rows, budget, sglang_backend.hybrid_depth)
+    groups = state_groups(w.rows, budget, sglang_backend.hybrid_depth, overlap=sglang_backend.hybrid_overlap)
     assert len(groups) >= 3
     warm0 = sglang_backend.warm_tokens
     a, b = hf_backend.prefill(w), sglang_backend.prefill(w)

@@ -70,12 +70,40 @@ def test_state_groups_fit_two_in_flight_and_cover_every_row_once():
     rows = [row(i, [i] * 50, n_q=8) for i in range(64)]  # W1-like: 64 distinct prefixes × 8 questions
     groups = state_groups(rows, H200_35B, depth=2)
     assert [i for a, b in groups for i in range(a, b)] == list(range(64))  # contiguous, in order, once
-    usable = int(422 * 0.9) // 2
+    usable = (422 - 422 // 50) // 2  # 2 % kept back, two groups in flight
+    assert H200_35B.usable(2) == usable == 207
     for a, b in groups:
         assert _peak(rows, a, b, H200_35B) <= usable
         assert 2 * sum(len(r.branches) for r in rows[a:b]) <= 140
-    # 1 + 3 × 8 = 25 slots a row → 7 rows a group (the measured sweet spot was 8 rows sequentially)
-    assert max(b - a for a, b in groups) == 7 and len(groups) == 10
+    # 1 + 3 × 8 = 25 slots a row → 8 rows a group (200 slots: the measured sweet spot)
+    assert max(b - a for a, b in groups) == 8 and len(groups) == 8
+
+
+def test_state_groups_with_overlap_leave_room_for_the_next_groups_prefix_requests():
+    """The H200's 35B-A3B engine (207 slots, ≤ 69 running): one group at a time holds 8 W1 rows (8 × 25 = 200
+    slots); with the next group's prefix-only requests running beside a group's branches, each row also
+    reserves one request's 3 slots, so 7 rows (7 × 28 = 196) and 7 × 9 = 63 running requests."""
+    h200 = StateBudget(slots=207, per_request=3, max_running=69)
+    rows = [row(i, [i] * 50, n_q=8) for i in range(64)]
+    alone = state_groups(rows, h200, depth=1)
+    both = state_groups(rows, h200, depth=1, overlap=True)
+    assert [b - a for a, b in alone] == [8] * 8
+    assert [b - a for a, b in both] == [7] * 9 + [1]
+    for (a, b), nxt in zip(both, both[1:] + [(len(rows), len(rows))], strict=True):
+        ahead = len({r.prefix for r in rows[nxt[0] : nxt[1]]})
+        cost = h200.group_cost(b - a, 8 * (b - a), ahead)
+        assert cost <= h200.usable() and 8 * (b - a) + ahead <= 69
+    # W3-like rows (3 questions): the running cap binds before the slots do without overlap
+    w3 = [row(i, [i] * 50, n_q=3) for i in range(100)]
+    assert max(b - a for a, b in state_groups(w3, h200)) == 20  # 20 × 10 = 200 slots, 60 running
+    assert max(b - a for a, b in state_groups(w3, h200, overlap=True)) == 15  # 15 × 13 = 195, 60 running
+    # one-question rows after a full group: alone they would take 29 a group (7 slots each), but the group
+    # before must still fit with their prefix requests beside its branches (8 + 3 × (57 + k) ≤ 203 → k ≤ 8)
+    mixed = [row(i, [i] * 50, n_q=8) for i in range(7)] + [
+        row(100 + i, [100 + i] * 50, n_q=1) for i in range(30)
+    ]
+    groups = state_groups(mixed, h200, overlap=True)
+    assert groups == [(0, 8), (8, 16), (16, 37)]
 
 
 def test_state_groups_get_larger_with_more_slots_and_fewer_in_flight():
@@ -107,4 +135,5 @@ def test_state_budget_refuses_more_running_requests_than_the_engine_runs():
     b = StateBudget(slots=422, per_request=3, max_running=140)
     assert b.group_cost(7, 56) == 7 + 3 * 56
     assert b.group_cost(1, 1000) == 1 + 3 * 140  # queued requests wait: only 140 hold states
-    assert b.fits(7, 56, depth=2) and not b.fits(8, 64, depth=2) and b.fits(8, 64, depth=1)
+    assert b.fits(7, 56, depth=2) and b.fits(8, 64, depth=2) and not b.fits(9, 72, depth=2)
+    assert b.fits(9, 72, depth=1) and not b.fits(9, 72, depth=1, ahead=70)  # 142 running > 140

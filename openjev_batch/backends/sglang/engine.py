@@ -175,7 +175,12 @@ class SGLangBackend(Backend):
         b = self.state_budget
         return (
             f"prefix-only request per prefix, groups sized by {b.slots} state slots "
-            f"({b.per_request} per running request, ≤ {b.max_running or '?'} running), one group at a time"
+            f"({b.per_request} per running request, ≤ {b.max_running or '?'} running), "
+            + (
+                "the next group's prefixes beside a group's branches"
+                if self.hybrid_overlap
+                else "one group at a time"
+            )
         )
 
     def kv_budget_tokens(self) -> int:
@@ -221,6 +226,9 @@ class SGLangBackend(Backend):
     # groups in flight halve each group (3 rows) and took 6.84 s; prefix-first chunks of 8 rows one after
     # another (8 × 25 = 200 slots) took 3.14 s, both with every prefix token served from the cache.
     hybrid_depth = 1
+    # The next group's prefix-only requests beside a group's branches (one forward pass per group, not two).
+    # Measured: see docs/benchmarks.md (issue 17, run 4).
+    hybrid_overlap = True
 
     def _groups(self, window: Window) -> list[tuple[list, list]]:
         """Cut the window's rows into ≤ `groups_per_window` runs of about equal branch count, never splitting
@@ -323,35 +331,64 @@ class SGLangBackend(Backend):
     def _prefill_prefix_first(self, window: Window) -> list[list[BranchResult]]:
         """Hybrid models. Per state-budgeted group (`plan.state_groups`): a prefix-only request for each
         distinct prefix (its state is cached at the prefix's end — sglang: at ⌊P/64⌋·64 with the default
-        `extra_buffer` strategy), then every branch of the group, which reuses it. Prefix-only requests
-        count as warm-up tokens (what they computed)."""
+        `extra_buffer` strategy), then every branch of the group, which reuses it. With `hybrid_overlap`
+        the next group's prefix-only requests are sent with a group's branches (after them, so the
+        scheduler admits the branches first), and the groups are sized so both fit the state slots at once:
+        one forward pass per group instead of two. Prefix-only requests count as warm-up tokens."""
         rows = window.rows
         results: list[list[BranchResult | None]] = [[None] * len(r.branches) for r in rows]
 
-        def make(start: int, end: int):
-            async def run() -> None:
-                firsts = [i for i in range(start, end) if i == start or rows[i].prefix != rows[i - 1].prefix]
-                pre = self._request(
-                    [list(rows[i].prefix) for i in firsts],
-                    [list(rows[i].branches[0].label_ids) for i in firsts],  # #34719
-                )
-                outs = await self.engine.async_generate(**pre)
-                for o in outs if isinstance(outs, list) else [outs]:
-                    meta = o.get("meta_info", {})
-                    self.warm_tokens += int(meta.get("prompt_tokens", 0)) - int(meta.get("cached_tokens", 0))
-                keys = [(i, j) for i in range(start, end) for j in range(len(rows[i].branches))]
-                req = self._request(
-                    [list(rows[i].prefix + rows[i].branches[j].suffix) for i, j in keys],
-                    [list(rows[i].branches[j].label_ids) for i, j in keys],
-                )
-                outs = await self.engine.async_generate(**req)
-                for (i, j), o in zip(keys, outs if isinstance(outs, list) else [outs], strict=True):
-                    results[i][j] = self._result(rows[i], j, o)
+        async def prefixes(start: int, end: int) -> None:
+            firsts = [i for i in range(start, end) if i == start or rows[i].prefix != rows[i - 1].prefix]
+            pre = self._request(
+                [list(rows[i].prefix) for i in firsts],
+                [list(rows[i].branches[0].label_ids) for i in firsts],  # #34719
+            )
+            outs = await self.engine.async_generate(**pre)
+            for o in outs if isinstance(outs, list) else [outs]:
+                meta = o.get("meta_info", {})
+                self.warm_tokens += int(meta.get("prompt_tokens", 0)) - int(meta.get("cached_tokens", 0))
 
-            return run
+        async def branches(start: int, end: int) -> None:
+            keys = [(i, j) for i in range(start, end) for j in range(len(rows[i].branches))]
+            req = self._request(
+                [list(rows[i].prefix + rows[i].branches[j].suffix) for i, j in keys],
+                [list(rows[i].branches[j].label_ids) for i, j in keys],
+            )
+            outs = await self.engine.async_generate(**req)
+            for (i, j), o in zip(keys, outs if isinstance(outs, list) else [outs], strict=True):
+                results[i][j] = self._result(rows[i], j, o)
 
-        d = self.hybrid_depth
-        self._run_groups([make(a, b) for a, b in state_groups(rows, self.state_budget, d)], d)
+        if not self.hybrid_overlap:
+            d = self.hybrid_depth
+
+            def make(a: int, b: int):
+                async def run() -> None:
+                    await prefixes(a, b)
+                    await branches(a, b)
+
+                return run
+
+            self._run_groups([make(a, b) for a, b in state_groups(rows, self.state_budget, d)], d)
+            return results  # type: ignore[return-value]
+
+        groups = state_groups(rows, self.state_budget, 1, overlap=True)
+
+        async def pipeline() -> list:
+            # step k: group k's branches beside group k+1's prefix-only requests; a failure stops the
+            # steps after it once the step's requests have finished (none is left pending on the loop)
+            errs = await asyncio.gather(prefixes(*groups[0]), return_exceptions=True)
+            for k, g in enumerate(groups):
+                if any(isinstance(e, BaseException) for e in errs):
+                    break
+                step = [branches(*g)] + ([prefixes(*groups[k + 1])] if k + 1 < len(groups) else [])
+                errs = await asyncio.gather(*step, return_exceptions=True)
+            return list(errs)
+
+        errs = [e for e in self._wait(pipeline()) if isinstance(e, BaseException)]
+        if errs:
+            e = errs[0]
+            raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
         return results  # type: ignore[return-value]
 
     @staticmethod
