@@ -273,11 +273,17 @@ def test_sglang_prefix_first_pattern_matches_hf_and_reuses_prefixes(sglang_backe
     assert len(groups) >= 3
     warm0 = sglang_backend.warm_tokens
     a, b = hf_backend.prefill(w), sglang_backend.prefill(w)
-    prefix_only = [
-        kw for kw in calls if all(len(x) in {len(r.prefix) for r in w.rows} for x in kw["input_ids"])
-    ]
-    assert len(calls) == 2 * len(groups) and len(prefix_only) == len(groups)
-    assert sum(len(kw["input_ids"]) for kw in prefix_only) == len({r.prefix for r in w.rows})
+    prefix_set = {r.prefix for r in w.rows}
+    kinds = [["p" if tuple(x) in prefix_set else "b" for x in kw["input_ids"]] for kw in calls]
+    # the overlapped schedule: the first group's prefixes alone, then per group its branches with the next
+    # group's prefix-only requests behind them in ONE call (one scheduler message), the last branches alone
+    assert sglang_backend.hybrid_overlap and len(calls) == len(groups) + 1
+    assert set(kinds[0]) == {"p"} and set(kinds[-1]) == {"b"}
+    for k in kinds:
+        assert k == sorted(k)  # "b" < "p": branches first, so the scheduler admits them first
+    assert sum(k.count("p") for k in kinds) == len(prefix_set)
+    for (a_, b_), k in zip(groups, kinds[1:], strict=True):
+        assert k.count("b") == sum(len(r.branches) for r in w.rows[a_:b_])
     for kw in calls:
         assert len(kw["token_ids_logprob"]) == len(kw["input_ids"]) and all(kw["token_ids_logprob"])
         assert kw["sampling_params"]["max_new_tokens"] == 0

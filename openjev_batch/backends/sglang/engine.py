@@ -338,34 +338,39 @@ class SGLangBackend(Backend):
         rows = window.rows
         results: list[list[BranchResult | None]] = [[None] * len(r.branches) for r in rows]
 
-        async def prefixes(start: int, end: int) -> None:
-            firsts = [i for i in range(start, end) if i == start or rows[i].prefix != rows[i - 1].prefix]
-            pre = self._request(
-                [list(rows[i].prefix) for i in firsts],
-                [list(rows[i].branches[0].label_ids) for i in firsts],  # #34719
-            )
-            outs = await self.engine.async_generate(**pre)
-            for o in outs if isinstance(outs, list) else [outs]:
+        def prefix_part(g: tuple[int, int] | None) -> tuple[list, list]:
+            """The prefix-only requests of group g: (ids, label ids), one per distinct prefix."""
+            if g is None:
+                return [], []
+            firsts = [i for i in range(*g) if i == g[0] or rows[i].prefix != rows[i - 1].prefix]
+            # the first branch's labels: every request carries token_ids_logprob (#34719)
+            return [list(rows[i].prefix) for i in firsts], [
+                list(rows[i].branches[0].label_ids) for i in firsts
+            ]
+
+        async def step(g: tuple[int, int] | None, nxt: tuple[int, int] | None) -> None:
+            """Group g's branches and group nxt's prefix-only requests as ONE request batch, branches first:
+            one batch reaches the scheduler as one message, so both go into the same forward pass (two
+            `async_generate` calls can land in different scheduler iterations)."""
+            keys = [(i, j) for i in range(*g) for j in range(len(rows[i].branches))] if g else []
+            ids = [list(rows[i].prefix + rows[i].branches[j].suffix) for i, j in keys]
+            labels = [list(rows[i].branches[j].label_ids) for i, j in keys]
+            pre_ids, pre_labels = prefix_part(nxt)
+            outs = await self.engine.async_generate(**self._request(ids + pre_ids, labels + pre_labels))
+            outs = outs if isinstance(outs, list) else [outs]
+            for (i, j), o in zip(keys, outs[: len(keys)], strict=True):
+                results[i][j] = self._result(rows[i], j, o)
+            for o in outs[len(keys) :]:
                 meta = o.get("meta_info", {})
                 self.warm_tokens += int(meta.get("prompt_tokens", 0)) - int(meta.get("cached_tokens", 0))
-
-        async def branches(start: int, end: int) -> None:
-            keys = [(i, j) for i in range(start, end) for j in range(len(rows[i].branches))]
-            req = self._request(
-                [list(rows[i].prefix + rows[i].branches[j].suffix) for i, j in keys],
-                [list(rows[i].branches[j].label_ids) for i, j in keys],
-            )
-            outs = await self.engine.async_generate(**req)
-            for (i, j), o in zip(keys, outs if isinstance(outs, list) else [outs], strict=True):
-                results[i][j] = self._result(rows[i], j, o)
 
         if not self.hybrid_overlap:
             d = self.hybrid_depth
 
             def make(a: int, b: int):
                 async def run() -> None:
-                    await prefixes(a, b)
-                    await branches(a, b)
+                    await step(None, (a, b))  # its prefixes, then its branches
+                    await step((a, b), None)
 
                 return run
 
@@ -373,19 +378,22 @@ class SGLangBackend(Backend):
             return results  # type: ignore[return-value]
 
         groups = state_groups(rows, self.state_budget, 1, overlap=True)
+        # step k: group k-1's branches with group k's prefix-only requests (the first: prefixes only, the
+        # last: branches only), one after another; a failure stops the steps after it
+        steps = [
+            (groups[k - 1] if k else None, groups[k] if k < len(groups) else None)
+            for k in range(len(groups) + 1)
+        ]
 
         async def pipeline() -> list:
-            # step k: group k's branches beside group k+1's prefix-only requests; a failure stops the
-            # steps after it once the step's requests have finished (none is left pending on the loop)
-            errs = await asyncio.gather(prefixes(*groups[0]), return_exceptions=True)
-            for k, g in enumerate(groups):
-                if any(isinstance(e, BaseException) for e in errs):
-                    break
-                step = [branches(*g)] + ([prefixes(*groups[k + 1])] if k + 1 < len(groups) else [])
-                errs = await asyncio.gather(*step, return_exceptions=True)
-            return list(errs)
+            for g, nxt in steps:
+                try:
+                    await step(g, nxt)
+                except Exception as e:  # noqa: BLE001 — reported as the window's BackendError below
+                    return [e]
+            return []
 
-        errs = [e for e in self._wait(pipeline()) if isinstance(e, BaseException)]
+        errs = self._wait(pipeline())
         if errs:
             e = errs[0]
             raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
