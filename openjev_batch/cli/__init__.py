@@ -56,6 +56,23 @@ def _fail(e: OpenjevError) -> None:
     raise typer.Exit(EXIT_FAILED)
 
 
+def _stopped(e: KeyboardInterrupt, partial) -> None:
+    """Ctrl-C or SIGTERM (interrupts.py): the window in flight was dropped; say what is kept, exit 130/143."""
+    import signal
+    from pathlib import Path
+
+    from ..errors import JobInterrupted
+
+    term = isinstance(e, JobInterrupted) and e.signum == signal.SIGTERM
+    kept = Path(partial).is_dir()  # a job stopped before its first part leaves none
+    err.print(
+        f"{'terminated (SIGTERM)' if term else 'interrupted'}: "
+        + (f"finished chunks are kept in {partial}; rerun with --resume" if kept else "nothing written"),
+        markup=False,
+    )
+    raise typer.Exit(EXIT_TERMINATED if term else EXIT_INTERRUPTED) from None
+
+
 def main() -> None:  # pragma: no cover - entry point for `python -m openjev_batch`
     app()
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from ..errors import OpenjevError
-from . import EXIT_ROW_ERRORS, _fail, app, err, out
+from ..interrupts import stop_on_signals
+from . import EXIT_ROW_ERRORS, _fail, _stopped, app, err, out
 from .display import _progress
 from .options import CHUNK_ROWS_HELP, ENGINE, _engine_options, _quiet, _resolve
 
@@ -48,6 +49,7 @@ def eval_(
     from ..evaluation.report import rich_tables
 
     _quiet(progress)
+    stop_on_signals()  # SIGTERM (schedulers) ends the eval like Ctrl-C: message, partial kept, exit 143
     try:
         cfg = build_eval_config(
             input=input, output_dir=output_dir, model=_resolve(model), model_name=model,
@@ -60,6 +62,8 @@ def eval_(
             rep = run_eval(cfg, on_progress=tick)
     except OpenjevError as e:
         _fail(e)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: finished chunks stay for `eval --resume`
+        _stopped(e, output_dir / "predictions.parquet.partial")
     for t in rich_tables(rep):
         out.print(t)
     out.print(

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import signal
 from pathlib import Path
 
 import typer
 
-from ..errors import ConfigError, JobInterrupted, OpenjevError
+from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
-from . import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_ROW_ERRORS, EXIT_TERMINATED, _fail, app, err
+from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err
 from .display import _print_plan, _print_summary, _progress
 from .options import (
     BACKEND,
@@ -132,18 +131,7 @@ def _run_job(
         err.print(f"error: {e}", markup=False)
         raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (interrupts.py): the window in flight is dropped
-        term = isinstance(e, JobInterrupted) and e.signum == signal.SIGTERM
-        kept = Path(f"{output}.partial").is_dir()  # a job stopped before its first part leaves none
-        err.print(
-            f"{'terminated (SIGTERM)' if term else 'interrupted'}: "
-            + (
-                f"finished chunks are kept in {output}.partial; rerun with --resume"
-                if kept
-                else "nothing written"
-            ),
-            markup=False,
-        )
-        raise typer.Exit(EXIT_TERMINATED if term else EXIT_INTERRUPTED) from None
+        _stopped(e, f"{output}.partial")
     finally:
         stack.close()
     _print_summary(command, readout, s)

@@ -239,3 +239,50 @@ def test_eval_refuses_a_used_folder_and_resumes_with_per_sample_columns(tiny_mod
     assert pl.read_parquet(cut / "predictions.parquet").equals(df)
     with pytest.raises(er.ConfigError, match="--force starts again, --resume continues"):
         er.build_eval_config(**base, force=True, resume=True)
+
+
+def test_eval_sigterm_keeps_the_partial_and_resumes(tiny_model, tmp_path):
+    """A scheduler's SIGTERM stops `eval` as it stops `run`: a message, exit 143, the finished chunks kept,
+    and `eval --resume` finishes with the same predictions as a run in one go (#16)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    lines = TEST.read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(x) for x in lines]
+    big = tmp_path / "big.jsonl"  # 160 questions, one-row chunks: many parts before the job could end
+    big.write_text(
+        "".join(
+            json.dumps({**r, "question_id": 1000 * k + r["question_id"]}) + "\n"
+            for k in range(20)
+            for r in rows
+        )
+    )
+    out = tmp_path / "ev"
+    partial = out / "predictions.parquet.partial"
+    args = ["eval", big, "-o", out, "-m", tiny_model, "-b", "hf", "--chunk-rows", "1", "--no-progress"]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "openjev_batch", *map(str, args)],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while len(list(partial.glob("part-*.parquet"))) < 2 and time.time() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode == 143, stderr
+    assert "terminated (SIGTERM)" in stderr and "--resume" in stderr and "Traceback" not in stderr
+    assert not (out / "predictions.parquet").exists() and len(list(partial.glob("part-*.parquet"))) >= 2
+    r = cli(*args, "--resume")
+    assert r.returncode == 0, r.stderr
+    whole = cli(*[str(a).replace(str(out), str(tmp_path / "whole")) for a in args])
+    assert whole.returncode == 0, whole.stderr
+    a = pl.read_parquet(out / "predictions.parquet").sort("id")
+    b = pl.read_parquet(tmp_path / "whole" / "predictions.parquet").sort("id")
+    assert a.height == 160 and a.select("id", "probs").equals(b.select("id", "probs"))
