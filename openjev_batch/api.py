@@ -1,22 +1,25 @@
 """The Python API: DataFrames (polars or pandas), Arrow tables or iterables of dicts in, a DataFrame out,
-with the CLI's validation, planning, backends and output columns.
+with the CLI's validation, planning, backends and output columns, for either readout.
 
     import openjev_batch as ob
 
     with ob.Classifier("smollm2-135m", backend="hf") as clf:      # loads the model once
         out = clf.run(df, {"refund": {"type": "noul", "instructions": "Asks for a refund?"}})
         out2 = clf.run(other_df, "questions.yaml")                 # same engine, no reload
+    with ob.Classifier("path/to/nli", backend="hf", readout="classifier-head") as nli:
+        labels = nli.run(pairs_df)                                 # premise + hypothesis → label
 
-It is a thin facade over the job loop's stage functions (`pipeline.prompt_chunk` and `pipeline.score_chunk`:
-prompt → plan → prefill → read out, in input order) and the readers' row parsing (`io.parse_records`); the CLI's `run` goes through the same loop
-with files, parts and `--resume` around it. Heavy imports (torch, transformers, the backend) happen when a
-Classifier is created, not when the package is imported.
+It is a thin facade over the job loop's stage functions (`pipeline.stages.prompt_chunk` and `score_chunk`:
+prompt → plan → prefill → read out, in input order) and the readers' row parsing
+(`pipeline.read.parse_records`); the CLI's `run` / `classify` go through the same loop with files, parts
+and `--resume` around it. The data conversions are frames.py. Heavy imports (torch, transformers, the
+backend) happen when a Classifier is created, not when the package is imported.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -37,78 +40,24 @@ def _questions(questions: Any):
     return shared_questions(questions, "questions")
 
 
-def _kind(data: Any) -> str:
-    mod = type(data).__module__.split(".")[0]
-    if mod == "polars" and type(data).__name__ == "DataFrame":
-        return "polars"
-    if mod == "pandas" and type(data).__name__ == "DataFrame":
-        return "pandas"
-    if mod == "pyarrow" and type(data).__name__ == "Table":
-        return "arrow"
-    return "records"
-
-
-def _columns(data: Any, kind: str) -> list[str] | None:
-    if kind == "pandas":
-        return [str(c) for c in data.columns]
-    if kind in ("polars", "arrow"):
-        return list(data.column_names if kind == "arrow" else data.columns)
-    return None
-
-
-def _records_of(data: Any, kind: str, chunk_rows: int) -> Iterator[list[tuple[int, Any]]]:
-    """Chunks of (position, record dict) with plain Python values (through Arrow for DataFrames, as the
-    Parquet reader gives them: numpy scalars and pandas NaN would otherwise reach the row checks)."""
-    import pyarrow as pa
-
-    if kind == "polars":
-        data = data.to_arrow()
-    elif kind == "pandas":
-        try:
-            data = pa.Table.from_pandas(data, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed object column (str and list states)
-            data = [{str(k): _py(v) for k, v in rec.items()} for rec in data.to_dict("records")]
-            kind = "records"
-    if kind in ("polars", "pandas", "arrow"):
-        pos = 0
-        for batch in data.to_batches(max_chunksize=chunk_rows):
-            recs = batch.to_pylist()
-            yield list(enumerate(recs, pos))
-            pos += len(recs)
-        return
-    chunk: list[tuple[int, Any]] = []
-    for pos, rec in enumerate(data):
-        chunk.append(
-            (pos, rec if isinstance(rec, dict) else f"item {pos}: expected a dict, got {type(rec).__name__}")
-        )
-        if len(chunk) >= chunk_rows:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def _py(v: Any) -> Any:
-    """A pandas cell as a plain Python value: numpy scalars → Python, NaN → None."""
-    if hasattr(v, "item") and type(v).__module__ == "numpy":
-        v = v.item()
-    if isinstance(v, float) and v != v:
-        return None
-    return v
+# the input columns each readout reads (keep="all" keeps every other column)
+_INPUT_COLUMNS = {"label-logprobs": ("id", "state", "questions"), "classifier-head": ("id", "text", "premise", "hypothesis")}  # fmt: skip
 
 
 class Classifier:
-    """A model loaded once, answering questions for many DataFrames. A context manager (closes the
-    engine); `close()` does the same.
+    """A model loaded once, answering many DataFrames. A context manager (closes the engine); `close()` does
+    the same.
 
     `model`: a hub id, a local folder or a packaged name (`openjev-batch models list`). `backend`: hf |
-    sglang (default: sglang where installed and a GPU is present). `threads`: CPU threads (set before torch
-    loads, when it has not been imported yet). The other keywords are the CLI's engine options (device,
-    dtype, tp_size, dp_size, mem_fraction_static, attention_backend, context_length, engine_args) and
-    `max_branches` (most branches per window).
+    sglang (default: sglang where installed and a GPU is present). `readout`: "label-logprobs" (`run`:
+    questions answered from a causal LM's label logprobs) or "classifier-head" (`classify`: a
+    *ForSequenceClassification checkpoint's logits over its id2label). `threads`: CPU threads (set before
+    torch loads, when it has not been imported yet). The other keywords are the CLI's engine options
+    (device, dtype, tp_size, dp_size, mem_fraction_static, attention_backend, context_length, engine_args,
+    batch_tokens, …) and `max_branches` (most branches — classifier-head: rows — per window).
 
-    Raises ConfigError for bad options, BackendError when the model cannot load, LabelError when its
-    tokenizer cannot give the labels.
+    Raises ConfigError for bad options, BackendError when the model cannot load (or, classifier-head, is no
+    classifier), LabelError when a causal LM's tokenizer cannot give the labels.
     """
 
     def __init__(
@@ -116,6 +65,7 @@ class Classifier:
         model: str,
         backend: str | None = None,
         *,
+        readout: str = "label-logprobs",
         threads: int | None = None,
         max_branches: int = 4096,
         **engine_options: Any,
@@ -130,24 +80,33 @@ class Classifier:
         from .backends import NAMES, default_backend, load_backend
         from .backends.base import refuse_engine_options
         from .models import resolve_model
+        from .readouts import NAMES as READOUTS
         from .readouts.label_logprobs import LabelLogprobs
 
         self.backend_name = backend or default_backend()
         if self.backend_name not in NAMES:
             raise ConfigError(f"unknown backend {self.backend_name!r}; expected one of {', '.join(NAMES)}")
+        if readout not in READOUTS:
+            raise ConfigError(f"unknown readout {readout!r}; expected one of {', '.join(READOUTS)}")
         if max_branches <= 0:
             raise ConfigError("max_branches must be positive")
         try:
             self.options = EngineOptions(**engine_options)
         except ValidationError as e:
             raise ConfigError("invalid options: " + validation_message(e)) from None
+        self.readout = readout
         self.model = resolve_model(model)
         opts = self.options.backend_options(self.model)
         if self.backend_name == "hf":
             refuse_engine_options(opts, "hf")
-        self.backend = load_backend(self.backend_name, opts)
+        self.backend = load_backend(self.backend_name, opts, readout)
         try:
-            self.prompter = LabelLogprobs().prompter(self.backend.tokenizer, self.backend.context_length)
+            # label-logprobs: the labels are verified in the tokenizer's answer context once, at start-up
+            self.prompter = (
+                LabelLogprobs().prompter(self.backend.tokenizer, self.backend.context_length)
+                if readout == "label-logprobs"
+                else None
+            )
         except BaseException:
             self.backend.close()
             raise
@@ -159,33 +118,37 @@ class Classifier:
         data: Any,
         questions: Any = None,
         *,
+        template: str | None = None,
         keep: Iterable[str] | str | None = (),
         limit: int | None = None,
         output: str = "auto",
         on_progress: Callable[[int, int], None] | None = None,
     ):
-        """Answer every question of every row of `data`; returns one row per input row × question, in
-        input order, with the CLI's output columns (id, question_id, type, options, probs, answer, p_true,
-        score, confidence, label_mass, token counts, error) and the `keep` columns (a name, names, or
-        "all": every input column that is not an output column).
+        """Read out every row of `data`; returns the CLI's output rows in input order, with its columns and
+        the `keep` columns (a name, names, or "all": every input column that is not an output column).
+        label-logprobs (`run`): one row per input row × question (id, question_id, type, options, probs,
+        answer, p_true, score, confidence, label_mass, token counts, error). classifier-head (`classify`):
+        one row per input row (id, logits, probs, label, p_<label> per label, prompt_tokens, error).
 
-        `data`: a polars or pandas DataFrame, a pyarrow Table, or an iterable of dicts, with `state` and
-        optional `id` / `questions` as in the input files. `questions`: a mapping question_id → question
-        (or a JSON/YAML path) for every row, or None to read each row's `questions`. `output`: "auto" (the
-        input's kind; polars for an iterable), "polars", "pandas" or "arrow". Bad rows become `error`
-        cells, never exceptions; `last_summary` holds the run's counts (a pipeline.Summary).
-        Raises ConfigError for bad arguments or invalid shared questions.
+        `data`: a polars or pandas DataFrame, a pyarrow Table, or an iterable of dicts, with the columns of
+        the input files (label-logprobs: `state`, optional `id` / `questions`; classifier-head: `text`, or
+        `premise` + `hypothesis`, optional `id`). `questions` (label-logprobs): a mapping question_id →
+        question (or a JSON/YAML path) for every row, or None to read each row's `questions`. `template`
+        (classifier-head): the prompt over {premise} and {hypothesis} (default: the NLI template, as
+        `classify --template`). `output`: "auto" (the input's kind; polars for an iterable), "polars",
+        "pandas" or "arrow". Bad rows become `error` cells, never exceptions; `last_summary` holds the run's
+        counts (a pipeline.Summary). Raises ConfigError for bad arguments or invalid shared questions.
         """
         import pyarrow as pa
 
+        from .frames import columns_of, convert, kind_of, records_of
         from .pipeline.read import parse_records
         from .pipeline.stages import prompt_chunk, score_chunk
         from .pipeline.summary import summarize
         from .pipeline.write import records_table
-        from .readouts.label_logprobs import OUTPUT_SCHEMA, LabelLogprobs
 
         t0 = time.perf_counter()
-        kind = _kind(data)
+        kind = kind_of(data)
         if output == "auto":
             output = kind if kind in ("polars", "pandas", "arrow") else "polars"
         if output not in ("polars", "pandas", "arrow"):
@@ -200,54 +163,73 @@ class Classifier:
                 "data must be a DataFrame, a pyarrow Table or an iterable of row dicts, got "
                 f"{type(data).__name__} (a file: use the CLI, or read it into a DataFrame)"
             )
-        cols = _columns(data, kind)
-        keep_t = self._keep(keep, cols)
-        readout = LabelLogprobs(_questions(questions), keep_t)
+        cols = columns_of(data, kind)
+        readout = self._readout(questions, template, self._keep(keep, cols))
+        prompter = self.prompter or readout.prompter(self.backend.tokenizer, self.backend.context_length)
         budget = self.backend.kv_budget_tokens()
         warm0 = self.backend.warm_tokens
         records: list[dict[str, Any]] = []
         n_rows = 0
-        for chunk in parse_records(_records_of(data, kind, CHUNK_ROWS), limit=limit, readout=readout):
+        for chunk in parse_records(records_of(data, kind, CHUNK_ROWS), limit=limit, readout=readout):
             n_rows += len(chunk)
-            prompted = prompt_chunk(chunk, self.prompter)
+            prompted = prompt_chunk(chunk, prompter)
             records += score_chunk(
                 prompted, readout, self.backend, budget, self.max_branches, on_progress
             ).records
-        table = records_table(records, keep_t) if records else OUTPUT_SCHEMA.empty_table()
+        schema = readout.schema
+        table = records_table(records, readout.keep, schema) if records else schema.empty_table()
         self.last_summary = summarize(
             table, n_rows, self.backend.warm_tokens - warm0, time.perf_counter() - t0, "", self.model,
             readout=readout,
         )  # fmt: skip
-        if output == "arrow":
-            return table
-        if output == "pandas":
-            return table.to_pandas()
-        import polars as pl
+        return convert(table, output) if isinstance(table, pa.Table) else table
 
-        return pl.from_arrow(table) if isinstance(table, pa.Table) else table
+    def _readout(self, questions: Any, template: str | None, keep: tuple[str, ...]):
+        """This run's readout, validated as the CLI validates `run` / `classify`. Raises ConfigError."""
+        if self.readout == "classifier-head":
+            from .readouts.classifier_head import DEFAULT_TEMPLATE, ClassifierHead
+
+            if questions is not None:
+                raise ConfigError("questions are for the label-logprobs readout, not for a classifier head")
+            if template is not None and not isinstance(template, str):
+                raise ConfigError(f"template must be a string, got {type(template).__name__}")
+            return ClassifierHead(tuple(self.backend.labels), template or DEFAULT_TEMPLATE, keep)
+        from .readouts.label_logprobs import LabelLogprobs
+
+        if template is not None:
+            raise ConfigError("template is for the classifier-head readout (classify)")
+        return LabelLogprobs(_questions(questions), keep)
 
     def _keep(self, keep: Iterable[str] | str | None, cols: list[str] | None) -> tuple[str, ...]:
         from .config import check_keep
-        from .readouts.label_logprobs import OUTPUT_SCHEMA
+        from .readouts import base_columns
 
         if keep is None:
             keep = ()
         if keep == "all":
             if cols is None:
                 raise ConfigError('keep="all" needs a DataFrame or Table (their columns are known)')
-            keep = [c for c in cols if c not in {"id", "state", "questions", *OUTPUT_SCHEMA.names}]
+            skip = {*_INPUT_COLUMNS[self.readout], *base_columns(self.readout)}
+            keep = [c for c in cols if c not in skip and not self._label_column(c)]
         elif isinstance(keep, str):
             keep = [k.strip() for k in keep.split(",") if k.strip()]
         keep = tuple(keep) if isinstance(keep, Iterable) else (keep,)
         if not all(isinstance(k, str) for k in keep):
             raise ConfigError(f"keep must be a column name, names or 'all', got {keep!r}")
         try:
-            check_keep(keep)
+            check_keep(keep, self.readout)
         except ValueError as e:
             raise ConfigError(f"keep: {e}") from None
         if cols is not None and (missing := [k for k in keep if k not in cols]):
             raise ConfigError(f"keep column(s) not in the data: {', '.join(missing)}")
         return keep
+
+    def _label_column(self, name: str) -> bool:
+        if self.readout != "classifier-head":
+            return False
+        from .readouts.classifier_head import label_column
+
+        return name in {label_column(x) for x in self.backend.labels}
 
     def close(self) -> None:
         if getattr(self, "backend", None) is not None:

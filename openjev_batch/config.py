@@ -216,6 +216,12 @@ def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
         raise ConfigError(f"--questions {path}: cannot parse: nested too deeply") from None
     except (yaml.YAMLError, ValueError) as e:  # ValueError: UnicodeDecodeError, a duplicate JSON key
         raise ConfigError(f"--questions {path}: cannot parse: {e}") from None
+    if not isinstance(raw, dict):  # a plain string would be read as the JSON text of a map (a row's cell)
+        got = "nothing" if raw is None else f"a {type(raw).__name__}"
+        raise ConfigError(
+            f"--questions {path}: the YAML/JSON questions file must be a mapping question_id → question, "
+            f"got {got}"
+        )
     return shared_questions(raw, f"--questions {path}")
 
 

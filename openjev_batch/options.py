@@ -7,11 +7,13 @@ validates."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -47,7 +49,9 @@ class EngineOption:
     not "auto"); `resume_key`: it changes the numbers, so it is part of the `--resume` manifest;
     `engine_only`: an sglang engine setting, refused (when not its default) by the hf backend, which has no
     engine; `commands`: the CLI commands that offer it; `flag`: its CLI name (default `--name-with-dashes`);
-    `constraints`: pydantic Field bounds."""
+    `constraints`: pydantic Field bounds; `choices`: the values it takes (`cuda:N`: cuda, a colon and a
+    device number), refused otherwise when the config is built — by `--dry-run` and `validate` too, not
+    only by a loading backend."""
 
     name: str
     type: Any
@@ -59,6 +63,16 @@ class EngineOption:
     commands: tuple[str, ...] = ("run", "classify", "eval")
     flag: str = ""
     constraints: dict[str, Any] = field(default_factory=dict)
+    choices: tuple[str, ...] = ()
+
+    def check_choice(self, v: Any) -> Any:
+        """`v` when it is one of `choices` (or there are none). Raises ValueError naming them."""
+        if not self.choices or v is None or v in self.choices:
+            return v
+        numbered = [c.removesuffix(":N") for c in self.choices if c.endswith(":N")]
+        if isinstance(v, str) and any(re.fullmatch(re.escape(c) + r":\d+", v) for c in numbered):
+            return v
+        raise ValueError(f"unknown {self.name} {v!r}; expected one of {', '.join(self.choices)}")
 
     @property
     def cli_flag(self) -> str:
@@ -66,10 +80,11 @@ class EngineOption:
 
 
 ENGINE_OPTIONS: tuple[EngineOption, ...] = (
-    EngineOption("device", str, "auto", "auto | cpu | cuda.", resume_key=True),
+    EngineOption("device", str, "auto", "auto | cpu | cuda | cuda:N.", resume_key=True,
+                 choices=("auto", "cpu", "cuda", "cuda:N")),
     EngineOption(
         "dtype", str, "auto", "auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16.",
-        sglang=True, resume_key=True,
+        sglang=True, resume_key=True, choices=("auto", "float32", "bfloat16", "float16"),
     ),
     # tensor parallelism changes the bf16 reduction order, so it is part of the resume key
     EngineOption("tp_size", int, 1, "sglang tensor parallel size.", sglang=True, resume_key=True,
@@ -96,9 +111,10 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
 
 
 def _field(o: EngineOption):
+    typ = Annotated[o.type, AfterValidator(o.check_choice)] if o.choices else o.type
     if isinstance(o.default, dict):  # a fresh dict per config
-        return (o.type, Field(default_factory=dict, **o.constraints))
-    return (o.type, Field(o.default, **o.constraints))
+        return (typ, Field(default_factory=dict, **o.constraints))
+    return (typ, Field(o.default, **o.constraints))
 
 
 class _Frozen(BaseModel):

@@ -110,3 +110,39 @@ def test_wrong_argument_types_are_config_errors(clf):
     # generators still work
     out = clf.run(({"state": "x", "c": 1} for _ in range(2)), Q, keep=(k for k in ["c"]))
     assert out["c"].to_list() == [1] * 2 * len(Q)
+
+
+def test_classifier_head_readout_matches_classify(tiny_classifier, tmp_path):
+    """`Classifier(..., readout="classifier-head")` is `openjev-batch classify` from Python: the same
+    columns, types and values (p_<label> per label, kept columns), the same refusals."""
+    from conftest import EXAMPLES
+
+    src = EXAMPLES / "nli" / "rte_sample.jsonl"
+    rows = [json.loads(line) for line in src.read_text().splitlines()][:6]
+    rows.append({"id": "no-text", "premise": "only a premise"})  # a row error, not an exception
+    p = write_jsonl(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.parquet"
+    r = cli("classify", p, "-o", out, "-m", tiny_classifier, "-b", "hf", "--keep", "gold", "--no-progress")
+    assert r.returncode == 3, r.stderr
+    want = pl.read_parquet(out)
+    df = pl.DataFrame({k: [row.get(k) for row in rows] for k in ("id", "premise", "hypothesis", "gold")})
+    with ob.Classifier(str(tiny_classifier), backend="hf", device="cpu", readout="classifier-head") as nli:
+        got = nli.run(df, keep="gold")
+        assert isinstance(got, pl.DataFrame) and got.columns == want.columns and got.dtypes == want.dtypes
+        assert got.equals(want)
+        assert want.columns[:4] == ["id", "logits", "probs", "label"] and "p_entailment" in want.columns
+        s = nli.last_summary
+        assert (s.rows, s.answered, s.errors) == (7, 6, 1)
+        assert nli.run(df, keep="all").columns == want.columns  # gold is the one non-input column
+        texts = nli.run([{"id": "t", "text": "a plain text row"}], output="arrow")
+        assert texts.num_rows == 1 and texts.column("error").to_pylist() == [None]
+        templ = nli.run(df.head(1), template="{premise} => {hypothesis}", output="pandas")
+        assert templ["label"].notna().all() and templ["prompt_tokens"][0] != want["prompt_tokens"][0]
+        with pytest.raises(ConfigError, match="questions are for the label-logprobs readout"):
+            nli.run(df, Q)
+        with pytest.raises(ConfigError, match="needs \\{hypothesis\\} exactly once"):
+            nli.run(df, template="{premise}")
+        with pytest.raises(ConfigError, match="clash with output columns"):
+            nli.run(df.with_columns(pl.col("gold").alias("label")), keep="label")
+    with pytest.raises(ConfigError, match="unknown readout 'nli'"):
+        ob.Classifier(str(tiny_classifier), backend="hf", readout="nli")

@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from conftest import EXAMPLES, cli
+from conftest import EXAMPLES, cli, sglang_cpu_env
 
 from openjev_batch.backends.base import BackendOptions, loader_options
 from openjev_batch.errors import BackendError
@@ -111,3 +111,67 @@ def test_loader_refusal_names_the_option(tiny_model, tmp_path):
     shutil.copytree(tiny_model, folder, ignore=shutil.ignore_patterns("*.safetensors"))
     with pytest.raises(BackendError, match="pass --allow-pickle for pickle weights you trust"):
         load_backend("hf", BackendOptions(model=str(folder), device="cpu"))
+
+
+def remote_code_tokenizer(tiny_model, dest, marker):
+    """The tiny model whose tokenizer class is the checkpoint's own Python code (auto_map), which leaves
+    `marker` when it runs. Without trust_remote_code transformers 5 falls back to its generic tokenizer."""
+    shutil.copytree(tiny_model, dest)
+    (dest / "tok.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "from transformers import PreTrainedTokenizerFast\n\n\nclass RemoteTok(PreTrainedTokenizerFast):\n    pass\n"
+    )
+    cfg = json.loads((dest / "tokenizer_config.json").read_text())
+    cfg.update(tokenizer_class="RemoteTok", auto_map={"AutoTokenizer": [None, "tok.RemoteTok"]})
+    (dest / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return dest
+
+
+def test_tokenizer_only_paths_honour_trust_remote_code(tiny_model, tmp_path):
+    """The stages that load a tokenizer without a backend (--dry-run, the Ray driver and render actors) load
+    the checkpoint's own tokenizer code only with --trust-remote-code, and then do; the Ray ones ignored
+    the option (they always loaded transformers' generic tokenizer instead)."""
+    from openjev_batch.backends.base import load_tokenizer
+    from openjev_batch.readouts.label_logprobs import LabelLogprobs
+
+    marker = tmp_path / "ran"
+    folder = remote_code_tokenizer(tiny_model, tmp_path / "m", marker)
+    dry = ("run", EXAMPLES / "tickets_inline.jsonl", "-m", folder, "-b", "hf", "--dry-run")
+    r = cli(*dry)
+    assert r.returncode == 0 and not marker.exists(), r.stderr
+    r = cli(*dry, "--trust-remote-code")
+    assert r.returncode == 0 and marker.exists(), r.stderr
+    assert type(load_tokenizer(str(folder), trust_remote_code=True)).__name__ == "RemoteTok"
+    pytest.importorskip("ray")
+    from openjev_batch.pipeline.ray.stages import RenderStage
+
+    stage = RenderStage(str(folder), LabelLogprobs(None), trust_remote_code=True)
+    assert type(stage.prompter.tok).__name__ == "RemoteTok"
+
+
+def test_sglang_refusal_names_allow_pickle(tiny_model, tmp_path):
+    """sglang's loader with load_format=safetensors (the default here) finds nothing in a checkpoint whose
+    weights are pickles under a name the folder check does not know (a hub repo); its message
+    ("Cannot find any model weights") now says which option allows it, as the hf backend's does."""
+    from openjev_batch.backends.base import trust_hint
+
+    opts = BackendOptions(model="org/pickled")
+    sglang_says = RuntimeError("Cannot find any model weights with `org/pickled`")
+    assert "pass --allow-pickle" in trust_hint(opts, sglang_says)
+    assert trust_hint(BackendOptions(model="org/pickled", allow_pickle=True), sglang_says) == ""
+
+
+@pytest.mark.sglang
+def test_sglang_engine_refusal_names_allow_pickle(tiny_model, tmp_path, monkeypatch):
+    pytest.importorskip("sglang")
+    for k, v in sglang_cpu_env().items():
+        monkeypatch.setenv(k, v)
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_model, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    out = tmp_path / "o.parquet"
+    r = cli("run", EXAMPLES / "tickets_inline.jsonl", "-m", folder, "-b", "sglang", "--device", "cpu", "-o", out,
+            "--no-progress", "--engine-arg", "max_total_tokens=50000")  # fmt: skip
+    # (sglang's scheduler logs its own traceback; the product's message is the last line)
+    message = " ".join(r.stderr.split("error: ")[-1].split())
+    assert r.returncode == 4 and message.startswith("sglang.Engine could not start"), r.stderr
+    assert "Cannot find any model weights" in message and "pass --allow-pickle" in message, r.stderr

@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from ..core import BranchResult, Window
+from ..errors import BackendError
 from ..options import BackendOptions
 
 
@@ -46,11 +47,25 @@ def trust_hint(opts: BackendOptions, e: BaseException) -> str:
     """The option to name when a loader refused what `loader_options` keeps out (a hub checkpoint with only
     pickle weights, or one that needs its own code), so the message says how to allow it."""
     msg = str(e)
-    if not opts.allow_pickle and "safetensors" in msg:
+    # sglang's loader with load_format=safetensors: "Cannot find any model weights with `<model>`"
+    if not opts.allow_pickle and ("safetensors" in msg or "Cannot find any model weights" in msg):
         return " (only safetensors weights are loaded; pass --allow-pickle for pickle weights you trust)"
     if not opts.trust_remote_code and "trust_remote_code" in msg:
         return " (pass --trust-remote-code to run this checkpoint's own code, if you trust it)"
     return ""
+
+
+def load_tokenizer(model: str, trust_remote_code: bool = False) -> Any:
+    """The model's Hugging Face tokenizer, for the stages that tokenize without a backend (`--dry-run`, the
+    Ray render actors and driver), with the checkpoint-trust option the backends use. Raises BackendError
+    naming the option that would allow a refused checkpoint."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except Exception as e:
+        hint = trust_hint(BackendOptions(model=model, trust_remote_code=trust_remote_code), e)
+        raise BackendError(f"cannot load the tokenizer of {model!r}: {e}{hint}") from e
 
 
 class Backend(ABC):

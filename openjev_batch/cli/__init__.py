@@ -51,8 +51,10 @@ def _main(
 
 
 def _fail(e: OpenjevError) -> None:
+    from .options import stdin_name
+
     err.print("[bold red]error:[/] ", end="")
-    err.print(str(e), markup=False, highlight=False)
+    err.print(stdin_name(str(e)), markup=False, highlight=False)
     raise typer.Exit(EXIT_FAILED)
 
 

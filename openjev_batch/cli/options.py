@@ -62,13 +62,26 @@ def _engine_options(command: str):
     return deco
 
 
+_SPOOLED: list[str] = []  # the temporary files that stand for `-` in this process
+
+
 def _spool_stdin(stack: contextlib.ExitStack) -> Path:
-    """`-`: standard input copied to a temporary file (removed when the command ends), named by its format."""
+    """`-`: standard input copied to a temporary file (removed when the command ends), named by its format.
+    Messages name it `-` (`stdin_name`), not the temporary path the user never gave."""
     import tempfile
 
     from ..pipeline.formats import spool_stdin
 
-    return spool_stdin(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-")))
+    path = spool_stdin(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-")))
+    _SPOOLED.extend({str(path), str(path.resolve())})
+    return path
+
+
+def stdin_name(message: str) -> str:
+    """`message` with each standard-input spool file named `-`, as the user gave it."""
+    for p in _SPOOLED:
+        message = message.replace(p, "-")
+    return message
 
 
 def _quiet(progress: bool) -> None:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..backends.base import load_tokenizer
 from ..config import RunConfig
-from ..errors import BackendError
 from ..model_info import model_info
 from ..schema import RowError
 from .job import make_readout
 from .plan import plan
-from .read import check_input, read_rows
+from .read import check_input, job_rows
 from .stages import prompt_chunk
 from .summary import describe_model
 
@@ -52,22 +52,15 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
     Raises the same job-level errors as `run_job` for bad input or an unloadable tokenizer."""
     import resource
 
-    from transformers import AutoTokenizer
-
     t0 = time.perf_counter()
     check_input(cfg.input, cfg.keep)
     readout = make_readout(cfg)
     if tokenizer is None:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
-        except Exception as e:
-            raise BackendError(f"cannot load the tokenizer of {cfg.model!r}: {e}") from e
+        tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
     prompter = readout.prompter(tokenizer)
     budget = cfg.kv_budget_tokens or 1 << 20
     rows = questions = errors = branches = logical = unique = unique_hf = windows = 0
-    for chunk in read_rows(
-        cfg.input, keep=cfg.keep, chunk_rows=cfg.chunk_rows, limit=cfg.limit, readout=readout
-    ):
+    for chunk in job_rows(cfg, readout)[0]:
         rows += len(chunk)
         for r in chunk:
             n = readout.n_records(r)

@@ -24,7 +24,7 @@ from ..model_info import model_info
 from ..readouts.base import Readout
 from .formats import kept_types
 from .prefill import FailureTracker
-from .read import check_input, read_rows
+from .read import check_input, job_rows
 from .stages import prompt_chunk, score_chunk
 from .store import OutputStore
 from .summary import Summary, Totals, describe_model
@@ -141,15 +141,7 @@ def run_job(
             budget = cfg.kv_budget_tokens or backend.kv_budget_tokens()
             tracker = FailureTracker(backend.name, partial=f"{cfg.output}.partial")
             totals = Totals()
-            digest = hashlib.sha256()  # the input's content as read: resume identifies the input by it
-            chunks = read_rows(
-                cfg.input,
-                keep=cfg.keep,
-                chunk_rows=cfg.chunk_rows,
-                limit=cfg.limit,
-                readout=readout,
-                hasher=digest,
-            )
+            chunks, digest = job_rows(cfg, readout)  # digest: the input's content as read (resume)
 
             stages = _host_stage(chunks, prompter, lambda i: cfg.resume and store.is_done(i), digest)
             with contextlib.closing(stages):  # the host thread stops with the job, also when it fails

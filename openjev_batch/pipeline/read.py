@@ -8,6 +8,7 @@ InputFileError. The output store (parts, manifest, lock, resume, join) is store.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,18 @@ def read_rows(
         yield out
     if not any_rows:
         raise InputFileError(f"{path}: no rows")
+
+
+def job_rows(cfg: Any, readout: Any) -> tuple[Iterator[list[Any]], Any]:
+    """A job's input (`cfg`: a RunConfig's input, keep, chunk_rows, limit) as chunks of `readout`'s rows,
+    and the sha256 hasher the reader feeds: its digest, read once a chunk is yielded, is the input's content
+    up to that chunk's end, by which `--resume` identifies the input (store.OutputStore.begin_chunk). The
+    local loop and the Ray driver both read through it."""
+    digest = hashlib.sha256()
+    rows = read_rows(
+        cfg.input, keep=cfg.keep, chunk_rows=cfg.chunk_rows, limit=cfg.limit, readout=readout, hasher=digest
+    )
+    return rows, digest
 
 
 def _default_readout(questions: Any, keep: tuple[str, ...]):

@@ -290,3 +290,34 @@ def test_hf_refuses_sglang_engine_options(tiny_model, tmp_path):
 
     with pytest.raises(BackendError, match="drop --engine-arg chunked_prefill_size"):
         build_config(input=inp, output=out, model="m", backend="hf", engine_args={"chunked_prefill_size": 1})
+
+
+def test_refusals_found_by_a_hostile_input_trial(tmp_path):
+    """Each used to pass or to read badly: a dry run took any --dtype / --device (a real run refused them);
+    a YAML questions file holding a plain string got a JSON parser's message; a stdin parse error named the
+    temporary spool file instead of `-`. Each is now exit 4, one message, no traceback."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    text_q = tmp_path / "q.yaml"
+    text_q.write_text("just a sentence, not a question map\n")
+    dry = ["run", EXAMPLES / "tickets.jsonl", "-m", "M", "-b", "hf", "--dry-run", "-q", EXAMPLES / "ticket_questions.yaml"]  # fmt: skip
+    cases = [
+        ([*dry, "--dtype", "int8"], "dtype: unknown dtype 'int8'; expected one of auto, float32, bfloat16, float16"),
+        ([*dry, "--device", "tpu"], "device: unknown device 'tpu'; expected one of auto, cpu, cuda, cuda:N"),
+        ([*dry, "-b", "sglang", "--dtype", "int8"], "unknown dtype 'int8'"),
+        (["validate", EXAMPLES / "tickets.jsonl", "-q", text_q],
+         "the YAML/JSON questions file must be a mapping question_id → question, got a str"),
+    ]  # fmt: skip
+    for args, msg in cases:
+        r = cli(*map(str, args))
+        assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.count("error:") == 1 and msg in " ".join(r.stderr.split()), r.stderr
+        assert "Expecting value" not in r.stderr
+    cmd = [sys.executable, "-m", "openjev_batch", "run", "-", "-o", str(tmp_path / "o.parquet"), "-m", "M", "-b",
+           "hf", "--dry-run", "-q", str(EXAMPLES / "ticket_questions.yaml")]  # fmt: skip
+    r = subprocess.run(cmd, input="not json, not csv", capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 4 and "error: -: cannot read as CSV" in r.stderr, r.stderr
+    assert "openjev-stdin-" not in r.stderr and "stdin.csv" not in r.stderr

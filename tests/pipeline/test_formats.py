@@ -192,3 +192,27 @@ def test_yaml_true_false_keys_and_text_column_hint(tmp_path):
     assert "row a: state: missing (the row has a 'text' column: rename it to 'state'" in " ".join(
         r.stderr.split()
     )
+
+
+def test_job_rows_reads_a_job_and_hashes_what_it_read(tmp_path):
+    """pipeline.read.job_rows, the one reader of the local loop and the Ray driver: the config's chunking
+    and limit, and the input's sha256 up to each chunk's end (the --resume ledger's key)."""
+    import hashlib
+
+    from openjev_batch.config import build_config
+    from openjev_batch.pipeline.read import job_rows
+    from openjev_batch.readouts.label_logprobs import LabelLogprobs
+
+    src = tmp_path / "in.jsonl"
+    lines = [json.dumps({"id": f"r{i}", "state": f"s{i}"}) + "\n" for i in range(5)]
+    src.write_text("".join(lines))
+    cfg = build_config(input=src, output=tmp_path / "o.parquet", model="m", backend="hf", chunk_rows=2)
+    chunks, digest = job_rows(cfg, LabelLogprobs(None))
+    seen = []
+    for chunk in chunks:
+        seen.append([r.id for r in chunk])
+        n = sum(len(c) for c in seen)
+        assert digest.hexdigest() == hashlib.sha256("".join(lines[:n]).encode()).hexdigest()
+    assert seen == [["r0", "r1"], ["r2", "r3"], ["r4"]]
+    limited = build_config(input=src, output=tmp_path / "o.parquet", model="m", backend="hf", limit=3)
+    assert [r.id for c in job_rows(limited, LabelLogprobs(None))[0] for r in c] == ["r0", "r1", "r2"]

@@ -97,7 +97,11 @@ def _iter_results(
     actor_cfg = cfg if gpus else cfg.model_copy(update={"device": "cpu"})  # no GPU reserved: never touch one
     ds = ray.data.from_arrow_refs(refs).map_batches(
         RenderStage,
-        fn_constructor_kwargs={"model": cfg.model, "readout": readout},
+        fn_constructor_kwargs={
+            "model": cfg.model,
+            "readout": readout,
+            "trust_remote_code": cfg.trust_remote_code,
+        },
         compute=ray.data.ActorPoolStrategy(min_size=1, max_size=render),
         batch_size=None,
         batch_format="pyarrow",

@@ -1,6 +1,6 @@
 """Scale-out on Ray Data: the job of `pipeline.run_job`, scored by a pool of engine actors.
 
-    driver       read_rows (input order, row errors, duplicate ids, --resume); bucket of each row =
+    driver       job_rows (input order, row errors, duplicate ids, --resume); bucket of each row =
                  hash(its prefix text, input chunk) mod n ─▶ one object-store block per bucket
     CPU actors   pipeline.prompt_chunk (render + tokenize), block by block
     GPU actors   one backend each (one sglang.Engine); a block = a bucket → pipeline.score_chunk
@@ -21,7 +21,6 @@ The output file is the one the single-machine run writes. Ray is imported only w
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import pickle
 import time
 from collections.abc import Callable
@@ -32,16 +31,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...backends.base import load_tokenizer
 from ...config import RunConfig
 from ...errors import ConfigError, OpenjevError, OutputCheckError
 from ...readouts.base import Readout
 from ..formats import kept_types
 from ..job import job_manifest, make_readout
-from ..read import check_input, read_rows
+from ..read import check_input, job_rows
 from ..store import OutputStore
 from ..summary import Summary, Totals
 from .cluster import RayOptions, _connect, _domain_error, _gpus, _iter_results
-from .stages import _tokenizer, bucket_of, buckets_per_chunk, stage_schema
+from .stages import bucket_of, buckets_per_chunk, stage_schema
 from .staging import STAGE_DIR, _records_of, _stage_files, _write_stage, read_stage
 
 
@@ -102,15 +102,7 @@ class _Driver:
     def read_and_ship(self, ray) -> None:
         """Read the input in chunks; ship the rows not finished by an earlier run, bucketed by prefix."""
         cfg, opts, readout = self.cfg, self.opts, self.readout
-        digest = hashlib.sha256()  # resume identifies the input by content (store.py)
-        rows = read_rows(
-            cfg.input,
-            keep=cfg.keep,
-            chunk_rows=cfg.chunk_rows,
-            limit=cfg.limit,
-            readout=readout,
-            hasher=digest,
-        )
+        rows, digest = job_rows(cfg, readout)  # resume identifies the input by content (store.py)
         for i, chunk in enumerate(rows):
             self.n_rows += len(chunk)
             expected = np.array([readout.n_records(r) for r in chunk], np.int64)
@@ -208,7 +200,8 @@ def run_job_ray(
         raise ConfigError(f"grouping must be blocks or groupby, got {opts.grouping!r}")
     check_input(cfg.input, cfg.keep)
     readout = make_readout(cfg)
-    readout.prompter(_tokenizer(cfg.model))  # fail here, not in an actor: the tokenizer loads, gives labels
+    # fail here, not in an actor: the tokenizer loads, gives labels
+    readout.prompter(load_tokenizer(cfg.model, cfg.trust_remote_code))
     job = _Driver(cfg, opts, readout)
     try:
         return _run(ray, cfg, opts, readout, job, on_progress, t0)

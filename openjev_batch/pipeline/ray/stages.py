@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 
 from ...backends import load_backend
+from ...backends.base import load_tokenizer
 from ...config import RunConfig
-from ...errors import BackendError
 from ...readouts.base import Readout
 from ...schema import RowError
 from ..stages import Prompted, prompt_chunk, score_chunk
@@ -44,22 +44,13 @@ def buckets_per_chunk(n_rows: int, workers: int, bucket_rows: int) -> int:
     return max(math.ceil(n_rows / bucket_rows), min(n_rows, 4 * workers), 1)
 
 
-def _tokenizer(model: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(model)
-    except Exception as e:
-        raise BackendError(f"cannot load the tokenizer of {model!r}: {e}") from e
-
-
 # -- Ray stages (run in actors; plain classes so Ray imports this module by name) ----------------------
 class RenderStage:
     """CPU actor: the prompt stage (`pipeline.prompt_chunk`) over a block of rows (block in, block out:
     per row, the row with its prompt and its failed questions)."""
 
-    def __init__(self, model: str, readout: Readout):
-        self.prompter = readout.prompter(_tokenizer(model))
+    def __init__(self, model: str, readout: Readout, trust_remote_code: bool = False):
+        self.prompter = readout.prompter(load_tokenizer(model, trust_remote_code))
 
     def __call__(self, block: pa.Table) -> pa.Table:
         rows = [pickle.loads(b) for b in block.column("row").to_pylist()]
