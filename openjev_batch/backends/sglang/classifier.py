@@ -23,7 +23,7 @@ from typing import Any
 
 from ...core import BranchResult, Window
 from ...errors import BackendError
-from ..base import Backend, BackendOptions, loader_options, trust_hint
+from ..base import Backend, BackendOptions, loader_options
 from ..checkpoint import Checkpoint, read_checkpoint
 from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE
 from .kwargs import engine_kwargs as engine_kwargs_base
@@ -84,9 +84,7 @@ class SGLangClassifier(Backend):
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
         except Exception as e:
-            raise BackendError(
-                f"cannot load the tokenizer of {opts.model!r}: {e}{trust_hint(opts, e)}"
-            ) from e
+            raise BackendError(f"cannot load the tokenizer of {opts.model!r}: {e}") from e
 
         prev = os.environ.get(ENV)
         if override and prev and prev != PACKAGE:
@@ -100,7 +98,7 @@ class SGLangClassifier(Backend):
             self.engine = sglang.Engine(**kw)
         except BaseException as e:  # the scheduler subprocess dies → SystemExit/RuntimeError here
             raise BackendError(
-                f"sglang.Engine could not start with {opts.model!r}: {type(e).__name__}: {e}{trust_hint(opts, e)}"
+                f"sglang.Engine could not start with {opts.model!r}: {type(e).__name__}: {e}"
             ) from e
         finally:
             if override:

@@ -44,7 +44,7 @@ from ...core import Window
 from ...errors import BackendError, EngineDied, JobInterrupted
 from ...model_info import ModelInfo, model_info
 from ...pipeline.plan import StateBudget, state_groups
-from ..base import Backend, BackendOptions, BranchResult, loader_options, trust_hint
+from ..base import Backend, BackendOptions, BranchResult, loader_options
 from . import signals as sglang_signals
 from .kwargs import NO_SGL_KERNEL, _version_tuple, choose_multi_item, engine_kwargs, import_sglang
 from .scheduler_patch import engine_class
@@ -116,9 +116,7 @@ class SGLangBackend(Backend):
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
         except Exception as e:
-            raise BackendError(
-                f"cannot load the tokenizer of {opts.model!r}: {e}{trust_hint(opts, e)}"
-            ) from e
+            raise BackendError(f"cannot load the tokenizer of {opts.model!r}: {e}") from e
         self.engine = None
         # sglang's SIGQUIT handlers SIGKILL this process when an engine process fails: the product handles
         # it instead (sglang_signals), at start-up through sglang's own `custom_sigquit_handler` hook.
@@ -139,8 +137,7 @@ class SGLangBackend(Backend):
             if "sgl_kernel" in str(e):
                 raise BackendError(NO_SGL_KERNEL) from e
             why = str(e) if isinstance(e, EngineDied) else f"{type(e).__name__}: {e}"
-            hint = trust_hint(opts, e)  # a hub checkpoint with pickle weights only, or its own code
-            raise BackendError(f"sglang.Engine could not start with {opts.model!r}: {why}{hint}") from None
+            raise BackendError(f"sglang.Engine could not start with {opts.model!r}: {why}") from None
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         info = self.engine.get_server_info()
         self._capacity = int(info.get("max_total_num_tokens") or 0) or None
