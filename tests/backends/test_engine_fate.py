@@ -120,3 +120,28 @@ def test_sigterm_stops_an_sglang_job_like_ctrl_c(tiny_model, tmp_path, sg_env):
     assert "terminated (SIGTERM): finished chunks are kept" in err
     n = len(list(partial.glob("part-*.parquet")))
     assert not out.exists() and 2 <= n < 30
+
+
+def test_killed_scheduler_ends_a_classify_job_exit_4_with_the_products_message(
+    tiny_classifier, tmp_path, sg_env
+):
+    """The classifier engine starts under the same signal handling as the causal one (signals.start_engine):
+    a scheduler that dies mid-job ends `classify -b sglang` with exit 4 and the product's message, not
+    sglang's SIGKILL of this process (rc -9/137), and the finished chunks stay for --resume."""
+    rows = [
+        {"id": f"r{i}", "premise": f"ticket {i} is open", "hypothesis": "it is closed"} for i in range(200)
+    ]
+    inp = write_jsonl(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.parquet"
+    partial = tmp_path / "o.parquet.partial"
+    args = ["classify", inp, "-m", tiny_classifier, "-b", "sglang", "-o", out, "--chunk-rows", "2"]
+    p = _start([*args, "--no-progress"], sg_env)
+    _wait_parts(partial, p, 2)
+    sched = _scheduler(p.pid)
+    sched.kill()
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 4, err[-3000:]
+    msg = " ".join(err.split("error:")[-1].split())
+    assert f"the sglang engine died: sglang's scheduler_0 process (pid {sched.pid})" in msg, msg
+    assert "Traceback" not in msg
+    assert not out.exists() and len(list(partial.glob("part-*.parquet"))) >= 2

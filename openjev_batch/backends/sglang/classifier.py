@@ -16,15 +16,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 from typing import Any
 
 from ...core import BranchResult, Window
-from ...errors import BackendError
+from ...errors import BackendError, EngineDied
 from ..base import Backend, BackendOptions, loader_options
 from ..checkpoint import Checkpoint, read_checkpoint
+from . import signals as sglang_signals
 from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE
 from .kwargs import engine_kwargs as engine_kwargs_base
 from .kwargs import import_sglang
@@ -94,12 +96,8 @@ class SGLangClassifier(Backend):
             )
         if override:
             os.environ[ENV] = PACKAGE
-        try:
-            self.engine = sglang.Engine(**kw)
-        except BaseException as e:  # the scheduler subprocess dies → SystemExit/RuntimeError here
-            raise BackendError(
-                f"sglang.Engine could not start with {opts.model!r}: {type(e).__name__}: {e}"
-            ) from e
+        try:  # the same signal handling as the causal engine (signals.py): SIGQUIT, SIGTERM, error file
+            self.engine, self._error_file = sglang_signals.start_engine(sglang.Engine, kw, opts.model)
         finally:
             if override:
                 if prev is None:
@@ -137,7 +135,10 @@ class SGLangClassifier(Backend):
     def _encode(self, ids: list[list[int]]) -> list[dict]:
         try:
             gen = self.engine.tokenizer_manager.generate_request(self._req(input_ids=ids), None)
-            outs = self.engine.loop.run_until_complete(gen.__anext__())
+            with sglang_signals.waiting_on_engine():
+                outs = self.engine.loop.run_until_complete(gen.__anext__())
+        except EngineDied as e:
+            raise BackendError(f"the sglang engine died: {e}") from None
         except Exception as e:
             raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
         return outs if isinstance(outs, list) else [outs]
@@ -171,3 +172,6 @@ class SGLangClassifier(Backend):
         eng, self.engine = getattr(self, "engine", None), None
         if eng is not None:
             eng.shutdown()
+        if getattr(self, "_error_file", None):
+            with contextlib.suppress(OSError):
+                os.unlink(self._error_file)

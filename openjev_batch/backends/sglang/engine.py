@@ -35,13 +35,11 @@ import asyncio
 import contextlib
 import math
 import os
-import signal
-import tempfile
 from typing import Any
 
 from ... import mis
 from ...core import Window
-from ...errors import BackendError, EngineDied, JobInterrupted
+from ...errors import BackendError, EngineDied
 from ...model_info import ModelInfo, model_info
 from ...pipeline.plan import StateBudget, state_groups
 from ..base import Backend, BackendOptions, BranchResult, loader_options
@@ -120,24 +118,9 @@ class SGLangBackend(Backend):
         self.engine = None
         # sglang's SIGQUIT handlers SIGKILL this process when an engine process fails: the product handles
         # it instead (sglang_signals), at start-up through sglang's own `custom_sigquit_handler` hook.
-        kw.setdefault("custom_sigquit_handler", sglang_signals.on_sigquit)
-        prev_term = signal.getsignal(signal.SIGTERM)
-        fd, self._error_file = tempfile.mkstemp(prefix="openjev-engine-", suffix=".err")
-        os.close(fd)
-        before = sglang_signals.children_pids()
-        try:
-            with sglang_signals.starting(self._error_file):
-                self.engine = engine_class()(**kw)
-            sglang_signals.take_over_signals(self.engine, prev_term)
-        except BaseException as e:  # a scheduler that fails → EngineDied / RuntimeError / SystemExit here
-            sglang_signals.kill_new_children(before)  # what the half-started engine left running
-            os.unlink(self._error_file)
-            if isinstance(e, JobInterrupted):
-                raise
-            if "sgl_kernel" in str(e):
-                raise BackendError(NO_SGL_KERNEL) from e
-            why = str(e) if isinstance(e, EngineDied) else f"{type(e).__name__}: {e}"
-            raise BackendError(f"sglang.Engine could not start with {opts.model!r}: {why}") from None
+        self.engine, self._error_file = sglang_signals.start_engine(
+            engine_class(), kw, opts.model, NO_SGL_KERNEL
+        )
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         info = self.engine.get_server_info()
         self._capacity = int(info.get("max_total_num_tokens") or 0) or None

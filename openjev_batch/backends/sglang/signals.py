@@ -180,3 +180,35 @@ def children_pids() -> set[int]:
         return {c.pid for c in psutil.Process().children()}
     except Exception:
         return set()
+
+
+def start_engine(make, kw: dict, model: str, no_kernel: str = "") -> tuple[object, str]:
+    """Start an engine with `make(**kw)` under the product's signal handling, for both sglang backends:
+    SIGQUIT from a failing engine process is recorded (sglang's own handler SIGKILLs this process), the
+    scheduler writes its error to a file this process reads, SIGTERM/SIGINT go back to the CLI's handler.
+    Returns (engine, error file: the caller unlinks it at close). On failure kills what the half-started
+    engine left running and raises BackendError (JobInterrupted passes through)."""
+    import tempfile
+
+    from ...errors import BackendError, JobInterrupted
+
+    kw = {**kw}
+    kw.setdefault("custom_sigquit_handler", on_sigquit)
+    prev_term = signal.getsignal(signal.SIGTERM)
+    fd, error_file = tempfile.mkstemp(prefix="openjev-engine-", suffix=".err")
+    os.close(fd)
+    before = children_pids()
+    try:
+        with starting(error_file):
+            engine = make(**kw)
+        take_over_signals(engine, prev_term)
+    except BaseException as e:  # a scheduler that fails → EngineDied / RuntimeError / SystemExit here
+        kill_new_children(before)
+        os.unlink(error_file)
+        if isinstance(e, JobInterrupted):
+            raise
+        if no_kernel and "sgl_kernel" in str(e):
+            raise BackendError(no_kernel) from e
+        why = str(e) if isinstance(e, EngineDied) else f"{type(e).__name__}: {e}"
+        raise BackendError(f"sglang.Engine could not start with {model!r}: {why}") from None
+    return engine, error_file
