@@ -14,6 +14,9 @@ Contract (every backend):
   No token is decoded. The prefix is computed once per distinct prefix and reused (KV / radix cache).
 - `warm_tokens` counts the prefix tokens computed by warm-up passes (not part of any branch), so that
   computed tokens = Σ (branch prompt − cached) + warm_tokens.
+- `report(done)` (optional, for live progress) says which branches just finished inside a window, as
+  (RowPrompt, branch index, BranchResult) triples; hf reports per row, sglang per request batch. A backend
+  that does not report is counted when its window ends.
 - `close()` frees the model/engine; backends are context managers.
 Raises BackendError when the model cannot load or the engine dies.
 """
@@ -21,6 +24,7 @@ Raises BackendError when the model cannot load or the engine dies.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 from ..core import BranchResult, Window
@@ -79,6 +83,15 @@ class Backend(ABC):
     scoring: str = "branches"  # the prefill path: one pass per branch; sglang may say "multi-item"
     labels: tuple[str, ...] | None = None
     context_length: int | None = None
+    # Set by the job while a window runs (pipeline/progress.WindowReports), so progress moves within a long
+    # window instead of once at its end; None otherwise.
+    on_branches: Callable[[list], None] | None = None
+
+    def report(self, done: list) -> None:
+        """Tell the job that these (RowPrompt, branch index, BranchResult) are finished (a no-op unless it
+        listens). Called by the backend from the thread that runs `prefill`."""
+        if self.on_branches is not None and done:
+            self.on_branches(done)
 
     @abstractmethod
     def kv_budget_tokens(self) -> int: ...

@@ -1,10 +1,18 @@
-"""What the commands print: the progress bar (with the token rate), the dry-run plan, the most frequent errors."""
+"""What the commands print: the live progress bar, the dry-run plan, the end-of-run summary, the answer
+distribution and the most frequent errors."""
 
 from __future__ import annotations
 
 import contextlib
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from . import err, out
@@ -50,27 +58,40 @@ def _print_plan(p, command: str = "run") -> None:
 
 
 @contextlib.contextmanager
-def _progress(label: str, unit: str, enabled: bool):
-    """A rich progress bar on stderr; yields the `on_progress(count, tokens)` callback the jobs take, which
-    advances it by `count` (branches or rows) and shows the token rate."""
+def _progress(label: str, noun: str, enabled: bool):
+    """A rich progress bar on stderr over the job's live counts (pipeline/progress.py): records and rows done
+    against the total, percentage, tokens/s, cache hit rate, ETA. Redrawn twice a second by rich's own
+    thread, so elapsed time, rates and ETA move between events. Yields the `Progress` the jobs update, or
+    None when disabled (then nothing is counted up front)."""
+    if not enabled:
+        yield None
+        return
+    from rich.text import Text
+
+    from ..pipeline.progress import Progress as JobProgress
+
+    job = JobProgress()
+
+    class Counts(ProgressColumn):
+        def render(self, task) -> Text:
+            return Text(job.text(noun))
+
     with Progress(
         TextColumn(f"[bold]{label}"),
         BarColumn(bar_width=None),
-        TextColumn(f"{{task.completed:,}} {unit}"),
-        TextColumn("{task.fields[tps]}"),
+        TaskProgressColumn(),
+        Counts(),
         TimeElapsedColumn(),
         console=err,
-        disable=not enabled,
+        refresh_per_second=2,
     ) as bar:
-        task = bar.add_task(label, total=None, tps="")
-        tokens = [0]
+        task = bar.add_task(label, total=None)
 
-        def tick(count: int, n_tokens: int) -> None:
-            tokens[0] += n_tokens
-            elapsed = bar.tasks[0].elapsed or 1e-9
-            bar.update(task, advance=count, tps=f"{tokens[0] / elapsed:,.0f} tok/s")
+        def moved(p) -> None:
+            bar.update(task, completed=p.records_done, total=p.total_records)
 
-        yield tick
+        job.listener = moved
+        yield job
 
 
 def _print_summary(command: str, readout, s) -> None:
@@ -83,9 +104,49 @@ def _print_summary(command: str, readout, s) -> None:
         *readout.summary_rows(s),
     ]:
         t.add_row(k, v)
+    if s.resumed_chunks:
+        t.add_row("resumed chunks (counted above)", f"{len(s.resumed_chunks):,}: {_ranges(s.resumed_chunks)}")
     err.print(t)
+    _print_answers(s.answers)
     if s.errors:
         err.print(
             f"[yellow]{s.errors} {readout.noun}(s) have errors[/]: see the `error` column of {s.output}"
         )
         _print_top_errors(s)
+
+
+def _ranges(chunks) -> str:
+    """Chunk indices as ranges: 0–3, 7, 9–10."""
+    out, run = [], []
+    for c in sorted(chunks):
+        if run and c != run[-1] + 1:
+            out.append(f"{run[0]}–{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(c)
+    if run:
+        out.append(f"{run[0]}–{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
+def _print_answers(answers: dict, max_questions: int = 30, max_options: int = 12) -> None:
+    """Per question: rows per option, their share and mean confidence — what a person checks first after a
+    labelling job. Long jobs are cut to the first questions and each question's most frequent options."""
+    if not answers:
+        return
+    t = Table("question", "option", "rows", "share", "mean confidence", title="answers")
+    for qid, opts in list(answers.items())[:max_questions]:
+        n = sum(c for _, c, _ in opts) or 1
+        shown = sorted(opts, key=lambda o: -o[1])[:max_options] if len(opts) > max_options else opts
+        for i, (opt, count, conf) in enumerate(shown):
+            t.add_row(
+                qid if i == 0 else "",
+                opt,
+                f"{count:,}",
+                f"{count / n:.0%}",
+                "–" if conf is None else f"{conf:.2f}",
+            )
+        if len(opts) > len(shown):
+            t.add_row("", f"… {len(opts) - len(shown)} more options", "", "", "")
+    if len(answers) > max_questions:
+        t.caption = f"first {max_questions} of {len(answers)} questions"
+    err.print(t)

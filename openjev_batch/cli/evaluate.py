@@ -58,8 +58,8 @@ def eval_(
             force=force,
             resume=resume, **engine,
         )  # fmt: skip
-        with _progress("prefill", "branches", progress) as tick:
-            rep = run_eval(cfg, on_progress=tick)
+        with _progress("prefill", "questions", progress) as live:
+            rep = run_eval(cfg, progress=live)
     except OpenjevError as e:
         _fail(e)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: finished chunks stay for `eval --resume`

@@ -105,7 +105,11 @@ BACKEND = typer.Option(
     None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
 )
 KEEP = typer.Option("", "--keep", help="Comma-separated input columns copied to the output.")
-PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
+PROGRESS = typer.Option(
+    True,
+    "--progress/--no-progress",
+    help="Show a live progress bar: done of the total, %, tok/s, cache hit rate, ETA.",
+)
 CHUNK_ROWS_HELP = "Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
 RESUME = typer.Option(False, "--resume", help="Continue from OUT.partial, skipping finished chunks.")
 RAY = typer.Option(

@@ -146,14 +146,14 @@ def _execute(cfg, command: str, ray_opts: dict | None):
 
     # classify reads its labels here (config.json only): a checkpoint that is no classifier is refused
     readout = make_readout(cfg) if cfg.readout != "label-logprobs" else None
-    unit = readout.unit if readout else "branches"
-    with _progress("prefill" if unit == "branches" else command, unit, cfg.progress) as tick:
+    noun = "rows" if readout else "questions"
+    with _progress("prefill" if readout is None else command, noun, cfg.progress) as live:
         if ray_opts is not None:
             from ..pipeline.ray.run import RayOptions, run_job_ray
 
-            s = run_job_ray(cfg, RayOptions(**ray_opts), on_progress=tick)
+            s = run_job_ray(cfg, RayOptions(**ray_opts), progress=live)
         else:
-            s = run_job(cfg, on_progress=tick)
+            s = run_job(cfg, progress=live)
     return readout or make_readout(cfg), s
 
 

@@ -115,9 +115,13 @@ def log_samples(predictions: Path) -> None:
 
 
 def run_eval(
-    cfg: EvalConfig, backend=None, on_progress: Callable[[int, int], None] | None = None
+    cfg: EvalConfig,
+    backend=None,
+    on_progress: Callable[[int, int], None] | None = None,
+    progress=None,
 ) -> dict[str, Any]:
-    """Convert `cfg.input`, run the job, score. `backend` may be passed in (tests) and is not closed here.
+    """Convert `cfg.input`, run the job, score. `backend` may be passed in (tests) and is not closed here;
+    `on_progress` and `progress` (pipeline/progress.Progress) as for `run_job`.
     Returns the report. Raises ConfigError for bad benchmark data, options or a non-empty folder, other
     OpenjevErrors from the job."""
     from ..pipeline.job import run_job
@@ -137,7 +141,7 @@ def run_eval(
     if cfg.resume and not changed and finished:
         log_samples(ppath)
         return rescore(out_dir, cfg.calibrate)  # nothing left to run: the finished job, scored again
-    s = run_job(job, backend=backend, on_progress=on_progress)
+    s = run_job(job, backend=backend, on_progress=on_progress, progress=progress)
     log_samples(ppath)
     device = getattr(backend, "device", None) or job.device
     if device == "auto":

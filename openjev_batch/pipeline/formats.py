@@ -335,3 +335,26 @@ def kept_types(path: str | Path, keep: tuple[str, ...]) -> dict[str, pa.DataType
     else:
         return None
     return {k: schema.field(k).type for k in keep}
+
+
+def count_rows(path: str | Path, limit: int | None = None) -> int | None:
+    """The input's rows, counted before a job for its progress total (Parquet and `datasets` metadata, JSONL
+    non-blank lines, CSV batches), at most `limit`; None for JSON (read whole anyway) or when counting
+    fails (progress then has no total; the reader reports the real problem)."""
+    path = Path(path)
+    try:
+        fmt, compression = input_format(path)
+        if fmt == "parquet":
+            n = pq.ParquetFile(path).metadata.num_rows
+        elif fmt == "hf-dataset":
+            n = sum(b.num_rows for b in _arrow_batches(_hf_dataset_files(path)))
+        elif fmt == "jsonl":
+            with open_binary(path, compression) as f:
+                n = sum(1 for line in f if line.strip())
+        elif fmt == "csv":
+            n = sum(b.num_rows for b in _csv_reader(path, compression))
+        else:
+            return None
+    except Exception:  # noqa: BLE001 - a progress total is optional
+        return None
+    return n if limit is None else min(n, limit)

@@ -22,11 +22,12 @@ from ..config import RunConfig, load_questions
 from ..errors import ConfigError
 from ..model_info import model_info
 from ..readouts.base import Readout
-from .formats import kept_types
+from .formats import count_rows, kept_types
 from .prefill import FailureTracker
+from .progress import Progress
 from .read import check_input, job_rows
 from .stages import prompt_chunk, score_chunk
-from .store import OutputStore
+from .store import OutputStore, part_info
 from .summary import Summary, Totals, describe_model
 
 
@@ -107,11 +108,16 @@ def _host_stage(chunks, prompter, finished: Callable[[int], bool], digest=None):
 
 
 def run_job(
-    cfg: RunConfig, backend: Backend | None = None, on_progress: Callable[[int, int], None] | None = None
+    cfg: RunConfig,
+    backend: Backend | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> Summary:
     """Run one job end to end and return its Summary. `backend` may be passed in (tests, eval) and is then
-    not closed here. `on_progress(branches_done, tokens_done)` is called after each window.
-    With `cfg.resume`, chunks already in the partial output are not run again.
+    not closed here. `on_progress(branches_done, tokens_done)` is called after each window; `progress`
+    (a live display's counts) is updated as branches finish, its total rows counted first when not set.
+    With `cfg.resume`, chunks already in the partial output are not run again; the summary still counts
+    the whole job (each part keeps its warm-up and unique tokens) and names them (`resumed_chunks`).
 
     Raises OpenjevError subclasses for job-level failures (input unreadable, model not loadable, engine
     dead, output count check failed); the partial output is then kept for `--resume`.
@@ -131,9 +137,10 @@ def run_job(
         kept_types(cfg.input, cfg.keep),
         schema=readout.schema,
     ) as store:
+        if progress is not None and progress.total_rows is None:
+            progress.total_rows = count_rows(cfg.input, cfg.limit)
         if own:
             backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
-        warm0 = backend.warm_tokens
         try:
             # Branches longer than the model's (sglang: the engine's) limit are refused in the prompt stage,
             # before any model call.
@@ -150,9 +157,12 @@ def run_job(
                     need = sum(readout.n_records(r) for r in chunk)
                     totals.expected += need
                     store.begin_chunk(i, len(chunk), need, sha)  # resuming: refuses a changed input
+                    if progress is not None:
+                        progress.chunk_read(len(chunk), need)
                     done = store.done(i)
                     if done is None:
                         prompted = prompted or prompt_chunk(chunk, prompter)
+                        warm0 = backend.warm_tokens
                         scored = score_chunk(
                             prompted,
                             readout,
@@ -161,18 +171,26 @@ def run_job(
                             cfg.max_branches_per_window,
                             on_progress,
                             tracker,
+                            progress,
                         )
-                        store.write(i, scored.records)
-                        totals.unique += scored.unique_tokens
+                        info = {
+                            "warm_tokens": backend.warm_tokens - warm0,
+                            "unique_tokens": scored.unique_tokens,
+                        }
+                        store.write(i, scored.records, info)
                         done = store.done(i)
-                    totals.add(readout, done)
+                    else:
+                        totals.resumed.append(i)
+                        if progress is not None:
+                            progress.resumed(len(chunk), need)
+                    totals.add(readout, done, part_info(done))
             totals.check(cfg.output, f"delete {Path(cfg.output).name}.partial and rerun")
             out = store.close()  # every part of this job, each with its chunk's records
         finally:
             if own:
                 backend.close()
     return totals.summary(
-        backend.warm_tokens - warm0,
+        totals.warm,
         time.perf_counter() - t0,
         str(out),
         model=describe_model(getattr(backend, "model_info", None) or model_info(cfg.model)),

@@ -14,6 +14,7 @@ from ..readouts.base import Readout
 from ..schema import RowError
 from .plan import plan
 from .prefill import FailureTracker, prefill_window
+from .progress import Progress, WindowReports
 
 
 @dataclass(frozen=True)
@@ -55,15 +56,25 @@ def score_chunk(
     max_per_window: int,
     on_progress: Callable[[int, int], None] | None = None,
     tracker: FailureTracker | None = None,
+    progress: Progress | None = None,
 ) -> Scored:
     """Plan → prefill (with fault isolation) → read out, for one prompted chunk. `on_progress(branches,
-    tokens)` after each window; `tracker` carries the broken-backend evidence across chunks (a fresh one
-    per call if not given)."""
+    tokens)` after each window; `progress` as branches finish within a window (the backend's reports) and
+    for the rows that never reach one; `tracker` carries the broken-backend evidence across chunks (a fresh
+    one per call if not given)."""
     tracker = tracker or FailureTracker(backend.name)
     results: dict[int, dict[str, tuple[int, BranchResult]]] = {}
-    unique = 0
+    unique = rows_run = branches_run = 0
     for window in plan(chunk.prompts, budget, max_per_window):
-        outs = prefill_window(backend, window, tracker)
+        reports = WindowReports(window, backend, progress) if progress is not None else None
+        backend.on_branches = reports
+        try:
+            outs = prefill_window(backend, window, tracker)
+        finally:
+            backend.on_branches = None
+        if reports is not None:
+            reports.finish(window, outs)
+            rows_run, branches_run = rows_run + len(window.rows), branches_run + window.n_branches
         for rp, new, res in zip(window.rows, window.new_prefix_tokens, outs, strict=True):
             results[rp.pos] = {b.qid: (len(rp.prefix), r) for b, r in zip(rp.branches, res, strict=True)}
             ok = [len(b.suffix) for b, r in zip(rp.branches, res, strict=True) if r.error is None]
@@ -77,4 +88,6 @@ def score_chunk(
             records.extend(readout.error_records(row))
         else:
             records.extend(readout.records(row, results.get(row.pos, {}), chunk.failed.get(row.pos, {})))
+    if progress is not None:
+        progress.settled(len(chunk.rows) - rows_run, len(records) - branches_run)
     return Scored(records, unique)

@@ -4,7 +4,9 @@
     <out>.partial/
       manifest.json      what made the parts (model, backend, engine settings, questions, …) + a job id
       chunks.jsonl       per input chunk: its rows, output records and the input's sha256 up to its end
-      part-NNNNNN.parquet  one input chunk's output; its Parquet metadata names the job id and chunk
+      part-NNNNNN.parquet  one input chunk's output; its Parquet metadata names the job id and chunk, and
+                         holds what the summary needs that the records do not (`part_info`: warm-up
+                         and planned unique tokens), so a resumed job reports the whole job
       .part-*.tmp, .join-*.tmp  files being written (unique names, renamed into place when complete)
       ray/               `run --ray` staging (scaleout.py)
 
@@ -48,6 +50,7 @@ from .write import TableWriter
 MANIFEST, LEDGER = "manifest.json", "chunks.jsonl"
 STAGE_DIR = "ray"  # `run --ray` staging, under <out>.partial/
 _META_JOB, _META_CHUNK, _META_TYPES = b"openjev.job", b"openjev.chunk", b"openjev.kept_types"
+_META_INFO = b"openjev.info"
 _OWN_GLOBS = ("part-[0-9]*.parquet", ".part-*.tmp", ".join-*.tmp", MANIFEST, LEDGER)
 _OWN_STAGE_GLOBS = ("r[0-9]*-[0-9]*.parquet", "r[0-9]*-[0-9]*.tmp")
 
@@ -96,6 +99,15 @@ def _decode_type(s: str | None) -> pa.DataType | None:
 
 def _as_text(v: Any) -> str | None:
     return v if v is None or isinstance(v, str) else json.dumps(v)
+
+
+def part_info(part: pa.Table) -> dict[str, int]:
+    """The numbers a part's chunk kept in its metadata (`OutputStore.write(info=…)`); {} for a part written
+    without them (the Ray runner's, which counts warm-up tokens per engine actor, not per chunk)."""
+    try:
+        return {str(k): int(v) for k, v in json.loads((part.schema.metadata or {})[_META_INFO]).items()}
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return {}
 
 
 # -- the lock --------------------------------------------------------------------------------------------
@@ -279,7 +291,9 @@ class OutputStore:
         """The finished part of `chunk` (resume), or None."""
         return pq.read_table(self.part(chunk)) if self._owned(chunk) else None
 
-    def write(self, chunk: int, records: list[dict[str, Any]]) -> None:
+    def write(self, chunk: int, records: list[dict[str, Any]], info: dict[str, int] | None = None) -> None:
+        """Write chunk `chunk`'s part. `info`: the chunk's numbers that are not in its records (warm-up
+        tokens, planned unique tokens), kept in the part's metadata for the summary of a resumed job."""
         cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in self.schema}
         types: dict[str, str | None] = {}
         for k in self.keep:
@@ -299,6 +313,8 @@ class OutputStore:
         meta = {_META_JOB: self.job_id.encode(), _META_CHUNK: str(chunk).encode()}
         if types:
             meta[_META_TYPES] = json.dumps(types).encode()
+        if info:
+            meta[_META_INFO] = json.dumps(info).encode()
         table = pa.table(cols).replace_schema_metadata(meta)
         tmp = self.partial / f".part-{chunk:06d}-{uuid.uuid4().hex[:8]}.tmp"
         pq.write_table(table, tmp)

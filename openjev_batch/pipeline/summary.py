@@ -1,5 +1,5 @@
 """What a job reports: its Summary, the running totals it is built from (chunk by chunk, resumed parts too),
-the count check and the most frequent errors."""
+the count check, the most frequent errors and the answer distribution."""
 
 from __future__ import annotations
 
@@ -38,6 +38,10 @@ class Summary:
     pattern: str = ""  # the request pattern the backend chose for it
     # the most frequent distinct errors: (count, error without its row name, one row it came from)
     top_errors: tuple[tuple[int, str, str], ...] = ()
+    # per question id, in first-seen order: ((option, rows answered with it, their mean confidence or None
+    # when no row chose it), …), the question's options in their order (classify: one question, "label")
+    answers: dict[str, tuple[tuple[str, int, float | None], ...]] = field(default_factory=dict)
+    resumed_chunks: tuple[int, ...] = ()  # input chunks taken from OUT.partial (--resume); counted above
 
     @property
     def computed_tokens(self) -> int:
@@ -81,6 +85,44 @@ def top_errors(stats: pa.Table, n: int = TOP_ERRORS) -> tuple[tuple[int, str, st
     return tuple((c, msg, where) for msg, (c, where) in ranked)
 
 
+class AnswerCounts:
+    """Per question: how many rows got each option and the sum of their confidences, added part by part
+    (memory: one counter per question × option, whatever the job's size)."""
+
+    def __init__(self) -> None:
+        self.options: dict[str, list[str]] = {}
+        self.counts: dict[tuple[str, str], list] = {}  # (question, option) → [rows, Σ confidence]
+
+    def add(self, readout: Readout, part: pa.Table) -> None:
+        view = readout.answers(part) if part.num_rows else None
+        if view is None:
+            return
+        answered, options = view
+        for q, opts in options.items():
+            self.options.setdefault(q, opts)
+        agg = answered.group_by(["question", "answer"]).aggregate(
+            [("confidence", "sum"), ("answer", "count")]
+        )
+        cols = ("question", "answer", "confidence_sum", "answer_count")
+        for q, a, conf, n in zip(*(agg.column(c).to_pylist() for c in cols), strict=True):
+            self.options.setdefault(q, [])
+            c = self.counts.setdefault((q, a), [0, 0.0])
+            c[0] += n
+            c[1] += conf or 0.0
+
+    def distribution(self) -> dict[str, tuple[tuple[str, int, float | None], ...]]:
+        """Per question every option in its order (then any answer outside them), rows and mean confidence."""
+        out = {}
+        for q, opts in self.options.items():
+            extra = [a for (qq, a) in self.counts if qq == q and a not in opts]
+            rows = []
+            for o in [*opts, *extra]:
+                n, conf = self.counts.get((q, o), (0, 0.0))
+                rows.append((o, int(n), conf / n if n else None))
+            out[q] = tuple(rows)
+        return out
+
+
 @dataclass
 class Totals:
     """Running counts of a job's output, chunk by chunk (from each finished part, resumed ones too)."""
@@ -93,9 +135,17 @@ class Totals:
     branch: int = 0
     cached: int = 0
     unique: int = 0
+    warm: int = 0  # warm-up tokens of the parts that kept them in their metadata (store.part_info)
     failed: list = field(default_factory=list)  # the (id, error) rows of the parts, for top_errors
+    answers: AnswerCounts = field(default_factory=AnswerCounts)
+    resumed: list = field(default_factory=list)  # chunks taken from an earlier run (--resume)
 
-    def add(self, readout: Readout, part: pa.Table) -> None:
+    def add(self, readout: Readout, part: pa.Table, info: dict[str, int] | None = None) -> None:
+        """Count one finished part; `info`: its metadata numbers (warm-up and planned unique tokens)."""
+        if info:
+            self.warm += info.get("warm_tokens", 0)
+            self.unique += info.get("unique_tokens", 0)
+        self.answers.add(readout, part)
         bad = part.filter(pc.invert(pc.is_null(part.column("error"))))
         if bad.num_rows:
             self.failed.append(bad.select(["id", "error"]))
@@ -121,7 +171,8 @@ class Totals:
             rows=self.rows, questions=self.records, answered=self.records - self.errors, errors=self.errors,
             prefix_tokens=self.prefix, branch_tokens=self.branch, cached_tokens=self.cached,
             warm_tokens=warm, wall_s=wall_s, output=output, unique_tokens=self.unique,
-            top_errors=top_errors(pa.concat_tables(self.failed)) if self.failed else (), **extra,
+            top_errors=top_errors(pa.concat_tables(self.failed)) if self.failed else (),
+            answers=self.answers.distribution(), resumed_chunks=tuple(self.resumed), **extra,
         )  # fmt: skip
 
 

@@ -93,6 +93,11 @@ class Readout(ABC):
     def summary_rows(self, summary) -> list[tuple[str, str]]:
         """The end-of-run table for this readout's vocabulary (rows / questions / labels)."""
 
+    def answers(self, table: pa.Table) -> tuple[pa.Table, dict[str, list[str]]] | None:
+        """For the end-of-run answer distribution: the answered records of `table` as columns `question`,
+        `answer`, `confidence`, and each question's options in their order. None: the readout has none."""
+        return None
+
     # helpers shared by the readouts ------------------------------------------------------------------
     def blank(self, row_id: str | None, kept: dict[str, Any], **values: Any) -> dict[str, Any]:
         """An output record with every column null but `values`, then the kept columns."""

@@ -278,6 +278,18 @@ class ClassifierHead(Readout):
         ok = table.filter(pc.is_null(table.column("error")))
         return {"prefix": 0, "branch": int(pc.sum(ok.column("prompt_tokens")).as_py() or 0), "cached": 0}
 
+    def answers(self, table: pa.Table) -> tuple[pa.Table, dict[str, list[str]]]:
+        ok = table.filter(pc.is_valid(table.column("label")))
+        conf = [max(p) if p else None for p in ok.column("probs").to_pylist()]
+        t = pa.table(
+            {
+                "question": pa.array(["label"] * ok.num_rows, pa.string()),
+                "answer": ok.column("label"),
+                "confidence": pa.array(conf, pa.float64()),
+            }
+        )
+        return t, {"label": list(self.labels)}
+
     def summary_rows(self, s) -> list[tuple[str, str]]:
         return [
             ("rows", f"{s.rows:,}"),

@@ -90,6 +90,7 @@ class HFBackend(Backend):
                 err = None if all(math.isfinite(v) for v in vals) else "non-finite label logprob"
                 out.append(BranchResult(vals, total, n, err))
             results.append(out)
+            self.report([(row, j, r) for j, r in enumerate(out)])
         return results
 
     def close(self) -> None:

@@ -85,6 +85,7 @@ class HFClassifier(Backend):
             part = todo[start:end]
             for (i, ids), vals in zip(part, self.forward([x for _, x in part]), strict=True):
                 results[i] = [BranchResult(tuple(vals), len(ids), 0)]
+            self.report([(window.rows[i], 0, results[i][0]) for i, _ in part])
             start = end
         return results  # type: ignore[return-value]
 

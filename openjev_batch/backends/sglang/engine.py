@@ -281,6 +281,7 @@ class SGLangBackend(Backend):
                 ):
                     n = len(rows[i].prefix) + len(rows[i].branches[j].suffix)
                     results[i][j] = BranchResult(vals, n, 0 if k == 0 else len(rows[i].prefix), err)
+                self.report([(rows[i], j, results[i][j]) for i, j in pk.items])
 
         async def run_all() -> list:
             return await asyncio.gather(*(run_batch(b) for b in batches), return_exceptions=True)
@@ -346,6 +347,7 @@ class SGLangBackend(Backend):
             for o in outs[len(keys) :]:
                 meta = o.get("meta_info", {})
                 self.warm_tokens += int(meta.get("prompt_tokens", 0)) - int(meta.get("cached_tokens", 0))
+            self.report([(rows[i], j, results[i][j]) for i, j in keys])
 
         if not self.hybrid_overlap:
             d = self.hybrid_depth
@@ -406,6 +408,7 @@ class SGLangBackend(Backend):
                 results[i][j] = BranchResult(
                     vals, int(meta.get("prompt_tokens", n)), int(meta.get("cached_tokens", 0)), err
                 )
+            self.report([(rows[i], j, results[i][j]) for i, j in keys])
 
         async def run_group(sem: asyncio.Semaphore, first: list, rest: list) -> None:
             async with sem:

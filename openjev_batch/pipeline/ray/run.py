@@ -35,10 +35,11 @@ from ...backends.base import load_tokenizer
 from ...config import RunConfig
 from ...errors import ConfigError, OpenjevError, OutputCheckError
 from ...readouts.base import Readout
-from ..formats import kept_types
+from ..formats import count_rows, kept_types
 from ..job import job_manifest, make_readout
+from ..progress import Progress
 from ..read import check_input, job_rows
-from ..store import OutputStore
+from ..store import OutputStore, part_info
 from ..summary import Summary, Totals
 from .cluster import RayOptions, _connect, _domain_error, _gpus, _iter_results
 from .stages import bucket_of, buckets_per_chunk, stage_schema
@@ -68,8 +69,8 @@ class _Driver:
     """The driver's side of one Ray job: the single-machine writer (parts, manifest, resume), the staged
     rows of earlier runs, the input chunks and the blocks shipped to the actors."""
 
-    def __init__(self, cfg: RunConfig, opts: RayOptions, readout: Readout):
-        self.cfg, self.opts, self.readout = cfg, opts, readout
+    def __init__(self, cfg: RunConfig, opts: RayOptions, readout: Readout, progress: Progress | None = None):
+        self.cfg, self.opts, self.readout, self.progress = cfg, opts, readout, progress
         self.writer = OutputStore(
             cfg.output,
             cfg.keep,
@@ -114,6 +115,10 @@ class _Driver:
                 r for r, n in zip(chunk, expected, strict=True) if r.pos >= len(staged) or staged[r.pos] != n
             ]  # fmt: skip
             self.resumed += len(chunk) - len(todo)
+            if self.progress is not None:
+                self.progress.chunk_read(len(chunk), int(expected.sum()))
+                staged_records = int(expected.sum()) - sum(readout.n_records(r) for r in todo)
+                self.progress.resumed(len(chunk) - len(todo), staged_records)
             if not todo:
                 continue
             k = buckets_per_chunk(len(todo), opts.workers, opts.bucket_rows)
@@ -144,6 +149,11 @@ class _Driver:
                 if on_progress:
                     ok = batch.filter(pc.is_null(batch.column("error")))
                     on_progress(ok.num_rows, self.readout.tokens(batch)["branch"])
+                if self.progress is not None:
+                    t = self.readout.tokens(batch)
+                    rows = len(pc.unique(batch.column("_pos")))
+                    warm = int(pc.sum(batch.column("_warm")).as_py() or 0)
+                    self.progress.branches(batch.num_rows, t["branch"], t["cached"], warm, rows)
         finally:
             close = getattr(it, "close", None)
             if close:
@@ -158,8 +168,10 @@ class _Driver:
         totals = Totals(rows=self.n_rows, expected=int(sum(c.expected.sum() for c in self.chunks)))
         totals.unique = self.unique
         for ch in self.chunks:
-            if ch.done:
-                totals.add(self.readout, self.writer.done(ch.index))
+            if ch.done:  # a part of an earlier run: its metadata numbers count (part_info)
+                part = self.writer.done(ch.index)
+                totals.add(self.readout, part, part_info(part))
+                totals.resumed.append(ch.index)
                 continue
             lo, hi = np.searchsorted(pos, [ch.start, ch.start + len(ch.expected)])
             got = np.bincount(pos[lo:hi] - ch.start, minlength=len(ch.expected))
@@ -177,10 +189,14 @@ class _Driver:
 
 
 def run_job_ray(
-    cfg: RunConfig, opts: RayOptions | None = None, on_progress: Callable[[int, int], None] | None = None
+    cfg: RunConfig,
+    opts: RayOptions | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> RaySummary:
     """Run one job on Ray and return its summary; the output file equals `run_job`'s for the same config.
-    `on_progress(branches_done, tokens_done)` is called as each bucket's results arrive. With
+    `on_progress(branches_done, tokens_done)` is called as each bucket's results arrive (and `progress`
+    updated: its total rows counted first when not set). With
     `cfg.resume`, chunks finished by any earlier run (single-machine or Ray) and rows staged by an earlier
     Ray run are not run again. Uses the connected Ray session when there is one (and leaves it open).
 
@@ -202,7 +218,9 @@ def run_job_ray(
     readout = make_readout(cfg)
     # fail here, not in an actor: the tokenizer loads, gives labels
     readout.prompter(load_tokenizer(cfg.model, cfg.trust_remote_code))
-    job = _Driver(cfg, opts, readout)
+    if progress is not None and progress.total_rows is None:
+        progress.total_rows = count_rows(cfg.input, cfg.limit)
+    job = _Driver(cfg, opts, readout, progress)
     try:
         return _run(ray, cfg, opts, readout, job, on_progress, t0)
     finally:
@@ -225,7 +243,7 @@ def _run(ray, cfg, opts, readout, job: _Driver, on_progress, t0) -> RaySummary:
         if started:
             ray.shutdown()
     totals, out = job.assemble()
-    s = totals.summary(job.warm, time.perf_counter() - t0, str(out))
+    s = totals.summary(job.warm + totals.warm, time.perf_counter() - t0, str(out))
     return RaySummary(
         **{f.name: getattr(s, f.name) for f in dataclasses.fields(Summary)},
         resumed_rows=job.resumed,

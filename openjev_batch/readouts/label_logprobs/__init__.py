@@ -140,6 +140,16 @@ class LabelLogprobs(Readout):
             )
         }
 
+    def answers(self, table: pa.Table) -> tuple[pa.Table, dict[str, list[str]]]:
+        qids = table.column("question_id")
+        options: dict[str, list[str]] = {}
+        for qid in pc.unique(qids).drop_null().to_pylist():
+            opts = table.column("options").filter(pc.equal(qids, qid)).drop_null()
+            options[qid] = list(opts[0].as_py()) if len(opts) else []
+        ok = table.filter(pc.is_valid(table.column("answer")))
+        cols = [ok.column(c) for c in ("question_id", "answer", "confidence")]
+        return pa.table(cols, names=["question", "answer", "confidence"]), options
+
     def summary_rows(self, s) -> list[tuple[str, str]]:
         return [
             ("rows", f"{s.rows:,}"),

@@ -1,0 +1,133 @@
+"""Progress that tells the truth (issue #20): counts move as branches finish inside a window, totals are
+known up front; a resumed job's summary counts the whole job; the answer distribution at the end."""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+import pytest
+from conftest import EXAMPLES, cli, write_jsonl
+
+from openjev_batch.config import build_config
+from openjev_batch.pipeline.job import run_job
+from openjev_batch.pipeline.progress import Progress
+
+Q = {"u": {"type": "noul", "instructions": "Urgent?"},
+     "k": {"type": "choice", "instructions": "Kind?", "criteria": {"a": None, "b": None, "c": None}}}  # fmt: skip
+
+
+def _rows(n: int) -> list[dict]:
+    return [{"id": f"r{i}", "state": f"ticket number {i}: it broke", "questions": Q} for i in range(n)]
+
+
+def test_progress_moves_per_row_inside_one_window(hf_backend, tmp_path):
+    """Six rows in one window: the hf backend reports each row as it finishes, so the counts move six
+    times before the window ends (the old bar moved once per window: a 200-question eval read 0 for 26
+    minutes). The row error and its two records are counted too; every total matches the summary."""
+    rows = [*_rows(6), {"id": "bad", "state": "", "questions": Q}]
+    src = write_jsonl(tmp_path / "in.jsonl", rows)
+    seen, windows = [], []
+    live = Progress(listener=lambda p: seen.append((p.records_done, p.rows_done, p.total_records)))
+    cfg = build_config(input=src, output=tmp_path / "o.parquet", model="-", backend="hf", progress=False)
+    s = run_job(cfg, backend=hf_backend, on_progress=lambda n, t: windows.append(n), progress=live)
+    assert windows == [12]  # one window for the six good rows
+    assert live.total_rows == 7  # counted before the job
+    # one event for the chunk read (7 rows need 14 records), one per row as hf finishes it, one for the
+    # row error at the end of the chunk
+    assert seen == [(0, 0, 14), *[(2 * k, k, 14) for k in range(1, 7)], (14, 7, 14)]
+    assert (live.records_done, live.rows_done, live.branches_done) == (s.questions, s.rows, 12) == (14, 7, 12)
+    assert (live.tokens, live.cached, live.warm) == (s.branch_tokens, s.cached_tokens, s.warm_tokens)
+    assert live.hit_rate() == pytest.approx(s.cache_hit_rate)
+    assert re.fullmatch(r"14/14 questions · 7/7 rows · [0-9,]+ tok/s · cache -?[0-9]+%", live.text())
+
+
+def test_cli_progress_line_and_answer_distribution(tiny_model, tmp_path):
+    """The CLI's bar ends on the whole job's counts, and the run ends with each question's answer
+    distribution: rows per option and their mean confidence, as in the output file."""
+    src = write_jsonl(tmp_path / "in.jsonl", _rows(5))
+    out = tmp_path / "o.parquet"
+    r = cli("run", src, "-m", tiny_model, "-b", "hf", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"10/10 questions · 5/5 rows · [0-9,]+ tok/s · cache", r.stderr), r.stderr
+    df = pl.read_parquet(out)
+    table = r.stderr[r.stderr.index("answers") :]
+    for qid, opts in (("u", ["true", "false"]), ("k", ["a", "b", "c"])):
+        sub = df.filter(pl.col("question_id") == qid)
+        for i, opt in enumerate(opts):
+            got = sub.filter(pl.col("answer") == opt)
+            conf = "–" if got.height == 0 else f"{got['confidence'].mean():.2f}"
+            share = f"{got.height / sub.height:.0%}"
+            cells = rf"{qid if i == 0 else ''}\s*│\s*{opt}\s*│\s*{got.height}\s*│\s*{share}\s*│\s*{conf}"
+            assert re.search(cells, table), (qid, opt, table)
+
+
+def test_summary_answers_match_the_output(hf_backend, tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", [*_rows(8), {"id": "bad", "state": 3, "questions": Q}])
+    cfg = build_config(input=src, output=tmp_path / "o.parquet", model="-", backend="hf", progress=False)
+    s = run_job(cfg, backend=hf_backend)
+    df = pl.read_parquet(tmp_path / "o.parquet")
+    assert list(s.answers) == ["u", "k"]
+    for qid, opts in s.answers.items():
+        sub = df.filter(pl.col("question_id") == qid).drop_nulls("answer")
+        assert [o for o, *_ in opts] == sub["options"][0].to_list()
+        assert sum(n for _, n, _ in opts) == sub.height == 8  # the row error answered nothing
+        for opt, n, conf in opts:
+            got = sub.filter(pl.col("answer") == opt)
+            assert n == got.height
+            assert conf is None if n == 0 else conf == pytest.approx(got["confidence"].mean())
+
+
+def _table(text: str) -> dict[str, str]:
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in re.split(r"[│┃]", line) if c.strip()]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def _stop_in_chunk_three(cfg, backend) -> None:
+    """Run `cfg` and stop it in its third window (one window per chunk here): two parts are on disk."""
+    windows = []
+
+    def stop(n: int, t: int) -> None:
+        windows.append(n)
+        if len(windows) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_job(cfg, backend=backend, on_progress=stop)
+    assert len(list(cfg.output.with_name(cfg.output.name + ".partial").glob("part-*.parquet"))) == 2
+
+
+def test_resumed_summary_counts_the_whole_job(tiny_model, hf_backend, tmp_path):
+    """A job stopped after its first two chunks and resumed reports the numbers of the uninterrupted job
+    (issue #20: a resumed run counted only its own chunks' prefix passes, 12,042 computed tokens / 32.5 %
+    instead of 12,680 / 28.9 %), and names the chunks it took from OUT.partial."""
+    qf = EXAMPLES / "ticket_questions.yaml"
+    args = [EXAMPLES / "tickets.jsonl", "-q", qf, "-m", tiny_model, "-b", "hf", "--chunk-rows", "6"]
+    out = tmp_path / "out.parquet"
+    cfg = build_config(input=EXAMPLES / "tickets.jsonl", output=out, model=str(tiny_model), backend="hf",
+                       questions_file=qf, chunk_rows=6, progress=False)  # fmt: skip
+    _stop_in_chunk_three(cfg, hf_backend)
+    live = Progress()
+    s = run_job(cfg.model_copy(update={"resume": True}), backend=hf_backend, progress=live)
+    whole = run_job(cfg.model_copy(update={"output": tmp_path / "whole.parquet"}), backend=hf_backend)
+    assert s.resumed_chunks == (0, 1) and whole.resumed_chunks == ()
+    for k in ("rows", "questions", "branch_tokens", "cached_tokens", "warm_tokens", "unique_tokens",
+              "computed_tokens", "cache_hit_rate", "answers"):  # fmt: skip
+        assert getattr(s, k) == getattr(whole, k), k
+    assert s.warm_tokens > live.warm > 0  # this run computed only the last two chunks' prefixes
+    assert (live.resumed_rows, live.rows_done, live.total_rows) == (12, 24, 24)
+    # the CLI prints the same table for the resumed job as for the uninterrupted one, plus the chunks
+    pq = tmp_path / "cli.parquet"
+    _stop_in_chunk_three(cfg.model_copy(update={"output": pq}), hf_backend)
+    got = cli("run", *args, "--no-progress", "-o", pq, "--resume")
+    assert got.returncode == 0, got.stderr
+    assert pl.read_parquet(pq).equals(pl.read_parquet(tmp_path / "whole.parquet"))
+    b = _table(got.stderr)
+    assert (b["rows"], b["questions"], b["computed tokens"], b["cache hit rate"]) == (
+        "24", f"{whole.questions:,}", f"{whole.computed_tokens:,}", f"{whole.cache_hit_rate:.1%}"
+    )
+    assert b["resumed chunks (counted above)"] == "2: 0–1"
