@@ -128,6 +128,9 @@ def test_resumed_summary_counts_the_whole_job(tiny_model, hf_backend, tmp_path):
     assert pl.read_parquet(pq).equals(pl.read_parquet(tmp_path / "whole.parquet"))
     b = _table(got.stderr)
     assert (b["rows"], b["questions"], b["computed tokens"], b["cache hit rate"]) == (
-        "24", f"{whole.questions:,}", f"{whole.computed_tokens:,}", f"{whole.cache_hit_rate:.1%}"
+        "24",
+        f"{whole.questions:,}",
+        f"{whole.computed_tokens:,}",
+        f"{whole.cache_hit_rate:.1%}",
     )
     assert b["resumed chunks (counted above)"] == "2: 0–1"
