@@ -621,8 +621,9 @@ def stage_final(shape: str) -> None:
     save(res)
 
 
-def start_sglang_defaults(model_dir, attention: str = "triton", **extra):
-    """The product's own engine defaults (backends.sglang.engine_kwargs) plus what the kit needs."""
+def start_sglang_defaults(model_dir, attention: str | None = "triton", patches: str = "all", **extra):
+    """The product's own engine defaults (backends.sglang.engine_kwargs) plus what the kit needs;
+    `patches`: the documented `--sglang-patches` (the scheduler workarounds installed)."""
     from openjev_batch.backends import BackendOptions, load_backend
     from openjev_batch.backends.sglang.kwargs import engine_kwargs
 
@@ -633,24 +634,12 @@ def start_sglang_defaults(model_dir, attention: str = "triton", **extra):
         device="cpu" if SMOKE else "cuda",
         attention_backend=None if SMOKE and attention == "triton" else attention,
         engine_args={"sampling_backend": "pytorch", **extra},
+        sglang_patches=patches,
     )
     t = time.perf_counter()
     b = load_backend("sglang", opts)
     b.engine_kwargs_used = {k: v for k, v in engine_kwargs(opts).items() if k != "model_path"}
     return b, round(time.perf_counter() - t, 1)
-
-
-@contextlib.contextmanager
-def stock_readout():
-    """Engines started inside use sglang's own scheduler (its label-logprob gather syncs the GPU)."""
-    import openjev_batch.backends.sglang.engine as sb
-
-    saved = sb.engine_class
-    sb.engine_class = lambda: __import__("sglang.srt.entrypoints.engine", fromlist=["Engine"]).Engine
-    try:
-        yield
-    finally:
-        sb.engine_class = saved
 
 
 def stage_sync(
@@ -679,9 +668,9 @@ def stage_sync(
     variants = ["sync_free", "stock"] if not tag else ["sync_free"]
     for variant in variants:
         key = f"{shape}/sync{tag}/{variant}"
-        ctx = stock_readout() if variant == "stock" else contextlib.nullcontext()
-        with ctx:
-            backend, start_s = start_sglang_defaults(m, attention=attention, **extra)
+        # stock: sglang's own scheduler (its label-logprob gather syncs the GPU), `--sglang-patches none`
+        patches = "none" if variant == "stock" else "all"
+        backend, start_s = start_sglang_defaults(m, attention=attention, patches=patches, **extra)
         res: dict = {key: {"engine_start_s": start_s, "engine_kwargs": backend.engine_kwargs_used}}
         r = res[key]
         log(key, "engine start", start_s)

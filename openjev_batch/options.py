@@ -105,6 +105,12 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
                  "Load pickle-format weights (.bin/.pt), which can run code [refused]."),
     EngineOption("trust_remote_code", bool, False,
                  "Run the checkpoint's own Python code (auto_map) [refused]."),
+    # Benchmarks switch the product's scheduler workarounds off to measure them (scheduler_patch.PATCH_SETS).
+    EngineOption("sglang_patches", str, "all",
+                 "sglang: the scheduler workarounds installed: all | gather (label gather, sglang#39642) | "
+                 "readback (multi-item logprobs) | none.",
+                 engine_only=True, commands=("run", "eval"),
+                 constraints={"pattern": "^(all|gather|readback|none)$"}),
     EngineOption("batch_tokens", int, 16_384, "hf: most padded tokens per forward pass.",
                  commands=("classify",), constraints={"gt": 0}),
 )  # fmt: skip

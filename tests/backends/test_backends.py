@@ -196,6 +196,9 @@ def test_sync_free_logprob_gather_equals_sglangs(monkeypatch):
     from sglang.srt.managers import scheduler
 
     monkeypatch.setattr(lp, "get_token_ids_logprobs_batch_optimized", stock)  # restored after the test
+    from sglang.srt.managers.utils import GenerationBatchResult  # and the readback patch, installed too
+
+    monkeypatch.setattr(GenerationBatchResult, "copy_to_cpu", GenerationBatchResult.copy_to_cpu)
     monkeypatch.setattr(scheduler, "run_scheduler_process", lambda *a, **k: (a, k))
     assert sglang_patches.run_scheduler_process(1, x=2) == ((1,), {"x": 2})
     assert lp.get_token_ids_logprobs_batch_optimized is sglang_patches.token_ids_logprobs_no_sync

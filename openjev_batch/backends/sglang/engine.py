@@ -119,7 +119,7 @@ class SGLangBackend(Backend):
         # sglang's SIGQUIT handlers SIGKILL this process when an engine process fails: the product handles
         # it instead (sglang_signals), at start-up through sglang's own `custom_sigquit_handler` hook.
         self.engine, self._error_file = sglang_signals.start_engine(
-            engine_class(), kw, opts.model, NO_SGL_KERNEL
+            engine_class(opts.sglang_patches), kw, opts.model, NO_SGL_KERNEL
         )
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         info = self.engine.get_server_info()
