@@ -925,6 +925,190 @@ def roofline_stage(w3_rows: int, limit_s: float) -> None:
     save(res)
 
 
+# Issue 19, run e (`gpu.sh issue19b`): the multi-item readback patch (scheduler_patch.apply_readback) against
+# sglang's own readback in the same run (0.6B W3), and the 8B W1 baseline run d lacked (the first-branch
+# pattern next to the default, multi-item scoring). Estimated seconds per part on the H200 (run d: engine
+# start ~32 s, flashinfer JIT warm-up ~33 s the first time on a machine, triton's ~40 s, 8B W1 ~9 s).
+ISSUE19B_W3 = (40, 160) if SMOKE else (5000, 20000)  # (tickets always run, tickets when time allows)
+# Order = priority: the readback pair, then 8B's missing baseline (the first-branch pattern), then 8B's default.
+ISSUE19B_EST = {"mis_patched": 100, "mis_stock_readback": 65, "big_branches": 100, "big_multi_item": 60}
+ISSUE19B_ORDER = tuple(ISSUE19B_EST)
+
+
+def issue19b_workloads():
+    """0.6B model, tokenizer, W1, and W3 with its first ISSUE19B_W3[0] and all ISSUE19B_W3[1] tickets (the
+    same generator, so the smaller file is the head of the larger)."""
+    import workloads as wl
+    from transformers import AutoTokenizer
+
+    small = make_model("qwen3-0.6b", weights=True)
+    tok = AutoTokenizer.from_pretrained(small)
+    d = WORK / "wl"
+    d.mkdir(parents=True, exist_ok=True)
+    if not (d / "w1.jsonl").exists():
+        wl.w1(tok, d, **({"rows": 40, "prefix_tokens": 120} if SMOKE else {}))
+    few, full = ISSUE19B_W3
+    full_p, few_p = d / f"w3_{full}.jsonl", d / f"w3_{few}.jsonl"
+    if not full_p.exists():
+        wl.w3(tok, d, rows=full, **({"ticket_tokens": 40} if SMOKE else {}))
+        (d / "w3.jsonl").rename(full_p)
+    if not few_p.exists():
+        with open(full_p) as f:
+            few_p.write_text("".join(next(f) for _ in range(few)))
+    q3 = d / "w3_questions.json"
+    return (
+        small,
+        tok,
+        {"w1": (d / "w1.jsonl", d / "w1_questions.json"), "w3": (few_p, q3), "w3_full": (full_p, q3)},
+    )
+
+
+def issue19b_part(tag: str, deadline: float) -> None:
+    """One engine of run e (results.json["issue19b"][tag]); in a child process of `issue19b_stage`.
+    The runs after the first pair wait for time: W3 in full only when both readbacks and the 8B parts
+    still fit (the unpatched one only when the patched one ran it); a py-spy profile last."""
+    small, tok, w = issue19b_workloads()
+    mis = {} if SMOKE else {"attention": "flashinfer", "enable_mis": True}  # the CPU engine has no flashinfer
+    table = {  # tag: (8B?, --sglang-patches, engine args)
+        "mis_patched": (False, "all", mis),
+        "mis_stock_readback": (False, "gather", mis),  # sglang#39642's gather kept, the readback sglang's own
+        "big_multi_item": (True, "all", {**mis, "load_format": "dummy"}),
+        "big_branches": (True, "all", {"enable_mis": False, "load_format": "dummy"}),  # run d's "today"
+    }
+    is_big, patches, extra = table[tag]
+    later = sum(ISSUE19B_EST[t] for t in ISSUE19B_ORDER[ISSUE19B_ORDER.index(tag) + 1 :])
+    res = {"issue19b": json.loads((WORK / "results.json").read_text()).get("issue19b", {})}
+    x = res["issue19b"][tag] = {"sglang_patches": patches}
+    model = make_model("qwen3-8b", weights=False) if is_big else small
+    extra = dict(extra)
+    attention = extra.pop("attention", "triton")
+    try:
+        backend, x["engine_start_s"] = start_sglang_defaults(
+            model, attention=attention, patches=patches, **extra
+        )
+    except Exception as e:  # noqa: BLE001 - recorded; the parent goes on with the next part
+        x["error"] = f"{type(e).__name__}: {e}"[:2000]
+        log(tag, "engine failed", x["error"])
+        save(res)
+        return
+    x.update(engine_kwargs=backend.engine_kwargs_used, scoring=backend.scoring)
+    log(tag, "engine start", x["engine_start_s"], backend.scoring, "patches", patches)
+    save(res)
+
+    def run(label: str, name: str, need_s: float = 15, profile: bool = False) -> dict | None:
+        left = deadline - time.time()
+        if left < need_s:
+            x[label] = {"skipped": f"{left:.0f} s left, needs ~{need_s:.0f} s"}
+            log(tag, label, x[label])
+            save(res)
+            return None
+        with contextlib.suppress(Exception):
+            flush(backend.engine)
+        with profiled(f"issue19b_{tag}_{label}") if profile else contextlib.nullcontext():
+            x[label] = run_product(backend, *w[name], WORK / f"issue19b_{tag}_{label}.parquet")
+        log(tag, label, x[label])
+        save(res)
+        return x[label]
+
+    try:
+        t = time.perf_counter()
+        warm(backend, w)
+        x["warm_s"] = round(time.perf_counter() - t, 1)
+        log(tag, "warm", x["warm_s"])
+        save(res)
+        if is_big:
+            run("w1", "w1")
+            run("w1_again", "w1")
+        else:
+            few = run("w3", "w3")
+            run("w3_again", "w3")
+            if few:
+                full_s = few["s"] * ISSUE19B_W3[1] / ISSUE19B_W3[0] + 10  # + the larger file's host stage
+                patched_ran = "s" in res["issue19b"].get("mis_patched", {}).get("w3_full", {})
+                # `later`: the estimates of the parts after this one (for mis_patched: the unpatched engine's
+                # own runs and the 8B parts); the unpatched engine's full run is counted where it is pending
+                if tag == "mis_patched":
+                    run("w3_full", "w3_full", need_s=2 * full_s + later)
+                elif patched_ran:
+                    run("w3_full", "w3_full", need_s=full_s + later)
+                else:
+                    x["w3_full"] = {"skipped": "the patched engine did not run it"}
+                # where the scheduler's time goes with the patch (py-spy, if carried), last
+                if tag == "mis_patched":
+                    pending = full_s if "s" in x.get("w3_full", {}) else 0
+                    run("w3_profiled", "w3", need_s=few["s"] + 20 + pending + later, profile=True)
+    except Exception as e:  # noqa: BLE001
+        x["error"] = f"{type(e).__name__}: {e}"[:2000]
+        log(tag, "failed", x["error"])
+        save(res)
+    finally:
+        with contextlib.suppress(Exception):
+            backend.close()
+
+
+def issue19b_stage(limit_s: float) -> None:
+    """Run e of issue 19 within `limit_s` seconds: each part (ISSUE19B_ORDER) in a child process (an engine
+    that dies there leaves the others), skipped when its estimate no longer fits; parity of the readback
+    patch against sglang's own (same ids: the values must agree to bf16 batch noise) and of the 8B patterns;
+    every result saved as it lands, so a deadline leaves what was measured."""
+    from openjev_batch.backends.sglang import scheduler_patch
+    from openjev_batch.pipeline.plan import plan
+
+    t0 = time.time()
+    deadline = t0 + limit_s
+    small, tok, w = issue19b_workloads()
+    res: dict = {"issue19b": {"w3_tickets": list(ISSUE19B_W3), "limit_s": limit_s}}
+    r = res["issue19b"]
+    # Does this sglang have what the patch replaces? (the same check its scheduler processes make)
+    r["readback_patch_fits"] = scheduler_patch.readback_target() is not None
+    for name in ("w1", "w3"):
+        prompts = prompts_for(tok, *w[name])
+        unique = sum(x.unique_tokens for x in plan(prompts, 1 << 40, 1 << 40))
+        r[f"{name}_shape"] = {
+            "unique_tokens": unique,
+            "roofline_attn_s": round(roofline_attn_s("qwen3-0.6b", unique, prompts), 3),
+        }
+    r["setup_s"] = round(time.time() - t0, 1)
+    log("issue19b setup", r)
+    save(res)
+    for tag in ISSUE19B_ORDER:
+        left = deadline - time.time()
+        # a part runs when its own estimate fits; the ones after it skip themselves the same way
+        if left < ISSUE19B_EST[tag]:
+            res = {"issue19b": json.loads((WORK / "results.json").read_text())["issue19b"]}
+            res["issue19b"][tag] = {"skipped": f"{left:.0f} s left, needs ~{ISSUE19B_EST[tag]} s"}
+            log(tag, res["issue19b"][tag])
+            save(res)
+            continue
+        try:
+            subprocess.run(
+                [sys.executable, __file__, "issue19b-part"],
+                env={**os.environ, "PART": tag, "DEADLINE": str(deadline)},
+                timeout=max(1, deadline - time.time() + 20),
+            )
+        except subprocess.TimeoutExpired:
+            log("child", tag, "timed out")
+        subprocess.run(["pkill", "-9", "-f", "[s]glang::"], check=False)
+    res = {"issue19b": json.loads((WORK / "results.json").read_text())["issue19b"]}
+    r = res["issue19b"]
+    for ref, new, label in (
+        ("mis_stock_readback", "mis_patched", "w3"),
+        ("mis_stock_readback", "mis_patched", "w3_full"),
+        ("big_branches", "big_multi_item", "w1"),
+    ):
+        a, b = WORK / f"issue19b_{ref}_{label}.parquet", WORK / f"issue19b_{new}_{label}.parquet"
+        if (
+            a.exists()
+            and b.exists()
+            and "s" in r.get(ref, {}).get(label, {})
+            and "s" in r[new].get(label, {})
+        ):
+            r[f"parity_{new}_vs_{ref}_{label}"] = p = label_logprob_parity(a, b)
+            log("parity", new, "vs", ref, label, p)
+    r["wall_s"] = round(time.time() - t0, 1)
+    save(res)
+
+
 KNOBS = {
     "k-chunk32k": {"chunked_prefill_size": 32768, "max_prefill_tokens": 32768},
     "k-nooverlap": {"disable_overlap_schedule": True},
@@ -996,6 +1180,10 @@ def main() -> None:
         elif stage == "issue19-mis":  # a child process of issue19: one multi-item part
             tag = os.environ["PARTS"]
             issue19_parts(f"issue19_{tag}", [tag], int(os.environ["W3_ROWS"]), float(os.environ["DEADLINE"]))
+        elif stage == "issue19b":  # issue 19 run e: the multi-item readback patch, the 8B baseline
+            issue19b_stage(float(os.environ.get("LIMIT_S", "430")))
+        elif stage == "issue19b-part":  # a child process of issue19b: one engine
+            issue19b_part(os.environ["PART"], float(os.environ["DEADLINE"]))
         elif stage in KNOBS:
             stage_prof(KNOBS[stage], tag="-" + stage)
         else:
