@@ -131,46 +131,11 @@ def product(backend, paths, out: Path, pattern: str = "product") -> dict:
     }
 
 
-def chunked(engine, prompts, chunk: int | None) -> dict:
+def chunked(engine, prompts, chunk: int | None, overlap: bool = False) -> dict:
     """Prefix-first baseline: per chunk of rows, their distinct prefixes in one generate call (prefill only,
-    carrying token_ids_logprob: sglang#34719), then their branches in one call; chunks in sequence."""
-
-    def gen(ids, labels):
-        return engine.generate(
-            input_ids=ids,
-            sampling_params={"max_new_tokens": 0, "temperature": 0},
-            return_logprob=True,
-            logprob_start_len=-1,
-            token_ids_logprob=labels,
-        )
-
-    bg.flush(engine)
-    n = chunk or len(prompts)
-    cached = branch = prefix = 0
-    t = time.perf_counter()
-    for i in range(0, len(prompts), n):
-        part = prompts[i : i + n]
-        pre = {rp.prefix: list(rp.branches[0].label_ids) for rp in part}
-        gen([list(p) for p in pre], list(pre.values()))
-        outs = gen(
-            [list(rp.prefix + b.suffix) for rp in part for b in rp.branches],
-            [list(b.label_ids) for rp in part for b in rp.branches],
-        )
-        cached += sum(o["meta_info"]["cached_tokens"] for o in outs)
-        branch += sum(len(rp.prefix) + len(b.suffix) for rp in part for b in rp.branches)
-        prefix += sum(len(rp.prefix) for rp in part for _ in rp.branches)
-    dt = time.perf_counter() - t
-    return {
-        "s": round(dt, 3),
-        "chunk_rows": n,
-        "prefix_from_cache": round(cached / prefix, 4),
-        "radix_served": round(cached / branch, 4),
-    }
-
-
-def chunked_overlap(engine, prompts, chunk: int) -> dict:
-    """Prefix-first baseline with overlap: chunk k's branches and chunk k+1's distinct prefixes in one generate
-    call (branches first, so the scheduler admits them first); one forward pass per chunk instead of two."""
+    carrying token_ids_logprob: sglang#34719), then their branches in one call; chunks in sequence.
+    `overlap`: chunk k's branches and chunk k+1's prefixes in ONE call (branches first, so the scheduler
+    admits them first): one forward pass per chunk instead of two."""
 
     def gen(ids, labels):
         return engine.generate(
@@ -186,25 +151,29 @@ def chunked_overlap(engine, prompts, chunk: int) -> dict:
         return [list(p) for p in d], list(d.values())
 
     bg.flush(engine)
-    parts = [prompts[i : i + chunk] for i in range(0, len(prompts), chunk)]
+    n = chunk or len(prompts)
+    parts = [prompts[i : i + n] for i in range(0, len(prompts), n)]
     cached = branch = prefix = 0
     t = time.perf_counter()
-    gen(*pre(parts[0]))
+    if overlap:
+        gen(*pre(parts[0]))
     for k, part in enumerate(parts):
+        if not overlap:
+            gen(*pre(part))
         ids = [list(rp.prefix + b.suffix) for rp in part for b in rp.branches]
         labels = [list(b.label_ids) for rp in part for b in rp.branches]
-        n = len(ids)
-        if k + 1 < len(parts):
+        m = len(ids)
+        if overlap and k + 1 < len(parts):
             pi, pl = pre(parts[k + 1])
             ids, labels = ids + pi, labels + pl
-        outs = gen(ids, labels)[:n]
+        outs = gen(ids, labels)[:m]
         cached += sum(o["meta_info"]["cached_tokens"] for o in outs)
         branch += sum(len(rp.prefix) + len(b.suffix) for rp in part for b in rp.branches)
         prefix += sum(len(rp.prefix) for rp in part for _ in rp.branches)
     dt = time.perf_counter() - t
     return {
         "s": round(dt, 3),
-        "chunk_rows": chunk,
+        "chunk_rows": n,
         "prefix_from_cache": round(cached / prefix, 4),
         "radix_served": round(cached / branch, 4),
     }
@@ -287,7 +256,9 @@ def bench_engine(key: str, model_dir: Path, wls: dict, plan_items: list, extra: 
             if what in ("product", "today"):
                 x[what] = product(backend, wls[name], out, what)
             elif what.startswith("ochunk:"):
-                x[what] = chunked_overlap(backend.engine, bg.prompts_for(tok, *wls[name]), int(what[7:]))
+                x[what] = chunked(
+                    backend.engine, bg.prompts_for(tok, *wls[name]), int(what[7:]), overlap=True
+                )
             elif what.startswith("chunk:"):
                 c = what.split(":")[1]
                 x[what] = chunked(

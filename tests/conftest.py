@@ -80,6 +80,28 @@ def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     )
 
 
+def start_cli(*args: str, env: dict | None = None) -> subprocess.Popen:
+    """Start the real command without waiting (for signal and fault tests): stderr piped, stdout dropped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "openjev_batch", *map(str, args)],
+        cwd=ROOT,
+        env=env or {**os.environ, "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_parts(partial: Path, p: subprocess.Popen, n: int = 1, timeout: float = 400) -> None:
+    """Wait until the job `p` has written `n` parts into `partial`; fails if it ended before that."""
+    import time
+
+    deadline = time.time() + timeout
+    while len(list(partial.glob("part-*.parquet"))) < n and time.time() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    assert p.poll() is None, p.communicate()[1][-3000:]
+
+
 SHIMS = Path(__file__).parent / "shims"
 
 

@@ -8,13 +8,10 @@ tested), so they are slow: `-m sglang`."""
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 
 import polars as pl
 import pytest
-from conftest import ROOT, cli, sglang_cpu_env, write_jsonl
+from conftest import cli, sglang_cpu_env, start_cli, wait_parts, write_jsonl
 
 pytestmark = pytest.mark.sglang
 Q = {"u": {"type": "noul", "instructions": "Urgent?"}, "c": {"type": "noul", "instructions": "Calm?"}}
@@ -35,24 +32,6 @@ def sg_env(monkeypatch):
     return {**os.environ, "HF_HUB_OFFLINE": "1"}
 
 
-def _start(args, env):
-    return subprocess.Popen(
-        [sys.executable, "-m", "openjev_batch", *map(str, args)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _wait_parts(partial, p, n=1, timeout=400):
-    deadline = time.time() + timeout
-    while len(list(partial.glob("part-*.parquet"))) < n and time.time() < deadline and p.poll() is None:
-        time.sleep(0.1)
-    assert p.poll() is None, p.communicate()[1][-3000:]
-
-
 def _scheduler(pid):
     import psutil
 
@@ -68,8 +47,8 @@ def test_killed_scheduler_ends_the_job_exit_4_and_resume_finishes_with_the_long_
     partial = tmp_path / "o.parquet.partial"
     args = ["run", inp, "-m", tiny_model, "-b", "sglang", "-o", out, "--chunk-rows", "2", "--no-progress"]
     args += ["--context-length", "256"]
-    p = _start(args, sg_env)
-    _wait_parts(partial, p, 3)  # chunk 1 holds the long row: answered around, not a dead job
+    p = start_cli(*args, env=sg_env)
+    wait_parts(partial, p, 3)  # chunk 1 holds the long row: answered around, not a dead job
     sched = _scheduler(p.pid)
     sched.kill()
     _, err = p.communicate(timeout=300)
@@ -112,8 +91,8 @@ def test_sigterm_stops_an_sglang_job_like_ctrl_c(tiny_model, tmp_path, sg_env):
     out = tmp_path / "o.parquet"
     partial = tmp_path / "o.parquet.partial"
     args = ["run", inp, "-m", tiny_model, "-b", "sglang", "-o", out, "--chunk-rows", "2", "--no-progress"]
-    p = _start(args, sg_env)
-    _wait_parts(partial, p, 2)
+    p = start_cli(*args, env=sg_env)
+    wait_parts(partial, p, 2)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=300)
     assert p.returncode == 143, err[-3000:]
@@ -135,8 +114,8 @@ def test_killed_scheduler_ends_a_classify_job_exit_4_with_the_products_message(
     out = tmp_path / "o.parquet"
     partial = tmp_path / "o.parquet.partial"
     args = ["classify", inp, "-m", tiny_classifier, "-b", "sglang", "-o", out, "--chunk-rows", "2"]
-    p = _start([*args, "--no-progress"], sg_env)
-    _wait_parts(partial, p, 2)
+    p = start_cli(*args, "--no-progress", env=sg_env)
+    wait_parts(partial, p, 2)
     sched = _scheduler(p.pid)
     sched.kill()
     _, err = p.communicate(timeout=300)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import polars as pl
 import pytest
-from conftest import EXAMPLES, ROOT, cli
+from conftest import EXAMPLES, ROOT, cli, start_cli, wait_parts
 
 from openjev_batch.evaluation import build, tasks
 from openjev_batch.evaluation import metrics as mx
@@ -244,11 +244,7 @@ def test_eval_refuses_a_used_folder_and_resumes_with_per_sample_columns(tiny_mod
 def test_eval_sigterm_keeps_the_partial_and_resumes(tiny_model, tmp_path):
     """A scheduler's SIGTERM stops `eval` as it stops `run`: a message, exit 143, the finished chunks kept,
     and `eval --resume` finishes with the same predictions as a run in one go (#16)."""
-    import os
     import signal
-    import subprocess
-    import sys
-    import time
 
     lines = TEST.read_text(encoding="utf-8").splitlines()
     rows = [json.loads(x) for x in lines]
@@ -263,17 +259,8 @@ def test_eval_sigterm_keeps_the_partial_and_resumes(tiny_model, tmp_path):
     out = tmp_path / "ev"
     partial = out / "predictions.parquet.partial"
     args = ["eval", big, "-o", out, "-m", tiny_model, "-b", "hf", "--chunk-rows", "1", "--no-progress"]
-    p = subprocess.Popen(
-        [sys.executable, "-m", "openjev_batch", *map(str, args)],
-        cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.time() + 300
-    while len(list(partial.glob("part-*.parquet"))) < 2 and time.time() < deadline and p.poll() is None:
-        time.sleep(0.05)
+    p = start_cli(*args)
+    wait_parts(partial, p, 2, timeout=300)
     p.send_signal(signal.SIGTERM)
     _, stderr = p.communicate(timeout=120)
     assert p.returncode == 143, stderr

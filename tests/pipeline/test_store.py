@@ -13,7 +13,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, cli, write_jsonl
+from conftest import ROOT, cli, start_cli, wait_parts, write_jsonl
 
 from openjev_batch.config import build_config
 from openjev_batch.errors import BackendError, ConfigError, OutputBusyError, OutputCheckError
@@ -266,17 +266,8 @@ def test_sigterm_and_sigint_keep_the_partial_and_exit_with_a_message(tiny_model,
     out = tmp_path / "o.parquet"
     partial = tmp_path / "o.parquet.partial"
     args = ["run", inp, "-m", tiny_model, "-b", "hf", "-o", out, "--chunk-rows", "2", "--no-progress"]
-    p = subprocess.Popen(
-        [sys.executable, "-m", "openjev_batch", *map(str, args)],
-        cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.time() + 300
-    while len(list(partial.glob("part-*.parquet"))) < 2 and time.time() < deadline and p.poll() is None:
-        time.sleep(0.05)
+    p = start_cli(*args)
+    wait_parts(partial, p, 2, timeout=300)
     p.send_signal(sig)
     _, stderr = p.communicate(timeout=120)
     assert p.returncode == code, stderr
