@@ -400,7 +400,9 @@ def test_hf_hybrid_qwen3_5_equals_full_forward(variant, qwen3_tok_dir, tmp_path)
                 lp = torch.log_softmax(logits[0, -1], -1)
                 try:
                     base.crop(len(r.prefix))
-                except ValueError:  # transformers >= 5.20 refuses a positive crop: nothing to compare with
+                # transformers >= 5.20 refuses a positive crop (ValueError), and 5.24's LinearAttentionLayer
+                # refuses any crop unless past recording was switched on (RuntimeError): nothing to compare
+                except (ValueError, RuntimeError):
                     base = None
                     continue
                 leak = max(leak, max(abs(lp[t].item() - q) for t, q in zip(br.label_ids, ref, strict=True)))
