@@ -468,10 +468,6 @@ def bench_shape(shape: str, names: list[str], baselines: bool) -> None:
         save(res)
 
 
-def set_pipeline(backend, groups: int, depth: int) -> None:
-    backend.groups_per_window, backend.depth = groups, depth
-
-
 def warm(backend, w: dict) -> None:
     """Kernels (Triton autotune, flashinfer JIT) warmed on 32 W1 rows, outside every timing."""
     sub = WORK / "w1_32.jsonl"
@@ -483,10 +479,9 @@ def sweep(backend, res: dict, r: dict, label: str, paths, out: Path, shapes, pre
     """The product on one workload for each pipeline shape (groups per window, depth), cache flushed
     before each; results in r[f"{prefix}product_g{groups}_d{depth}"], saved after each."""
     for groups, depth in shapes:
-        set_pipeline(backend, groups, depth)
         flush(backend.engine)
         k = f"{prefix}product_g{groups}_d{depth}"
-        r[k] = run_product(backend, *paths, out)
+        r[k] = run_product(backend, *paths, out, groups_per_window=groups, pipeline_depth=depth)
         log(label, k, r[k])
         save(res)
 
@@ -512,8 +507,7 @@ def stage_prof(knobs: dict | None = None, tag: str = "") -> None:
         r["w1_naive_n_plus_1"] = naive(backend.engine, prompts)
         log(key, "w1 naive", r["w1_naive_n_plus_1"])
         save(res)
-        if not knobs:
-            set_pipeline(backend, 8, 2)
+        if not knobs:  # the default pipeline, 8 groups × 2 in flight
             flush(backend.engine)
             with profiled("w1_product"):
                 r["w1_product_profiled"] = run_product(backend, *w["w1"], WORK / "w1.parquet")
@@ -522,7 +516,6 @@ def stage_prof(knobs: dict | None = None, tag: str = "") -> None:
                 r["w1_naive_profiled"] = naive(backend.engine, prompts)
             save(res)
         for groups, depth in [(1, 1), (8, 2)]:
-            set_pipeline(backend, groups, depth)
             flush(backend.engine)
             ctx = (
                 profiled("w2_product")
@@ -530,7 +523,9 @@ def stage_prof(knobs: dict | None = None, tag: str = "") -> None:
                 else contextlib.nullcontext()
             )
             with ctx:
-                r[f"w2_product_g{groups}_d{depth}"] = run_product(backend, *w["w2"], WORK / "w2.parquet")
+                r[f"w2_product_g{groups}_d{depth}"] = run_product(
+                    backend, *w["w2"], WORK / "w2.parquet", groups_per_window=groups, pipeline_depth=depth
+                )
             log(key, "w2 product", groups, depth, r[f"w2_product_g{groups}_d{depth}"])
             save(res)
         if not knobs:
@@ -567,9 +562,8 @@ def stage_big() -> None:
         r["naive_n_plus_1"] = naive(backend.engine, prompts)
         log(key, "naive", r["naive_n_plus_1"])
         save(res)
-        set_pipeline(backend, 8, 2)
         flush(backend.engine)
-        with profiled("w1_8b_product"):
+        with profiled("w1_8b_product"):  # the default pipeline, 8 × 2
             r["product_profiled"] = run_product(backend, *w["w1"], WORK / "w1.parquet")
         save(res)
     finally:

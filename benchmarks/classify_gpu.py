@@ -151,8 +151,6 @@ def main() -> None:
         try:
             for (passages, k), (src, n) in srcs.items():
                 for name in (backend,) if backend == "hf" else ("sglang", "sglang-no-warmup"):
-                    if name == "sglang-no-warmup":
-                        b.warm_prefixes = False
                     out = WORK / f"{name}-{passages}x{k}.parquet"
                     cfg = build_config(
                         input=src,
@@ -161,6 +159,7 @@ def main() -> None:
                         backend=b.name,
                         readout="classifier-head",
                         progress=False,
+                        skip_prefix_warmup=name == "sglang-no-warmup",  # --skip-prefix-warmup
                     )
                     run_job(cfg, backend=b)  # warm-up pass (kernels, allocator)
                     if backend == "sglang":  # the timed pass starts from an empty radix cache

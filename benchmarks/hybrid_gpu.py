@@ -97,24 +97,24 @@ def build_workloads(tok, base: Path, rows_w1=(64, 256), w3_rows=5000) -> dict:
     return out
 
 
+# the product's own choice (--request-pattern auto); the CPU smoke forces prefix-first
+PRODUCT_PATTERN = "auto"
+
+
 def product(backend, paths, out: Path, pattern: str = "product") -> dict:
-    """run_job end to end; `pattern` "today" runs the dense pattern (first branch as the warm-up)."""
+    """run_job end to end; `pattern` "today" runs the dense pattern (--request-pattern first-branch: the
+    first branch as the warm-up) on the same engine."""
     from openjev_batch.config import build_config
     from openjev_batch.pipeline.job import run_job
 
-    saved = backend.state_budget
-    if pattern == "today":
-        backend.state_budget = None
-    try:
-        cfg = build_config(
-            input=paths[0], output=out, model="-", backend="sglang", questions_file=paths[1], progress=False
-        )
-        bg.flush(backend.engine)
-        t = time.perf_counter()
-        s = run_job(cfg, backend=backend)
-        wall = time.perf_counter() - t
-    finally:
-        backend.state_budget = saved
+    cfg = build_config(
+        input=paths[0], output=out, model="-", backend="sglang", questions_file=paths[1], progress=False,
+        request_pattern="first-branch" if pattern == "today" else PRODUCT_PATTERN,
+    )  # fmt: skip
+    bg.flush(backend.engine)
+    t = time.perf_counter()
+    s = run_job(cfg, backend=backend)
+    wall = time.perf_counter() - t
     return {
         "s": round(wall, 3),
         "rows": s.rows,
@@ -217,7 +217,7 @@ def bench_engine(key: str, model_dir: Path, wls: dict, plan_items: list, extra: 
         "state_budget": str(backend.state_budget),
         "pattern": backend.pattern,
         "moe_config_dir": backend.moe_config_dir or os.environ.get("SGLANG_MOE_CONFIG_DIR"),
-        "kv_capacity_tokens": backend._capacity,
+        "kv_capacity_tokens": backend.kv_capacity_tokens,
     }
     try:
         si = backend.engine.get_server_info()
@@ -455,8 +455,9 @@ def main() -> None:
 
 
 def cpu_smoke() -> None:
-    """Every code path above on the CPU: the tiny dense Qwen3 on sglang's CPU engine, hybrid pattern forced
-    through a small StateBudget (the CPU build cannot run Gated DeltaNet)."""
+    """Every code path above on the CPU: the tiny dense Qwen3 on sglang's CPU engine, the hybrid pattern
+    forced with --request-pattern prefix-first (the CPU build cannot run Gated DeltaNet)."""
+    global PRODUCT_PATTERN
     import tempfile
 
     sys.path.insert(0, str(bg.ROOT / "tests"))
@@ -466,7 +467,6 @@ def cpu_smoke() -> None:
 
     from openjev_batch.backends import BackendOptions, load_backend
     from openjev_batch.models import qwen3_tokenizer_dir
-    from openjev_batch.pipeline.plan import StateBudget
 
     os.environ.update(sglang_cpu_env())
     sys.path.insert(0, str(SHIMS))
@@ -475,11 +475,12 @@ def cpu_smoke() -> None:
     tok = AutoTokenizer.from_pretrained(m)
     wls = build_workloads(tok, tmp / "wl", rows_w1=(8,), w3_rows=20)
     wls["w1_64"] = wls["w1_8"]
-    b = load_backend(
-        "sglang", BackendOptions(model=str(m), device="cpu", engine_args={"max_total_tokens": 200_000})
+    PRODUCT_PATTERN = "prefix-first"
+    opts = BackendOptions(
+        model=str(m), device="cpu", engine_args={"max_total_tokens": 200_000}, request_pattern=PRODUCT_PATTERN
     )
+    b = load_backend("sglang", opts)
     b.engine_kwargs_used = {}
-    b.state_budget = StateBudget(slots=60, per_request=3)
     res: dict = {}
     orig = bg.start_sglang_defaults
     bg.start_sglang_defaults = lambda *a, **k: (b, 0.0)

@@ -113,6 +113,21 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
                  constraints={"pattern": "^(all|gather|readback|none)$"}),
     EngineOption("batch_tokens", int, 16_384, "hf: most padded tokens per forward pass.",
                  commands=("classify",), constraints={"gt": 0}),
+    # How the sglang backend sends a window's requests (backends/sglang/request_options.py). Scheduling only,
+    # not the math of a branch, so not resume keys (like dp_size); applied at start-up and again to a
+    # backend handed to `run_job`, so a benchmark compares patterns on one started engine.
+    EngineOption("request_pattern", str, "auto",
+                 "sglang requests: auto (multi-item where exact and on, prefix-first for recurrent-state "
+                 "models, else first-branch) | prefix-first | first-branch | multi-item.",
+                 engine_only=True, commands=("run", "eval"),
+                 choices=("auto", "prefix-first", "first-branch", "multi-item")),
+    EngineOption("groups_per_window", int, 8, "sglang first-branch pattern: groups a window is cut into.",
+                 engine_only=True, commands=("run", "eval"), constraints={"gt": 0}),
+    EngineOption("pipeline_depth", int, 2, "sglang first-branch / multi-item: groups in flight at once.",
+                 engine_only=True, commands=("run", "eval"), constraints={"gt": 0}),
+    EngineOption("skip_prefix_warmup", bool, False,
+                 "sglang classify: no warm-up request per shared prefix (a benchmark baseline).",
+                 engine_only=True, commands=("classify",)),
 )  # fmt: skip
 
 

@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from conftest import EXAMPLES, cli
+from conftest import EXAMPLES, cli, sglang_cpu_env
 
 from openjev_batch.backends.base import BackendOptions, loader_options
 from openjev_batch.errors import BackendError
@@ -159,3 +159,19 @@ def test_sglang_refusal_names_allow_pickle(tiny_model, tmp_path):
     sglang_says = RuntimeError("Cannot find any model weights with `org/pickled`")
     assert "pass --allow-pickle" in trust_hint(opts, sglang_says)
     assert trust_hint(BackendOptions(model="org/pickled", allow_pickle=True), sglang_says) == ""
+
+
+@pytest.mark.sglang
+def test_sglang_engine_refusal_names_allow_pickle(tiny_model, tmp_path, monkeypatch):
+    pytest.importorskip("sglang")
+    for k, v in sglang_cpu_env().items():
+        monkeypatch.setenv(k, v)
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_model, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    out = tmp_path / "o.parquet"
+    r = cli("run", EXAMPLES / "tickets_inline.jsonl", "-m", folder, "-b", "sglang", "--device", "cpu", "-o", out,
+            "--no-progress", "--engine-arg", "max_total_tokens=50000")  # fmt: skip
+    # (sglang's scheduler logs its own traceback; the product's message is the last line)
+    message = " ".join(r.stderr.split("error: ")[-1].split())
+    assert r.returncode == 4 and message.startswith("sglang.Engine could not start"), r.stderr
+    assert "Cannot find any model weights" in message and "pass --allow-pickle" in message, r.stderr

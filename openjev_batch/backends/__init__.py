@@ -32,8 +32,9 @@ def default_backend() -> str:
 
 
 def load_backend(name: str, opts: BackendOptions, kind: str = "label-logprobs") -> Backend:
-    """Import and start backend `name` for readout `kind`. Raises BackendError for an unknown or uninstalled
-    backend, and what the backend raises when its model cannot load."""
+    """Import and start backend `name` for readout `kind`, configured with `opts`' request options. Raises
+    BackendError for an unknown or uninstalled backend, and what the backend raises when its model cannot
+    load; ConfigError for request options the started engine cannot serve."""
     if (name, kind) not in _BACKENDS:
         raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(NAMES)}")
     from ..models import check_model_trust
@@ -41,13 +42,19 @@ def load_backend(name: str, opts: BackendOptions, kind: str = "label-logprobs") 
     check_model_trust(opts)  # before any engine or loader sees the checkpoint
     module, cls = _BACKENDS[name, kind].split(":")
     try:
-        return getattr(importlib.import_module(module), cls)(opts)
+        backend = getattr(importlib.import_module(module), cls)(opts)
     except BackendError as e:
         from ..models import model_hint
 
         if str(e).startswith("cannot load model") and (hint := model_hint(opts.model)):
             raise BackendError(f"{e}{hint}") from e.__cause__
         raise
+    try:
+        backend.configure(opts)  # the request options (request_pattern, …) a run may change again
+    except BaseException:
+        backend.close()
+        raise
+    return backend
 
 
 __all__ = ["Backend", "BackendOptions", "BranchResult", "NAMES", "default_backend", "load_backend"]

@@ -17,6 +17,10 @@ Contract (every backend):
 - `report(done)` (optional, for live progress) says which branches just finished inside a window, as
   (RowPrompt, branch index, BranchResult) triples; hf reports per row, sglang per request batch. A backend
   that does not report is counted when its window ends.
+- `configure(opts)` applies the request options of `options.ENGINE_OPTIONS` that a started backend can
+  change (sglang: `request_pattern`, `groups_per_window`, `pipeline_depth`, `skip_prefix_warmup`):
+  `load_backend` calls it at start-up and `run_job` again for a backend passed in. Read-only facts:
+  `pattern` (the request pattern in words), `request_pattern` (its name), `kv_capacity_tokens`.
 - `close()` frees the model/engine; backends are context managers.
 Raises BackendError when the model cannot load or the engine dies.
 """
@@ -93,6 +97,10 @@ class Backend(ABC):
         if self.on_branches is not None and done:
             self.on_branches(done)
 
+    pattern: str = ""  # how prefill sends its work, in words (the run summary shows it)
+    request_pattern: str = ""  # sglang: prefix-first | first-branch | multi-item
+    kv_capacity_tokens: int | None = None  # sglang: the engine's KV pool (max_total_num_tokens)
+
     @abstractmethod
     def kv_budget_tokens(self) -> int: ...
 
@@ -117,6 +125,11 @@ class Backend(ABC):
             else:
                 todo.append((i, ids))
         return results, todo
+
+    def configure(self, opts: Any) -> None:  # noqa: B027 - optional hook
+        """Apply `opts`' request options (an EngineOptions); raises ConfigError for ones this backend's
+        engine cannot serve. Backends without request options have nothing to do (the hf backend's
+        non-default ones are refused when the config is built)."""
 
     def check_alive(self) -> None:  # noqa: B027 - optional hook
         """Raise BackendError when the engine is dead (called after a failed window)."""

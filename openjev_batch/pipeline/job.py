@@ -141,6 +141,8 @@ def run_job(
             progress.total_rows = count_rows(cfg.input, cfg.limit)
         if own:
             backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
+        else:
+            backend.configure(cfg)  # this job's request options (--request-pattern, …) on a started backend
         try:
             # Branches longer than the model's (sglang: the engine's) limit are refused in the prompt stage,
             # before any model call.

@@ -409,3 +409,86 @@ def test_hf_hybrid_qwen3_5_equals_full_forward(variant, qwen3_tok_dir, tmp_path)
             crop_ran = crop_ran and base is not None
     assert worst <= 1e-5
     assert leak > 1e-3 or not crop_ran
+
+
+def test_request_pattern_decides_multi_item_at_start(tiny_model, monkeypatch):
+    """--request-pattern multi-item asks for multi-item scoring as enable_mis=true does (refused with the
+    reason where it cannot run); first-branch / prefix-first keep it off even where it is the default; a
+    pattern that contradicts --engine-arg enable_mis is refused."""
+    import openjev_batch.backends.sglang.kwargs as sb
+    from openjev_batch.backends import BackendError, BackendOptions
+
+    def choose(device="cuda", **kw):
+        opts = BackendOptions(model=str(tiny_model), **kw)
+        args = {"device": device, **opts.engine_args}
+        return sb.choose_multi_item(opts, args), args
+
+    monkeypatch.setattr(sb, "MULTI_ITEM_DEFAULT", False)
+    why, kw = choose(request_pattern="multi-item")
+    assert why is None and kw["enable_mis"] is True and kw["attention_backend"] == "flashinfer"
+    with pytest.raises(BackendError, match=r"multi-item scoring \(--request-pattern multi-item\).*CUDA GPU"):
+        choose(device="cpu", request_pattern="multi-item")
+    monkeypatch.setattr(sb, "MULTI_ITEM_DEFAULT", True)
+    assert choose()[1]["enable_mis"] is True  # auto: as before
+    for p in ("first-branch", "prefix-first"):
+        why, kw = choose(request_pattern=p)
+        assert why == f"turned off (--request-pattern {p})" and "enable_mis" not in kw
+    with pytest.raises(BackendError, match="contradicts --engine-arg enable_mis=True"):
+        choose(request_pattern="first-branch", engine_args={"enable_mis": True})
+
+
+def test_request_options_are_validated_and_refused_by_hf(tmp_path):
+    from conftest import EXAMPLES
+
+    from openjev_batch.backends import BackendError
+    from openjev_batch.config import build_config
+    from openjev_batch.errors import ConfigError
+
+    base = dict(input=EXAMPLES / "tickets.jsonl", output=tmp_path / "o.parquet", model="m")
+    with pytest.raises(ConfigError, match="request_pattern: unknown request_pattern 'fast'; expected one of"):
+        build_config(**base, backend="sglang", request_pattern="fast")
+    with pytest.raises(ConfigError, match="groups_per_window: Input should be greater than 0"):
+        build_config(**base, backend="sglang", groups_per_window=0)
+    for kw, flag in [({"request_pattern": "prefix-first"}, "--request-pattern"),
+                     ({"pipeline_depth": 1}, "--pipeline-depth")]:  # fmt: skip
+        with pytest.raises(BackendError, match=f"drop {flag}"):
+            build_config(**base, backend="hf", **kw)
+    assert build_config(**base, backend="hf").request_pattern == "auto"
+
+
+@pytest.mark.sglang
+def test_request_pattern_per_job_on_one_engine(sglang_backend, tmp_path):
+    """The benchmarks' knobs as documented options: one started engine runs the tiny dense model's own
+    pattern (auto: first-branch, 8 groups × 2), prefix-first when a job asks (same answers), a pipeline
+    shape, and auto again; multi-item cannot be switched on at run time. The engine's KV capacity and the
+    pattern are read-only facts of the backend and the summary."""
+    import pyarrow.parquet as pq
+    from conftest import EXAMPLES
+
+    from openjev_batch.config import build_config
+    from openjev_batch.errors import ConfigError
+    from openjev_batch.pipeline.job import run_job
+
+    base = dict(input=EXAMPLES / "tickets.jsonl", questions_file=EXAMPLES / "ticket_questions.yaml",
+                model="-", backend="sglang", progress=False)  # fmt: skip
+
+    def job(name, **kw):
+        s = run_job(build_config(output=tmp_path / f"{name}.parquet", **base, **kw), backend=sglang_backend)
+        return s, pq.read_table(tmp_path / f"{name}.parquet").column("probs").to_pylist()
+
+    s, auto = job("auto")
+    assert sglang_backend.request_pattern == "first-branch" and sglang_backend.state_budget is None
+    assert s.pattern == "first branch per prefix as the warm-up, 8 groups, 2 in flight"
+    s, pf = job("pf", request_pattern="prefix-first")
+    assert sglang_backend.request_pattern == "prefix-first" and s.pattern.startswith("prefix-only request")
+    assert s.warm_tokens > 0  # the prefix-only requests
+    for a, b in zip(auto, pf, strict=True):
+        assert (a is None) == (b is None)
+        assert a is None or max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 1e-4
+    s, _ = job("g", groups_per_window=2, pipeline_depth=1)
+    assert s.pattern == "first branch per prefix as the warm-up, 2 groups, 1 in flight"
+    with pytest.raises(ConfigError, match="started without multi-item scoring"):
+        job("mis", request_pattern="multi-item")
+    s, again = job("again")
+    assert s.pattern.endswith("8 groups, 2 in flight") and sglang_backend.state_budget is None
+    assert sglang_backend.kv_capacity_tokens and sglang_backend.kv_capacity_tokens > 0

@@ -24,7 +24,7 @@ from typing import Any
 
 from ...core import BranchResult, Window
 from ...errors import BackendError, EngineDied
-from ..base import Backend, BackendOptions, loader_options
+from ..base import Backend, BackendOptions, loader_options, trust_hint
 from ..checkpoint import Checkpoint, read_checkpoint
 from . import signals as sglang_signals
 from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE
@@ -73,7 +73,7 @@ def engine_kwargs(opts: BackendOptions, ckpt: Checkpoint) -> dict[str, Any]:
 class SGLangClassifier(Backend):
     name = "sglang"
     kind = "classifier-head"
-    warm_prefixes = True  # N+1 warm-up of shared prefixes (off: benchmarks' baseline)
+    warm_prefixes = True  # N+1 warm-up of shared prefixes (off: --skip-prefix-warmup, benchmarks' baseline)
 
     def __init__(self, opts: BackendOptions):
         ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before the engine starts
@@ -86,7 +86,9 @@ class SGLangClassifier(Backend):
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
         except Exception as e:
-            raise BackendError(f"cannot load the tokenizer of {opts.model!r}: {e}") from e
+            raise BackendError(
+                f"cannot load the tokenizer of {opts.model!r}: {e}{trust_hint(opts, e)}"
+            ) from e
 
         prev = os.environ.get(ENV)
         if override and prev and prev != PACKAGE:
@@ -97,7 +99,7 @@ class SGLangClassifier(Backend):
         if override:
             os.environ[ENV] = PACKAGE
         try:  # the same signal handling as the causal engine (signals.py): SIGQUIT, SIGTERM, error file
-            self.engine, self._error_file = sglang_signals.start_engine(sglang.Engine, kw, opts.model)
+            self.engine, self._error_file = sglang_signals.start_engine(sglang.Engine, kw, opts)
         finally:
             if override:
                 if prev is None:
@@ -127,6 +129,9 @@ class SGLangClassifier(Backend):
             raise
         self._capacity = int(info.get("max_total_num_tokens") or 0) or None
         self.context_length = int(info.get("max_req_input_len") or 0) or opts.context_length
+
+    def configure(self, opts) -> None:
+        self.warm_prefixes = not opts.skip_prefix_warmup
 
     def kv_budget_tokens(self) -> int:
         # Leave room for the running batch's activations and radix-tree fragmentation.

@@ -42,7 +42,8 @@ from ...core import Window
 from ...errors import BackendError, EngineDied
 from ...model_info import ModelInfo, model_info
 from ...pipeline.plan import StateBudget, state_groups
-from ..base import Backend, BackendOptions, BranchResult, loader_options
+from ..base import Backend, BackendOptions, BranchResult, loader_options, trust_hint
+from . import request_options
 from . import signals as sglang_signals
 from .kwargs import NO_SGL_KERNEL, _version_tuple, choose_multi_item, engine_kwargs, import_sglang
 from .scheduler_patch import engine_class
@@ -114,12 +115,14 @@ class SGLangBackend(Backend):
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
         except Exception as e:
-            raise BackendError(f"cannot load the tokenizer of {opts.model!r}: {e}") from e
+            raise BackendError(
+                f"cannot load the tokenizer of {opts.model!r}: {e}{trust_hint(opts, e)}"
+            ) from e
         self.engine = None
         # sglang's SIGQUIT handlers SIGKILL this process when an engine process fails: the product handles
         # it instead (sglang_signals), at start-up through sglang's own `custom_sigquit_handler` hook.
         self.engine, self._error_file = sglang_signals.start_engine(
-            engine_class(opts.sglang_patches), kw, opts.model, NO_SGL_KERNEL
+            engine_class(opts.sglang_patches), kw, opts, NO_SGL_KERNEL
         )
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         info = self.engine.get_server_info()
@@ -165,6 +168,10 @@ class SGLangBackend(Backend):
                 else "one group at a time"
             )
         )
+
+    def configure(self, opts) -> None:
+        """--request-pattern, --groups-per-window, --pipeline-depth (request_options.py)."""
+        request_options.apply(self, opts)
 
     def kv_budget_tokens(self) -> int:
         # Leave room for the running batch's own activations and fragmentation of the radix tree.

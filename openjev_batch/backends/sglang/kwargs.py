@@ -112,9 +112,14 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: 
     `enable_mis` and flashinfer attention in `kw` when it is chosen. Returns None when it is on, else why not.
     Raises BackendError when the user asked for it (`enable_mis=true`) and it cannot be exact or cannot run."""
     asked = opts.engine_args.get("enable_mis")
+    pattern = getattr(opts, "request_pattern", "auto")  # --request-pattern multi-item asks for it too
+    if pattern != "auto" and asked is not None and bool(asked) != (pattern == "multi-item"):
+        raise BackendError(f"--request-pattern {pattern} contradicts --engine-arg enable_mis={asked}")
+    if pattern != "auto":
+        asked = pattern == "multi-item"
     if asked is not None and not asked:
         kw.pop("enable_mis", None)
-        return "turned off (enable_mis=false)"
+        return f"turned off ({'--request-pattern ' + pattern if pattern != 'auto' else 'enable_mis=false'})"
     why = None
     if _version_tuple(sglang_version) < (0, 5, 17):  # items are read only from prefill-only requests
         why = f"needs sglang >= 0.5.17, not {sglang_version}"
@@ -133,7 +138,8 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: 
             why = f"cannot read the model config ({type(e).__name__})"
     if why is not None:
         if asked:
-            raise BackendError(f"multi-item scoring (enable_mis=true) is not possible here: {why}")
+            how = "--request-pattern multi-item" if pattern == "multi-item" else "enable_mis=true"
+            raise BackendError(f"multi-item scoring ({how}) is not possible here: {why}")
         kw.pop("enable_mis", None)
         return why
     kw.update(enable_mis=True, attention_backend="flashinfer")

@@ -182,15 +182,17 @@ def children_pids() -> set[int]:
         return set()
 
 
-def start_engine(make, kw: dict, model: str, no_kernel: str = "") -> tuple[object, str]:
+def start_engine(make, kw: dict, opts, no_kernel: str = "") -> tuple[object, str]:
     """Start an engine with `make(**kw)` under the product's signal handling, for both sglang backends:
     SIGQUIT from a failing engine process is recorded (sglang's own handler SIGKILLs this process), the
     scheduler writes its error to a file this process reads, SIGTERM/SIGINT go back to the CLI's handler.
     Returns (engine, error file: the caller unlinks it at close). On failure kills what the half-started
-    engine left running and raises BackendError (JobInterrupted passes through)."""
+    engine left running and raises BackendError naming the model (`opts`: its BackendOptions) and, where a
+    refused checkpoint is why, the option that allows it (JobInterrupted passes through)."""
     import tempfile
 
     from ...errors import BackendError, JobInterrupted
+    from ..base import trust_hint
 
     kw = {**kw}
     kw.setdefault("custom_sigquit_handler", on_sigquit)
@@ -210,5 +212,6 @@ def start_engine(make, kw: dict, model: str, no_kernel: str = "") -> tuple[objec
         if no_kernel and "sgl_kernel" in str(e):
             raise BackendError(no_kernel) from e
         why = str(e) if isinstance(e, EngineDied) else f"{type(e).__name__}: {e}"
-        raise BackendError(f"sglang.Engine could not start with {model!r}: {why}") from None
+        hint = trust_hint(opts, e)  # a hub checkpoint with pickle weights only, or its own code
+        raise BackendError(f"sglang.Engine could not start with {opts.model!r}: {why}{hint}") from None
     return engine, error_file
