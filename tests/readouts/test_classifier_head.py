@@ -319,6 +319,28 @@ def test_sglang_warms_each_shared_prefix_once(sglang_cls, monkeypatch):
     assert all(r.error is None for r in out)
 
 
+@pytest.mark.sglang
+def test_skip_prefix_warmup_is_a_job_option(sglang_cls, tmp_path):
+    """--skip-prefix-warmup (the classify benchmark's baseline) on the started engine: no warm-up tokens, the
+    same labels; the next job without it warms again (it used to be an attribute the benchmark set and
+    never reset)."""
+    rows = many_hypotheses(read_jsonl(NLI / "rte_sample.jsonl"), n_premises=3, k=3)
+    src = write_jsonl(tmp_path / "in.jsonl", rows)
+
+    def job(name, **kw):
+        cfg = build_classify_config(input=src, output=tmp_path / f"{name}.parquet", model="-", backend="sglang",
+                                    progress=False, **kw)  # fmt: skip
+        s = run_classify(cfg, backend=sglang_cls)
+        return s, pq.read_table(tmp_path / f"{name}.parquet").column("label").to_pylist()
+
+    s_off, off = job("off", skip_prefix_warmup=True)
+    s_on, on = job("on")
+    assert s_off.warm_tokens == 0 and s_on.warm_tokens > 0 and off == on
+    with pytest.raises(BackendError, match="drop --skip-prefix-warmup"):
+        build_classify_config(input=src, output=tmp_path / "x.parquet", model="-", backend="hf",
+                              skip_prefix_warmup=True)  # fmt: skip
+
+
 # --------------------------------------------------------------------------- the job
 
 
