@@ -52,7 +52,8 @@ class Classifier:
     sglang (default: sglang where installed and a GPU is present). `readout`: "label-logprobs" (`run`:
     questions answered from a causal LM's label logprobs) or "classifier-head" (`classify`: a
     *ForSequenceClassification checkpoint's logits over its id2label). `threads`: CPU threads (set before
-    torch loads, when it has not been imported yet). The other keywords are the CLI's engine options
+    torch loads, when it has not been imported yet). `system_prompt` (label-logprobs): the system message
+    instead of the default instructions, as `run --system-prompt` (tokenized as text). The other keywords are the CLI's engine options
     (device, dtype, tp_size, dp_size, mem_fraction_static, attention_backend, context_length, engine_args,
     batch_tokens, …) and `max_branches` (most branches — classifier-head: rows — per window).
 
@@ -68,6 +69,7 @@ class Classifier:
         readout: str = "label-logprobs",
         threads: int | None = None,
         max_branches: int = 4096,
+        system_prompt: str | None = None,
         **engine_options: Any,
     ):
         from .config import apply_threads, validation_message
@@ -90,6 +92,14 @@ class Classifier:
             raise ConfigError(f"unknown readout {readout!r}; expected one of {', '.join(READOUTS)}")
         if max_branches <= 0:
             raise ConfigError("max_branches must be positive")
+        if system_prompt is not None:
+            if not isinstance(system_prompt, str) or not system_prompt.strip():
+                raise ConfigError("system_prompt must be a non-empty string")
+            if readout != "label-logprobs":
+                raise ConfigError(
+                    "system_prompt is for the label-logprobs readout, not for a classifier head"
+                )
+        self.system_prompt = system_prompt
         try:
             self.options = EngineOptions(**engine_options)
         except ValidationError as e:
@@ -103,7 +113,9 @@ class Classifier:
         try:
             # label-logprobs: the labels are verified in the tokenizer's answer context once, at start-up
             self.prompter = (
-                LabelLogprobs().prompter(self.backend.tokenizer, self.backend.context_length)
+                LabelLogprobs(system_prompt=system_prompt).prompter(
+                    self.backend.tokenizer, self.backend.context_length
+                )
                 if readout == "label-logprobs"
                 else None
             )
@@ -198,7 +210,23 @@ class Classifier:
 
         if template is not None:
             raise ConfigError("template is for the classifier-head readout (classify)")
-        return LabelLogprobs(_questions(questions), keep)
+        return LabelLogprobs(_questions(questions), keep, system_prompt=self.system_prompt)
+
+    def show_prompt(self, data: Any, questions: Any = None, n: int = 1) -> str:
+        """What the model gets for the first `n` rows of `data`, as `run --show-prompt` prints it: the
+        decoded prefix and each question's suffix, the cut, the control tokens and the label tokens.
+        label-logprobs only. Raises ConfigError for bad arguments."""
+        from .frames import kind_of, records_of
+        from .pipeline.read import parse_records
+        from .readouts.label_logprobs.show import render_rows
+
+        if self.prompter is None:
+            raise ConfigError("show_prompt is for the label-logprobs readout")
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ConfigError(f"n must be a positive integer, got {n!r}")
+        readout = self._readout(questions, None, ())
+        chunks = parse_records(records_of(data, kind_of(data), n), limit=n, readout=readout)
+        return render_rows([r for c in chunks for r in c], self.prompter)
 
     def _keep(self, keep: Iterable[str] | str | None, cols: list[str] | None) -> tuple[str, ...]:
         from .config import check_keep

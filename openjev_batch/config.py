@@ -86,6 +86,16 @@ class RunConfig(EngineOptions):
     progress: bool = True
     resume: bool = False
     limit: int | None = Field(None, gt=0)  # only the first N input rows
+    # run: the system message, replacing the default annotator instructions (prompt.INSTRUCTIONS); content,
+    # so tokenized as text (a control string in it never becomes a turn); part of the resume key
+    system_prompt: str | None = None
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _system_prompt(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("--system-prompt is empty")
+        return v
 
     @field_validator("output")
     @classmethod
@@ -125,6 +135,8 @@ class RunConfig(EngineOptions):
             raise ValueError("--questions is for run (label logprobs), not for a classifier head")
         if self.readout != "classifier-head" and self.template is not None:
             raise ValueError("--template is for classify (a classifier head)")
+        if self.readout == "classifier-head" and self.system_prompt is not None:
+            raise ValueError("--system-prompt is for run (label logprobs), not for a classifier head")
         try:
             check_keep(self.keep, self.readout)
         except ValueError as e:

@@ -122,3 +122,16 @@ WORKERS = typer.Option(None, "--workers", help="--ray: engine actors, one backen
 GPUS_PER_WORKER = typer.Option(
     None, "--gpus-per-worker", help="--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0]."
 )
+
+
+def _text_or_file(value: str, option: str) -> str:
+    """An option's text, or with `@PATH` that file's content (UTF-8). Raises ConfigError for a file that
+    cannot be read."""
+    from ..errors import ConfigError
+
+    if not value.startswith("@"):
+        return value
+    try:
+        return Path(value[1:]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{option} {value}: cannot read: {getattr(e, 'strerror', None) or e}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from pathlib import Path
 
 import typer
@@ -26,6 +27,7 @@ from .options import (
     _quiet,
     _resolve,
     _spool_stdin,
+    _text_or_file,
 )
 
 
@@ -67,6 +69,17 @@ def run(
     threads: int = typer.Option(
         None, "--threads", min=1, help="CPU threads for torch/OpenMP (CPU runs; default: all cores)."
     ),
+    system_prompt: str = typer.Option(
+        None,
+        "--system-prompt",
+        help="The system message, replacing the default instructions; @FILE reads it from a file.",
+    ),
+    show_prompt: int = typer.Option(
+        None,
+        "--show-prompt",
+        min=1,
+        help="Print what the model gets for the first N rows (prefix, suffixes, label tokens) and exit; tokenizer only, no -o.",
+    ),
 ) -> None:
     """Answer every question of every row from the model's next-token label logprobs."""
     _run_job(
@@ -74,21 +87,33 @@ def run(
         dict(
             input=input, output=output, model=model, backend=backend, readout="label-logprobs",
             questions_file=questions, keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
-            progress=progress, resume=resume, limit=limit, **engine,
+            progress=progress, resume=resume, limit=limit, system_prompt=system_prompt, **engine,
         ),
         dry_run=dry_run, ray=ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
-        threads=threads,
+        threads=threads, show_prompt=show_prompt,
     )  # fmt: skip
 
 
 def _run_job(
-    command: str, kw: dict, *, dry_run: bool, ray: bool, ray_address, workers, gpus_per_worker, threads
+    command: str,
+    kw: dict,
+    *,
+    dry_run: bool,
+    ray: bool,
+    ray_address,
+    workers,
+    gpus_per_worker,
+    threads,
+    show_prompt: int | None = None,
 ) -> None:
     """The one body of `run` and `classify` (the readout is in `kw`): build the config, then the dry run,
-    the Ray run or the local job; print the summary; exit 3 when some rows or questions have errors."""
+    the prompt display, the Ray run or the local job; print the summary; exit 3 when some rows or
+    questions have errors."""
     output, progress, resume = kw["output"], kw["progress"], kw["resume"]
-    if output is None and not dry_run:
-        raise typer.BadParameter("missing: -o/--output (only --dry-run runs without it)", param_hint="'-o'")
+    if output is None and not dry_run and not show_prompt:
+        raise typer.BadParameter(
+            "missing: -o/--output (only --dry-run and --show-prompt run without it)", param_hint="'-o'"
+        )
     if threads:
         from ..config import apply_threads
 
@@ -104,6 +129,8 @@ def _run_job(
             if resume:
                 raise ConfigError("--resume needs an input file: standard input cannot be read again")
             kw["input"] = _spool_stdin(stack)
+        if kw.get("system_prompt") is not None:
+            kw["system_prompt"] = _text_or_file(kw["system_prompt"], "--system-prompt")
         cfg = build_config(
             **{
                 **kw,
@@ -112,6 +139,15 @@ def _run_job(
                 "keep": tuple(k.strip() for k in kw["keep"].split(",") if k.strip()),
             }
         )
+        if show_prompt:
+            from ..pipeline.dry_run import show_prompt as render
+
+            if dry_run or resume or ray:
+                raise ConfigError(
+                    "--show-prompt prints the first rows and exits: drop --dry-run/--resume/--ray"
+                )
+            sys.stdout.write(render(cfg, show_prompt))  # as it is: no markup, emoji codes or wrapping
+            return
         if dry_run:
             from ..pipeline.dry_run import dry_run as plan_only
 

@@ -1,5 +1,5 @@
 """`--dry-run`: read → prompt → plan the whole job with the tokenizer only; token counts and the expected cache
-hit rate, no model."""
+hit rate, no model. `--show-prompt N`: the first rows' rendered branches, tokenizer only too."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..backends.base import load_tokenizer
 from ..config import RunConfig
+from ..errors import ConfigError
 from ..model_info import model_info
 from ..schema import RowError
 from .job import make_readout
@@ -86,3 +87,22 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
         describe_model(info), info.sglang_pattern() if info.known else "",
         backend=cfg.backend, unique_tokens_hf=unique_hf,
     )  # fmt: skip
+
+
+def show_prompt(cfg: RunConfig, n: int, tokenizer=None) -> str:
+    """What the model gets for the first `n` input rows (`run --show-prompt`): the ids a job would send,
+    decoded, with the prefix/suffix cut, the control tokens and the label tokens marked
+    (readouts/label_logprobs/show.py). Tokenizer only, no weights. Raises the job-level errors of `run` for
+    bad input, questions or tokenizer."""
+    from ..readouts.label_logprobs.show import render_rows
+
+    if cfg.readout != "label-logprobs":
+        raise ConfigError("--show-prompt is for run (label logprobs)")
+    check_input(cfg.input, cfg.keep)
+    readout = make_readout(cfg)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
+    prompter = readout.prompter(tokenizer)
+    first = cfg.model_copy(update={"limit": min(n, cfg.limit or n), "chunk_rows": max(n, 1)})
+    rows = [r for chunk in job_rows(first, readout)[0] for r in chunk]
+    return render_rows(rows, prompter)

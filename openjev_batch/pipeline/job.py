@@ -45,11 +45,11 @@ def make_readout(cfg: RunConfig, labels: tuple[str, ...] | None = None) -> Reado
     from ..readouts.label_logprobs import LabelLogprobs
 
     if not cfg.questions_file:
-        return LabelLogprobs(None, cfg.keep)
+        return LabelLogprobs(None, cfg.keep, system_prompt=cfg.system_prompt)
     questions = load_questions(cfg.questions_file)  # raises ConfigError for a missing or bad file
     # the questions' content, not their path: an edited file must not mix old and new answers
     sha = hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest()
-    return LabelLogprobs(questions, cfg.keep, sha)
+    return LabelLogprobs(questions, cfg.keep, sha, cfg.system_prompt)
 
 
 def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, Any]:
@@ -67,7 +67,7 @@ def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, An
         sha = (
             hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest() if cfg.questions_file else None
         )
-        readout = LabelLogprobs(None, cfg.keep, sha)
+        readout = LabelLogprobs(None, cfg.keep, sha, cfg.system_prompt)
     readout = readout or make_readout(cfg)
     return {
         "model": cfg.model,

@@ -134,3 +134,42 @@ def test_resumed_summary_counts_the_whole_job(tiny_model, hf_backend, tmp_path):
         f"{whole.cache_hit_rate:.1%}",
     )
     assert b["resumed chunks (counted above)"] == "2: 0–1"
+
+
+@pytest.mark.sglang
+def test_sglang_reports_each_request_batch(sglang_backend, monkeypatch):
+    """sglang reports each request batch as it returns: the first-branch pattern per group (first
+    branches, then the rest), the hybrid prefix-first pattern per step; each branch counts once, and the
+    totals are the window's results."""
+    from backends.test_backends import make_rows
+
+    from openjev_batch.core import RowPrompt
+    from openjev_batch.pipeline.plan import StateBudget, plan, state_groups
+    from openjev_batch.pipeline.progress import WindowReports
+
+    rows = make_rows(n_rows=8, n_q=3, seed=3)
+    rows = [RowPrompt(i, str(i), r.prefix, r.branches) for i, r in enumerate(rows)]
+    (w,) = plan(rows, 100_000)
+
+    def run(expected_events: int) -> None:
+        events = []
+        live = Progress(listener=lambda p: events.append(p.branches_done))
+        reports = WindowReports(w, sglang_backend, live)
+        sglang_backend.on_branches = reports
+        try:
+            out = sglang_backend.prefill(w)
+        finally:
+            sglang_backend.on_branches = None
+        assert len(events) == expected_events and events[-1] == 24, events
+        reports.finish(w, out)  # every branch was reported: nothing is counted twice
+        flat = [r for res in out for r in res]
+        assert (live.branches_done, live.rows_done) == (24, 8) and len(events) == expected_events
+        assert live.tokens == sum(r.prompt_tokens for r in flat)
+        assert live.cached == sum(r.cached_tokens for r in flat)
+
+    sglang_backend.engine.flush_cache()
+    run(2 * len(sglang_backend._groups(w)))  # per group: its first branches, then the rest
+    budget = StateBudget(slots=20, per_request=3)
+    monkeypatch.setattr(sglang_backend, "state_budget", budget)
+    groups = state_groups(w.rows, budget, sglang_backend.hybrid_depth, overlap=sglang_backend.hybrid_overlap)
+    run(len(groups))  # per group its branches (the prefix-only step before the first reports none)

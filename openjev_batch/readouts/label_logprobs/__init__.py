@@ -8,6 +8,7 @@ branch_tokens, cached_tokens, error`, then the kept columns.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from ...schema import (
 )
 from ..base import Readout, RowFailures, RowResults
 from .answer import read_out
-from .prompt import Prompter
+from .prompt import INSTRUCTIONS, Prompter
 
 OUTPUT_SCHEMA = pa.schema(
     [
@@ -51,11 +52,13 @@ OUTPUT_SCHEMA = pa.schema(
 @dataclass(frozen=True)
 class LabelLogprobs(Readout):
     """`questions`: the parsed shared `--questions` (None: each row's own `questions` column);
-    `questions_sha256`: their file's content hash (the resume key; an edited file never mixes answers)."""
+    `questions_sha256`: their file's content hash (the resume key; an edited file never mixes answers);
+    `system_prompt`: the system message instead of the default instructions (`--system-prompt`)."""
 
     questions: tuple[QuestionSpec, ...] | None = None
     keep: tuple[str, ...] = ()
     questions_sha256: str | None = None
+    system_prompt: str | None = None
 
     name = "label-logprobs"
     backend_kind = "label-logprobs"
@@ -88,7 +91,9 @@ class LabelLogprobs(Readout):
 
     def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> Prompter:
         return Prompter(
-            tokenizer, max_branch_tokens=min(MAX_BRANCH_TOKENS, max_branch_tokens or MAX_BRANCH_TOKENS)
+            tokenizer,
+            self.system_prompt or INSTRUCTIONS,
+            max_branch_tokens=min(MAX_BRANCH_TOKENS, max_branch_tokens or MAX_BRANCH_TOKENS),
         )
 
     def records(self, row: Row, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
@@ -127,7 +132,10 @@ class LabelLogprobs(Readout):
         return self.blank(row.id, row.kept, question_id=qid, type=qtype, **values)
 
     def manifest(self) -> dict[str, Any]:
-        return {"readout": self.name, "questions_sha256": self.questions_sha256}
+        key = {"readout": self.name, "questions_sha256": self.questions_sha256}
+        if self.system_prompt is not None:  # only when set: partials made before the option still resume
+            key["system_prompt_sha256"] = hashlib.sha256(self.system_prompt.encode()).hexdigest()
+        return key
 
     def tokens(self, table: pa.Table) -> dict[str, int]:
         ok = table.filter(pc.is_null(table.column("error")))

@@ -1,0 +1,54 @@
+"""`run --show-prompt N` (and `Classifier.show_prompt`): what the model gets for the first rows, from the very
+token ids a job would send — the prefix and each question's suffix decoded, the cut between them, the
+control tokens of the markup listed (a control string written in the content is text and is not among
+them), and the label tokens whose logprobs are read. Tokenizer only: no weights load."""
+
+from __future__ import annotations
+
+from ...schema import QuestionSpec, RowError
+
+CUT = "┆"  # printed where the shared prefix ends and a question's suffix begins
+
+
+def _controls(prompter, ids) -> str:
+    """The markup's control tokens in `ids`, in order (what the tokenizer reads as turns, not text)."""
+    names = [prompter.tok.convert_ids_to_tokens(i) for i in ids if i in prompter.text.control_ids]
+    return ", ".join(names) if names else "none"
+
+
+def render_rows(rows: list, prompter) -> str:
+    """The rendered branches of `rows` (parsed rows and RowErrors) as text, one block per row."""
+    tok = prompter.tok
+    good = [r for r in rows if not isinstance(r, RowError)]
+    built = dict(zip((r.pos for r in good), prompter.build_many(good), strict=True))
+    out: list[str] = []
+    for row in rows:
+        if isinstance(row, RowError):
+            out.append(f"═══ row {row.id if row.id is not None else f'at index {row.pos}'}: {row.error}")
+            continue
+        rp, fails = built[row.pos]
+        specs = {q.qid: q for q in row.questions if isinstance(q, QuestionSpec)}
+        if rp is None:
+            out.append(f"═══ row {row.id}: no question can be asked")
+        else:
+            out.append(
+                f"═══ row {row.id} · prefix {len(rp.prefix):,} tokens, shared by its {len(rp.branches)} "
+                f"question(s) · {CUT} marks where each question's suffix starts"
+            )
+            out.append(tok.decode(list(rp.prefix)) + CUT)
+            out.append(f"    control tokens of the prefix: {_controls(prompter, rp.prefix)}")
+            for b in rp.branches:
+                q = specs[b.qid]
+                out.append(
+                    f"─── {b.qid} ({q.type}) · suffix {len(b.suffix):,} tokens · branch "
+                    f"{len(rp.prefix) + len(b.suffix):,} tokens"
+                )
+                out.append(CUT + tok.decode(list(b.suffix)))
+                out.append(f"    control tokens of the suffix: {_controls(prompter, b.suffix)}")
+                labels = " · ".join(
+                    f"{tok.decode([i])!r} id {i} → {name}"
+                    for i, name in zip(b.label_ids, q.options, strict=True)
+                )
+                out.append(f"    label tokens (the next token, its logprob read as the answer): {labels}")
+        out.extend(f"    ✗ {f.qid}: {f.error}" for f in fails)
+    return "\n".join(out) + "\n"
