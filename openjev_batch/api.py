@@ -135,6 +135,7 @@ class Classifier:
         limit: int | None = None,
         output: str = "auto",
         on_progress: Callable[[int, int], None] | None = None,
+        progress: Any = None,
     ):
         """Read out every row of `data`; returns the CLI's output rows in input order, with its columns and
         the `keep` columns (a name, names, or "all": every input column that is not an output column).
@@ -148,7 +149,9 @@ class Classifier:
         question (or a JSON/YAML path) for every row, or None to read each row's `questions`. `template`
         (classifier-head): the prompt over {premise} and {hypothesis} (default: the NLI template, as
         `classify --template`). `output`: "auto" (the input's kind; polars for an iterable), "polars",
-        "pandas" or "arrow". Bad rows become `error` cells, never exceptions; `last_summary` holds the run's
+        "pandas" or "arrow". `on_progress(branches, tokens)` is called after each window; `progress` (a
+        `pipeline.progress.Progress`) is updated as branches finish, for a live display (its `text()`:
+        done of the total, tok/s, cache hit rate, ETA). Bad rows become `error` cells, never exceptions; `last_summary` holds the run's
         counts (a pipeline.Summary). Raises ConfigError for bad arguments or invalid shared questions.
         """
         import pyarrow as pa
@@ -182,11 +185,15 @@ class Classifier:
         warm0 = self.backend.warm_tokens
         records: list[dict[str, Any]] = []
         n_rows = 0
+        if progress is not None and progress.total_rows is None and kind != "records":
+            progress.total_rows = min(len(data), limit or len(data))
         for chunk in parse_records(records_of(data, kind, CHUNK_ROWS), limit=limit, readout=readout):
             n_rows += len(chunk)
+            if progress is not None:
+                progress.chunk_read(len(chunk), sum(readout.n_records(r) for r in chunk))
             prompted = prompt_chunk(chunk, prompter)
             records += score_chunk(
-                prompted, readout, self.backend, budget, self.max_branches, on_progress
+                prompted, readout, self.backend, budget, self.max_branches, on_progress, None, progress
             ).records
         schema = readout.schema
         table = records_table(records, readout.keep, schema) if records else schema.empty_table()
@@ -275,6 +282,6 @@ def run(data: Any, questions: Any = None, *, model: str, backend: str | None = N
     """One-shot `Classifier(model, backend, ...).run(data, questions, ...)`; the model is closed after.
     Keywords of `Classifier.run` (keep, limit, output, on_progress) go to the run, the rest to the
     Classifier."""
-    run_kw = {k: kw.pop(k) for k in ("keep", "limit", "output", "on_progress") if k in kw}
+    run_kw = {k: kw.pop(k) for k in ("keep", "limit", "output", "on_progress", "progress") if k in kw}
     with Classifier(model, backend, **kw) as clf:
         return clf.run(data, questions, **run_kw)

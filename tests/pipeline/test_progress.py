@@ -173,3 +173,14 @@ def test_sglang_reports_each_request_batch(sglang_backend, monkeypatch):
     monkeypatch.setattr(sglang_backend, "state_budget", budget)
     groups = state_groups(w.rows, budget, sglang_backend.hybrid_depth, overlap=sglang_backend.hybrid_overlap)
     run(len(groups))  # per group its branches (the prefix-only step before the first reports none)
+
+
+def test_api_run_takes_a_progress(tiny_model):
+    import openjev_batch as ob
+
+    df = pl.DataFrame({"id": ["a", "b", "c"], "state": ["Refund me", "It broke", "Thanks!"]})
+    events = []
+    live = Progress(listener=lambda p: events.append(p.rows_done))
+    out = ob.run(df, Q, model=str(tiny_model), backend="hf", progress=live)
+    assert (live.total_rows, live.rows_done, live.records_done) == (3, 3, out.height) == (3, 3, 6)
+    assert events == [0, 1, 2, 3]  # the chunk read, then each row as the hf backend finishes it

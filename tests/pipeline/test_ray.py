@@ -13,6 +13,7 @@ ray = pytest.importorskip("ray")
 
 from openjev_batch.config import build_config  # noqa: E402
 from openjev_batch.pipeline.job import run_job  # noqa: E402
+from openjev_batch.pipeline.progress import Progress  # noqa: E402
 from openjev_batch.pipeline.ray.run import RayOptions, run_job_ray  # noqa: E402
 from openjev_batch.pipeline.ray.staging import STAGE_DIR, read_stage  # noqa: E402
 
@@ -162,8 +163,15 @@ def test_ray_interrupted_then_resumed_equals_uninterrupted(job, cluster, tmp_pat
     stage = out.with_name(out.name + ".partial") / STAGE_DIR
     staged = set(read_stage(stage, ["_pos"]).column("_pos").to_pylist())
     assert not out.exists() and 0 < len(staged) < 14
-    s = run_job_ray(rcfg.model_copy(update={"resume": True}), RayOptions(workers=2, bucket_rows=4))
+    live = (
+        Progress()
+    )  # the live counts (#20): rows counted up front, staged rows done, the rest as they arrive
+    s = run_job_ray(
+        rcfg.model_copy(update={"resume": True}), RayOptions(workers=2, bucket_rows=4), progress=live
+    )
     assert s.resumed_rows == len(staged)
+    assert (live.total_rows, live.rows_done, live.resumed_rows) == (14, 14, len(staged))
+    assert live.records_done == live.total_records == s.questions
     _same_file(out, cfg.output)
     assert not stage.parent.exists()
 
