@@ -184,3 +184,65 @@ def test_api_run_takes_a_progress(tiny_model):
     out = ob.run(df, Q, model=str(tiny_model), backend="hf", progress=live)
     assert (live.total_rows, live.rows_done, live.records_done) == (3, 3, out.height) == (3, 3, 6)
     assert events == [0, 1, 2, 3]  # the chunk read, then each row as the hf backend finishes it
+
+
+def test_total_estimate_rates_and_eta_on_a_clock():
+    """Before every chunk is read, the total of records is estimated from the chunks read (records per
+    row × all rows); rates start at the first chunk (not while the model loads); resumed records count as
+    done but not in the rate the ETA uses."""
+    now = [100.0]
+    p = Progress(total_rows=10, clock=lambda: now[0])
+    assert p.total_records is None and p.eta_s() is None and p.text() == "0 questions · 0/10 rows · 0 tok/s"
+    now[0] = 160.0  # a minute of model loading: not in the rates
+    p.chunk_read(4, 12)  # 3 questions per row so far
+    assert p.total_records == 30
+    p.resumed(2, 6)  # an earlier run's chunk
+    now[0] = 170.0
+    p.branches(6, 600, 150, warm=30, rows=2)
+    assert p.token_rate() == 60.0 and p.hit_rate() == pytest.approx(1 - (600 - 150 + 30) / 600)
+    assert p.eta_s() == pytest.approx((30 - 12) / (6 / 10))  # 18 records left at 0.6 records/s
+    assert p.text() == "12/30 questions · 4/10 rows · 60 tok/s · cache 20% · ETA 0:00:30"
+    p.chunk_read(6, 12)  # the rest: 2 questions per row there, the total is now exact
+    assert p.total_records == 24
+
+
+def test_the_bar_redraws_between_events(monkeypatch):
+    """The CLI's bar is redrawn by rich's own thread (twice a second), so its rates and ETA move while a
+    long window runs without any event."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    from openjev_batch.cli import display
+
+    buf = io.StringIO()
+    monkeypatch.setattr(display, "err", Console(file=buf, force_terminal=True, width=200))
+    with display._progress("prefill", "questions", True) as live:
+        live.total_rows = 4
+        live.chunk_read(4, 8)
+        live.branches(2, 100, 0, rows=1)
+        n0 = buf.getvalue().count("2/8 questions")
+        time.sleep(1.6)  # no event meanwhile
+        assert buf.getvalue().count("2/8 questions") >= n0 + 2
+
+
+def test_classify_answers_and_progress_per_batch(hf_cls, tmp_path):
+    """classify's distribution is one question, `label`, over the checkpoint's labels; its rows are
+    reported per padded batch."""
+    rows = [
+        {"id": f"r{i}", "premise": f"A man is eating pasta {i}.", "hypothesis": "He eats."} for i in range(5)
+    ]
+    src = write_jsonl(tmp_path / "in.jsonl", [*rows, {"id": "bad", "premise": 3}])
+    cfg = build_config(input=src, output=tmp_path / "o.parquet", model="-", backend="hf",
+                       readout="classifier-head", progress=False)  # fmt: skip
+    live = Progress()
+    s = run_job(cfg, backend=hf_cls, progress=live)
+    df = pl.read_parquet(tmp_path / "o.parquet").drop_nulls("label")
+    assert list(s.answers) == ["label"] and [o for o, *_ in s.answers["label"]] == list(hf_cls.labels)
+    for opt, n, conf in s.answers["label"]:
+        got = df.filter(pl.col("label") == opt)
+        assert n == got.height
+        assert conf is None if n == 0 else conf == pytest.approx(got["probs"].list.max().mean())
+    assert sum(n for _, n, _ in s.answers["label"]) == 5
+    assert (live.rows_done, live.records_done, live.tokens) == (6, 6, s.branch_tokens)
