@@ -280,7 +280,7 @@ class Classifier:
 
 def run(data: Any, questions: Any = None, *, model: str, backend: str | None = None, **kw: Any):
     """One-shot `Classifier(model, backend, ...).run(data, questions, ...)`; the model is closed after.
-    Keywords of `Classifier.run` (keep, limit, output, on_progress) go to the run, the rest to the
+    Keywords of `Classifier.run` (keep, limit, output, on_progress, progress) go to the run, the rest to the
     Classifier."""
     run_kw = {k: kw.pop(k) for k in ("keep", "limit", "output", "on_progress", "progress") if k in kw}
     with Classifier(model, backend, **kw) as clf:
