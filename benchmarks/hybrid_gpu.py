@@ -476,8 +476,11 @@ def cpu_smoke() -> None:
     wls = build_workloads(tok, tmp / "wl", rows_w1=(8,), w3_rows=20)
     wls["w1_64"] = wls["w1_8"]
     PRODUCT_PATTERN = "prefix-first"
+    # max_running_requests 20: a dense engine's state budget is its running slots × 3 = 60 (as the old forced
+    # StateBudget(60)), so W1's 8 rows run as several groups
+    engine_args = {"max_total_tokens": 200_000, "max_running_requests": 20}
     opts = BackendOptions(
-        model=str(m), device="cpu", engine_args={"max_total_tokens": 200_000}, request_pattern=PRODUCT_PATTERN
+        model=str(m), device="cpu", engine_args=engine_args, request_pattern=PRODUCT_PATTERN
     )
     b = load_backend("sglang", opts)
     b.engine_kwargs_used = {}
