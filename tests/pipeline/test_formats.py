@@ -151,7 +151,9 @@ def test_dry_run_needs_no_output_and_names_the_backend(tiny_model):
     assert "expected cache hit rate, hf (this run's backend)" in text
     assert "expected cache hit rate, sglang" in text and "identical prefixes only" in text
     r = cli("run", EXAMPLES / "tickets.jsonl", "-m", tiny_model, "-b", "hf")
-    assert r.returncode == 2 and "only --dry-run runs without it" in " ".join(r.stderr.split())
+    assert r.returncode == 2 and "only --dry-run and --show-prompt run without it" in " ".join(
+        r.stderr.split()
+    )
 
 
 def test_small_habits(tmp_path):
