@@ -25,6 +25,8 @@ fi
 $PIP install -q "transformers==5.12.1" "tokenizers==0.22.2"
 $PIP install -q -e "$HERE[dev,ray]"
 if [ "$WITH_SGLANG" = 1 ]; then
+  echo "installing the CPU sglang test engine (--no-deps): pip may print 'ERROR: pip's dependency resolver ..."
+  echo "sglang ... requires ...' lines next; they are expected (its CUDA-only dependencies are left out on purpose)"
   $PIP install -q --no-deps "sglang==0.5.19" "torchvision==0.28.0"
   $PIP install -q aiohttp einops fastapi interegular msgspec ninja orjson packaging \
     partial_json_parser pillow "prometheus-client>=0.20.0" psutil pybase64 python-multipart \
@@ -39,4 +41,4 @@ if [ "$WITH_SGLANG" = 1 ]; then
     cp "$HERE/scripts/cpu/openjev_torchvision_shim.pth" "$SITE/"
   fi
 fi
-echo "installed into $VENV"
+"$VENV/bin/python" -c "import openjev_batch" && echo "installed into $VENV (any pip 'dependency resolver' lines above are expected)"

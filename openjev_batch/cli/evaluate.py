@@ -10,7 +10,7 @@ from ..errors import OpenjevError
 from ..interrupts import stop_on_signals
 from . import EXIT_ROW_ERRORS, _fail, _stopped, app, err, out
 from .display import _progress
-from .options import CHUNK_ROWS_HELP, ENGINE, _engine_options, _quiet, _resolve
+from .options import CHUNK_ROWS_HELP, ENGINE, THREADS_HELP, _engine_options, _quiet, _resolve
 
 
 @app.command("eval")
@@ -34,6 +34,7 @@ def eval_(
     calibrate: float = typer.Option(None, help="Fit one temperature on this share, report the rest scaled."),
     engine: dict = ENGINE,
     chunk_rows: int = typer.Option(2048, help=CHUNK_ROWS_HELP),
+    threads: int = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output folder."),
@@ -44,6 +45,11 @@ def eval_(
     ),
 ) -> None:
     """Turn a benchmark file into a scored report: accuracy with 95 % intervals, Brier, ECE, reliability PNG."""
+    from ..config import apply_threads, default_threads
+
+    threads = threads or default_threads()
+    if threads:
+        apply_threads(threads)  # before torch is imported (the backends)
     from ..backends import default_backend
     from ..evaluation import build_eval_config, run_eval
     from ..evaluation.report import rich_tables

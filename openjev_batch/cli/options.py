@@ -110,6 +110,7 @@ PROGRESS = typer.Option(
     "--progress/--no-progress",
     help="Show a live progress bar: done of the total, %, tok/s, cache hit rate, ETA.",
 )
+THREADS_HELP = "CPU threads for torch/OpenMP (default: the idle cores, cores minus the load average, ≥ 1)."
 CHUNK_ROWS_HELP = "Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
 RESUME = typer.Option(False, "--resume", help="Continue from OUT.partial, skipping finished chunks.")
 RAY = typer.Option(

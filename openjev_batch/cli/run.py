@@ -22,6 +22,7 @@ from .options import (
     RAY,
     RAY_ADDRESS,
     RESUME,
+    THREADS_HELP,
     WORKERS,
     _engine_options,
     _quiet,
@@ -66,9 +67,7 @@ def run(
     workers: int = WORKERS,
     gpus_per_worker: float = GPUS_PER_WORKER,
     limit: int = typer.Option(None, "--limit", min=1, help="Only the first N input rows (a quick look)."),
-    threads: int = typer.Option(
-        None, "--threads", min=1, help="CPU threads for torch/OpenMP (CPU runs; default: all cores)."
-    ),
+    threads: int = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
     system_prompt: str = typer.Option(
         None,
         "--system-prompt",
@@ -114,9 +113,10 @@ def _run_job(
         raise typer.BadParameter(
             "missing: -o/--output (only --dry-run and --show-prompt run without it)", param_hint="'-o'"
         )
-    if threads:
-        from ..config import apply_threads
+    from ..config import apply_threads, default_threads
 
+    threads = threads or default_threads()
+    if threads:
         apply_threads(threads)  # before torch is imported (default_backend, the backends)
     from ..backends import default_backend
     from ..config import build_config
