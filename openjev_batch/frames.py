@@ -24,6 +24,14 @@ def columns_of(data: Any, kind: str) -> list[str] | None:
         return [str(c) for c in data.columns]
     if kind in ("polars", "arrow"):
         return list(data.column_names if kind == "arrow" else data.columns)
+    if isinstance(data, (list, tuple)):  # as the CLI scans JSONL: the keys of the first rows (a generator
+        from .pipeline.read import KEEP_SCAN_ROWS  # cannot be read twice, so it is not checked)
+
+        seen: dict[str, None] = {}
+        for r in data[:KEEP_SCAN_ROWS]:
+            if isinstance(r, dict):
+                seen.update(dict.fromkeys(str(k) for k in r))
+        return list(seen)
     return None
 
 

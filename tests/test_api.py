@@ -76,6 +76,8 @@ def test_refusals(clf):
         clf.run([{"state": "x"}], {"bad": {"type": "rank", "instructions": "?"}})
     with pytest.raises(ConfigError, match="keep column.*not in the data: nope"):
         clf.run(pl.DataFrame({"state": ["x"]}), Q, keep="nope")
+    with pytest.raises(ConfigError, match="keep column.*not in the data: nope"):  # a list: its first rows' keys
+        clf.run([{"state": "x", "c": 1}, {"state": "y"}], Q, keep="c,nope")
     with pytest.raises(ConfigError, match="keep: score already output"):
         clf.run(pl.DataFrame({"state": ["x"], "score": [1]}), Q, keep=["score"])
     with pytest.raises(BackendError, match="hf backend has no engine options"):
