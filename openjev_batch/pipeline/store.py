@@ -26,6 +26,10 @@
 - Kept columns have one type whatever the chunking: a Parquet input's own column types; for JSONL (no
   schema) the type every value agrees on (ints and floats → double, structs merged field by field, lists
   by element), computed over all parts at the join, else JSON text.
+
+Size (over the house's ~300 lines): everything that decides whether an output on disk is trustworthy —
+the lock, the ledger, the manifest diff, the join's checks and the kept columns' types — is in one file, so
+"change how resume works" is one place; each piece is a short function or method of `OutputStore`.
 """
 
 from __future__ import annotations
