@@ -176,7 +176,7 @@ def test_questions_file_with_a_byte_order_mark(tmp_path):
     inp = tmp_path / "in.jsonl"
     inp.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "a", "state": "x"}).encode() + b"\n")
     r = cli("validate", inp, "-q", qf)
-    assert r.returncode == 0 and "1 rows, 1 questions, 0 errors" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "1 row, 1 question, 0 errors" in r.stdout, r.stdout + r.stderr
 
 
 def test_invalid_utf8_in_csv_is_a_row_error(tmp_path):

@@ -63,9 +63,14 @@ def validate(
     if len(errors) > show:
         err.print(f"… and {len(errors) - show} more")
     kinds = Counter(e.split(": ", 2)[1] if e.count(": ") >= 2 else e for e in errors)
-    counts = f"{rows:,} rows, {n_q:,} questions" if readout == "label-logprobs" else f"{rows:,} rows"
+
+    def n(k: int, word: str) -> str:
+        return f"{k:,} {word}{'' if k == 1 else 's'}"
+
+    # questions: those of the rows that parsed (a row refused whole has none to count)
+    counts = f"{n(rows, 'row')}, {n(n_q, 'question')}" if readout == "label-logprobs" else n(rows, "row")
     out.print(
-        f"{counts}, {len(errors):,} errors"
+        f"{counts}, {n(len(errors), 'error')}"
         + (f" ({', '.join(f'{k}: {v}' for k, v in kinds.most_common(5))})" if errors else ""),
         highlight=False,
     )
