@@ -80,7 +80,7 @@ def _progress(label: str, noun: str, enabled: bool):
         def render(self, task) -> Text:
             return Text(job.text(noun))
 
-    with Progress(
+    bar = Progress(
         TextColumn(f"[bold]{label}"),
         BarColumn(bar_width=None),
         TaskProgressColumn(),
@@ -88,14 +88,22 @@ def _progress(label: str, noun: str, enabled: bool):
         TimeElapsedColumn(),
         console=err,
         refresh_per_second=2,
-    ) as bar:
-        task = bar.add_task(label, total=None)
+    )
+    task = bar.add_task(label, total=None)
 
-        def moved(p) -> None:
-            bar.update(task, completed=p.records_done, total=p.total_records)
+    def moved(p) -> None:
+        # drawn from the first count on (the first chunk read): a job refused at once (missing file, bad
+        # questions, no model) prints its error alone, without an empty bar above it
+        if not bar.live.is_started:
+            bar.start()
+        bar.update(task, completed=p.records_done, total=p.total_records)
 
-        job.listener = moved
+    job.listener = moved
+    try:
         yield job
+    finally:
+        if bar.live.is_started:
+            bar.stop()
 
 
 def _print_summary(command: str, readout, s) -> None:

@@ -60,6 +60,10 @@ def test_cli_progress_line_and_answer_distribution(tiny_model, tmp_path):
             share = f"{got.height / sub.height:.0%}"
             cells = rf"{qid if i == 0 else ''}\s*│\s*{opt}\s*│\s*{got.height}\s*│\s*{share}\s*│\s*{conf}"
             assert re.search(cells, table), (qid, opt, table)
+    # a job refused at once prints its error alone: no empty bar above it (the new-user trial saw one)
+    r = cli("run", tmp_path / "missing.jsonl", "-m", tiny_model, "-b", "hf", "-o", tmp_path / "m.parquet")
+    assert r.returncode == 4 and "error:" in r.stderr
+    assert "prefill" not in r.stderr and "0 questions" not in r.stderr, r.stderr
 
 
 def test_summary_answers_match_the_output(hf_backend, tmp_path):
