@@ -61,6 +61,7 @@ class Classifier:
     classifier), LabelError when a causal LM's tokenizer cannot give the labels.
     """
 
+    # Length (over ~60 lines): the engine and readout options as keyword arguments, validated once.
     def __init__(
         self,
         model: str,
@@ -125,6 +126,8 @@ class Classifier:
         self.max_branches = max_branches
         self.last_summary = None
 
+    # Length (over ~60 lines): the argument checks a notebook user needs named,
+    # then the same stages as `run_job` over an in-memory frame.
     def run(
         self,
         data: Any,

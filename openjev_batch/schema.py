@@ -455,7 +455,10 @@ def parse_row(
     pos: int, rec: dict[str, Any], shared_questions: Any = None, keep: tuple[str, ...] = ()
 ) -> Row | RowError:
     """One input record → Row or RowError (never raises). `shared_questions` is the parsed
-    ``--questions`` file, used when given; otherwise the row's own `questions` field."""
+    ``--questions`` file, used when given; otherwise the row's own `questions` field.
+
+    Length (over ~60 lines): every check of one row in the order its error message names them.
+    """
     kept = {k: rec.get(k) for k in keep}
     # A kept value that Arrow cannot hold is the row's error and is written as null.
     kept_problem = next(

@@ -13,6 +13,7 @@ from .display import _progress
 from .options import CHUNK_ROWS_HELP, ENGINE, THREADS_HELP, _engine_options, _quiet, _resolve
 
 
+# Length (over ~60 lines): mostly its typer options (the docstring is the command's --help).
 @app.command("eval")
 @_engine_options("eval")
 def eval_(

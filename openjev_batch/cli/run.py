@@ -107,7 +107,10 @@ def _run_job(
 ) -> None:
     """The one body of `run` and `classify` (the readout is in `kw`): build the config, then the dry run,
     the prompt display, the Ray run or the local job; print the summary; exit 3 when some rows or
-    questions have errors."""
+    questions have errors.
+
+    Length (over ~60 lines): the one body of `run` and `classify` (dry run, prompt display, Ray, local job) and their exit codes, in one place.
+    """
     output, progress, resume = kw["output"], kw["progress"], kw["resume"]
     if output is None and not dry_run and not show_prompt:
         raise typer.BadParameter(

@@ -13,6 +13,7 @@ from . import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out
 from .options import _spool_stdin
 
 
+# Length (over ~60 lines): mostly its typer options (the docstring is the command's --help).
 @app.command()
 def validate(
     input: Path = typer.Argument(

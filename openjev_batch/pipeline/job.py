@@ -121,6 +121,9 @@ def run_job(
 
     Raises OpenjevError subclasses for job-level failures (input unreadable, model not loadable, engine
     dead, output count check failed); the partial output is then kept for `--resume`.
+
+    Length (over ~60 lines): the one job loop, read top to bottom — lock, load, per chunk resume or score
+    and write, count check, join; every step is a call into the stage, store or readout modules.
     """
     t0 = time.perf_counter()
     if cfg.output is None:

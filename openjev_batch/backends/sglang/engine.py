@@ -329,32 +329,8 @@ class SGLangBackend(Backend):
         rows = window.rows
         results: list[list[BranchResult | None]] = [[None] * len(r.branches) for r in rows]
 
-        def prefix_part(g: tuple[int, int] | None) -> tuple[list, list]:
-            """The prefix-only requests of group g: (ids, label ids), one per distinct prefix."""
-            if g is None:
-                return [], []
-            firsts = [i for i in range(*g) if i == g[0] or rows[i].prefix != rows[i - 1].prefix]
-            # the first branch's labels: every request carries token_ids_logprob (#34719)
-            return [list(rows[i].prefix) for i in firsts], [
-                list(rows[i].branches[0].label_ids) for i in firsts
-            ]
-
-        async def step(g: tuple[int, int] | None, nxt: tuple[int, int] | None) -> None:
-            """Group g's branches and group nxt's prefix-only requests as ONE request batch, branches first:
-            one batch reaches the scheduler as one message, so both go into the same forward pass (two
-            `async_generate` calls can land in different scheduler iterations)."""
-            keys = [(i, j) for i in range(*g) for j in range(len(rows[i].branches))] if g else []
-            ids = [list(rows[i].prefix + rows[i].branches[j].suffix) for i, j in keys]
-            labels = [list(rows[i].branches[j].label_ids) for i, j in keys]
-            pre_ids, pre_labels = prefix_part(nxt)
-            outs = await self.engine.async_generate(**self._request(ids + pre_ids, labels + pre_labels))
-            outs = outs if isinstance(outs, list) else [outs]
-            for (i, j), o in zip(keys, outs[: len(keys)], strict=True):
-                results[i][j] = self._result(rows[i], j, o)
-            for o in outs[len(keys) :]:
-                meta = o.get("meta_info", {})
-                self.warm_tokens += int(meta.get("prompt_tokens", 0)) - int(meta.get("cached_tokens", 0))
-            self.report([(rows[i], j, results[i][j]) for i, j in keys])
+        def step(g: tuple[int, int] | None, nxt: tuple[int, int] | None):
+            return self._hybrid_step(rows, results, g, nxt)
 
         if not self.hybrid_overlap:
             d = self.hybrid_depth
@@ -390,6 +366,31 @@ class SGLangBackend(Backend):
             e = errs[0]
             raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
         return results  # type: ignore[return-value]
+
+    async def _hybrid_step(
+        self, rows, results, g: tuple[int, int] | None, nxt: tuple[int, int] | None
+    ) -> None:
+        """Group g's branches and group nxt's prefix-only requests (one per distinct prefix; either may be
+        None) as ONE request batch, branches first: one batch reaches the scheduler as one message, so both
+        go into the same forward pass (two `async_generate` calls can land in different scheduler
+        iterations). Fills `results` for g's branches; the prefix-only requests count as warm-up tokens."""
+        keys = [(i, j) for i in range(*g) for j in range(len(rows[i].branches))] if g else []
+        ids = [list(rows[i].prefix + rows[i].branches[j].suffix) for i, j in keys]
+        labels = [list(rows[i].branches[j].label_ids) for i, j in keys]
+        if nxt is not None:
+            firsts = [i for i in range(*nxt) if i == nxt[0] or rows[i].prefix != rows[i - 1].prefix]
+            ids += [list(rows[i].prefix) for i in firsts]
+            labels += [
+                list(rows[i].branches[0].label_ids) for i in firsts
+            ]  # every request carries them: #34719
+        outs = await self.engine.async_generate(**self._request(ids, labels))
+        outs = outs if isinstance(outs, list) else [outs]
+        for (i, j), o in zip(keys, outs[: len(keys)], strict=True):
+            results[i][j] = self._result(rows[i], j, o)
+        for o in outs[len(keys) :]:
+            meta = o.get("meta_info", {})
+            self.warm_tokens += int(meta.get("prompt_tokens", 0)) - int(meta.get("cached_tokens", 0))
+        self.report([(rows[i], j, results[i][j]) for i, j in keys])
 
     @staticmethod
     def _result(row, j: int, out: dict) -> BranchResult:
