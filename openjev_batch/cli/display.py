@@ -33,11 +33,7 @@ def _print_plan(p, command: str = "run") -> None:
     t = Table(title=f"openjev-batch {command} --dry-run", show_header=False)
     for k, v in [
         *([("model", p.model)] if p.model else []),
-        *(
-            [("request pattern (sglang)", p.sglang_pattern)]
-            if p.sglang_pattern and p.backend == "sglang"
-            else []
-        ),
+        *([("request pattern (sglang)", p.sglang_pattern)] if p.sglang_pattern else []),
         ("rows", f"{p.rows:,}"),
         ("questions", f"{p.questions:,}"),
         ("row/question errors", f"{p.errors:,}"),

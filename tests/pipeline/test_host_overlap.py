@@ -86,14 +86,18 @@ def test_an_input_error_in_a_later_chunk_still_ends_the_job(hf_backend, tmp_path
     cfg = build_config(
         input=inp, output=tmp_path / "o.parquet", model="-", backend="hf", chunk_rows=CHUNK, progress=False
     )
-    real = pipeline.read_rows
+    real = pipeline.job_rows
 
     def fails_after_one_chunk(*a, **kw):  # injected fault: the disk goes away after chunk 0
-        it = real(*a, **kw)
-        yield next(it)
-        raise OSError("disk gone")
+        it, digest = real(*a, **kw)
 
-    monkeypatch.setattr(pipeline, "read_rows", fails_after_one_chunk)
+        def chunks():
+            yield next(it)
+            raise OSError("disk gone")
+
+        return chunks(), digest
+
+    monkeypatch.setattr(pipeline, "job_rows", fails_after_one_chunk)
     with pytest.raises(OSError, match="disk gone"):
         pipeline.run_job(cfg, backend=hf_backend)
     assert [p.name for p in (tmp_path / "o.parquet.partial").glob("part-*")] == ["part-000000.parquet"]

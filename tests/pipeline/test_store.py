@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import polars as pl
 import pyarrow as pa
@@ -81,30 +80,20 @@ def test_a_killed_job_never_leaves_the_lock_stuck(tmp_path):
 def test_two_cli_jobs_on_one_output_the_second_is_refused_at_start(tiny_model, tmp_path):
     """The fault trial's case: job B on job A's -o. B must stop at once naming A (exit 4); A's output holds
     only A's rows."""
-    a_in = write_jsonl(tmp_path / "a.jsonl", _rows(40, "a"))
+    # A must still be running when B starts: 400 rows (B's start takes seconds; A on 1 thread writes ~10 rows/s)
+    a_in = write_jsonl(tmp_path / "a.jsonl", _rows(400, "a"))
     b_in = write_jsonl(tmp_path / "b.jsonl", _rows(40, "b"))
     out = tmp_path / "o.parquet"
     args = ["-m", tiny_model, "-b", "hf", "-o", out, "--chunk-rows", "2", "--no-progress"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    a = subprocess.Popen(
-        [sys.executable, "-m", "openjev_batch", "run", str(a_in), *map(str, args)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    partial = tmp_path / "o.parquet.partial"
-    deadline = time.time() + 300
-    while not list(partial.glob("part-*.parquet")) and time.time() < deadline and a.poll() is None:
-        time.sleep(0.05)
+    a = start_cli("run", a_in, *args)
+    wait_parts(tmp_path / "o.parquet.partial", a, 1, timeout=300)
     b = cli("run", b_in, *args)
     _, a_err = a.communicate(timeout=600)
     assert b.returncode == 4, b.stderr
     assert f"(pid {a.pid} on host" in " ".join(b.stderr.split()) and "another job is writing" in b.stderr
     assert a.returncode == 0, a_err
     ids = pl.read_parquet(out)["id"].to_list()
-    assert ids == [f"a{i}" for i in range(40)]
+    assert ids == [f"a{i}" for i in range(400)]
 
 
 def _store_with_parts(tmp_path, name, n=2):
