@@ -33,7 +33,6 @@ from ..errors import ConfigError
 from ..schema import RowError, row_id, unidentified_row_error
 from .base import Readout, RowFailures, RowResults
 from .label_logprobs.answer import softmax
-from .label_logprobs.prompt import quiet_length_warning
 
 DEFAULT_TEMPLATE = "Premise: {premise}\nHypothesis: {hypothesis}"
 TEMPLATE_FIELDS = ("premise", "hypothesis")
@@ -144,16 +143,16 @@ def parse_cls_row(
 def build_prompts(rows: list[ClsRow], tokenizer) -> list[RowPrompt]:
     """Tokenize each row's whole prompt (batched; each distinct prefix text once) and split the ids into
     the shared prefix (an exact prefix of the ids) and the rest, the row's one branch. Text rows are all
-    prefix."""
+    prefix. The row's text is data: a control string in it (`<|endoftext|>`, `<|im_end|>`) stays text
+    (`TextTokenizer`); only the model's own wrapping (BOS, [CLS] … [SEP]) is added, as its tokenizer does."""
     if not rows:
         return []
-    tokenizer = quiet_length_warning(tokenizer)  # too-long rows become row errors (backend)
-    full = tokenizer([r.text for r in rows])["input_ids"]
+    from .label_logprobs.prompt import TextTokenizer
+
+    text = tokenizer if isinstance(tokenizer, TextTokenizer) else TextTokenizer(tokenizer)
+    full = text.encode([r.text for r in rows], specials=True)
     distinct = sorted({r.prefix_text for r in rows if r.prefix_text})
-    pre = {
-        t: tuple(x)
-        for t, x in zip(distinct, tokenizer(distinct)["input_ids"] if distinct else [], strict=True)
-    }
+    pre = dict(zip(distinct, text.encode(distinct, specials=True) if distinct else [], strict=True))
     out = []
     for r, ids in zip(rows, full, strict=True):
         ids = tuple(ids)
@@ -172,7 +171,9 @@ class ClassifierPrompter:
     backend's row errors, against the model's real input limit)."""
 
     def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+        from .label_logprobs.prompt import TextTokenizer
+
+        self.tokenizer = TextTokenizer(tokenizer)  # built once: content never becomes markup
 
     def build_many(self, rows: list[ClsRow]) -> list[tuple[RowPrompt, tuple]]:
         return [(rp, ()) for rp in build_prompts(rows, self.tokenizer)]

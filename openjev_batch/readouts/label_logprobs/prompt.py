@@ -110,6 +110,8 @@ class TextTokenizer:
         # tokenizer.json would take seconds to serialise and parse), without the control tokens.
         text = Tokenizer(backend.model)
         text.normalizer, text.pre_tokenizer = backend.normalizer, backend.pre_tokenizer
+        # the model's own wrapping (BOS / [CLS] … [SEP]: inserted by id), for `encode(…, specials=True)`
+        text.post_processor = backend.post_processor
         keep = {i: a for i, a in added.items() if not a.content.strip()}
         text.add_tokens(list(keep.values()))
         if any(text.token_to_id(a.content) != i for i, a in keep.items()):
@@ -121,12 +123,13 @@ class TextTokenizer:
         alts = sorted(self.control, key=len, reverse=True)
         self._control_re = re.compile("|".join(map(re.escape, alts))) if alts else None
 
-    def encode(self, texts: list[str]) -> list[tuple[int, ...]]:
-        """Texts → ids, no control token recognised. Batched: the Rust tokenizer spreads a batch over all
-        cores; slices of 1,000 bound the batch's intermediate encodings (~50 KB a row)."""
+    def encode(self, texts: list[str], specials: bool = False) -> list[tuple[int, ...]]:
+        """Texts → ids, no control token recognised in them; `specials`: wrapped as the model's tokenizer
+        wraps an input (its post-processor's BOS, [CLS] … [SEP]), for a whole classifier input. Batched: the
+        Rust tokenizer spreads a batch over all cores; slices of 1,000 bound the intermediate encodings."""
         out: list[tuple[int, ...]] = []
         for i in range(0, len(texts), 1000):
-            enc = self._text.encode_batch(texts[i : i + 1000], add_special_tokens=False)
+            enc = self._text.encode_batch(texts[i : i + 1000], add_special_tokens=specials)
             out.extend(tuple(e.ids) for e in enc)
         return out
 
