@@ -76,7 +76,7 @@ class Classifier:
         from .config import apply_threads, validation_message
         from .options import EngineOptions
 
-        if threads:
+        if threads is not None:
             apply_threads(threads)
         from pydantic import ValidationError
 

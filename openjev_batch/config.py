@@ -93,8 +93,14 @@ class RunConfig(EngineOptions):
     @field_validator("system_prompt")
     @classmethod
     def _system_prompt(cls, v: str | None) -> str | None:
+        from .schema import MAX_QUESTION_BYTES, text_bytes
+
         if v is not None and not v.strip():
             raise ValueError("--system-prompt is empty")
+        # part of every row's prefix: one too long would fail every row, slowly (hostile trial: 1 MB took
+        # 0.5 s a row to turn into row errors), so it is refused at once, at the question text's limit
+        if v is not None and (n := text_bytes(v)) > MAX_QUESTION_BYTES:
+            raise ValueError(f"--system-prompt is {n:,} bytes, limit {MAX_QUESTION_BYTES:,}")
         return v
 
     @field_validator("output")
@@ -163,11 +169,17 @@ def build_config(**kw: Any) -> RunConfig:
     return cfg
 
 
+MAX_THREADS = 1024
+
+
 def apply_threads(n: int) -> None:
     """Use `n` CPU threads: OpenMP/MKL and the tokenizer's thread pool read their environment variables when
     first loaded, so this is called before torch is imported; torch.set_num_threads covers a torch already
     imported (the Python API). On a loaded 2-core machine, 1 thread ran 2.4× faster than the default
-    (issue #20): the default oversubscribes the cores."""
+    (issue #20): the default oversubscribes the cores. Raises ConfigError for anything but 1…MAX_THREADS
+    (100,000 threads exhausted the machine's thread limit and crashed OpenBLAS: hostile trial)."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_THREADS:
+        raise ConfigError(f"threads must be an integer from 1 to {MAX_THREADS}, got {n!r}")
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS"):
         os.environ[var] = str(n)
     import sys

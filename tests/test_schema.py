@@ -242,3 +242,23 @@ def test_threads_default_to_the_idle_cores(monkeypatch):
     assert default_threads() == 1
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert default_threads() is None
+
+
+def test_threads_and_system_prompt_limits(tmp_path):
+    """Hostile trial: --threads 100000 crashed OpenBLAS (rc 139), API threads=-1 / "2" raised torch's
+    RuntimeError and left OMP_NUM_THREADS=-1; a 1 MB --system-prompt failed every row slowly."""
+    import os
+
+    from openjev_batch.config import MAX_THREADS, apply_threads, build_config
+    from openjev_batch.errors import ConfigError
+
+    before = os.environ.get("OMP_NUM_THREADS")
+    for bad in (-1, 0, "2", 2.5, True, MAX_THREADS + 1):
+        with pytest.raises(ConfigError, match="threads must be an integer from 1 to 1024"):
+            apply_threads(bad)
+    assert os.environ.get("OMP_NUM_THREADS") == before  # nothing half-applied
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('{"id": "a", "state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}\n')
+    with pytest.raises(ConfigError, match=r"--system-prompt is 262,145 bytes, limit 262,144"):
+        build_config(input=inp, output=tmp_path / "o.parquet", model="-", backend="hf",
+                     system_prompt="x" * (256 * 1024 + 1))  # fmt: skip

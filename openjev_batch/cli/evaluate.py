@@ -6,9 +6,10 @@ from pathlib import Path
 
 import typer
 
+from ..config import MAX_THREADS
 from ..errors import OpenjevError
 from ..interrupts import stop_on_signals
-from . import EXIT_ROW_ERRORS, _fail, _stopped, app, err, out
+from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out
 from .display import _progress
 from .options import CHUNK_ROWS_HELP, ENGINE, THREADS_HELP, _engine_options, _quiet, _resolve
 
@@ -35,7 +36,7 @@ def eval_(
     calibrate: float = typer.Option(None, help="Fit one temperature on this share, report the rest scaled."),
     engine: dict = ENGINE,
     chunk_rows: int = typer.Option(2048, help=CHUNK_ROWS_HELP),
-    threads: int = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
+    threads: int = typer.Option(None, "--threads", min=1, max=MAX_THREADS, help=THREADS_HELP),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output folder."),
@@ -69,6 +70,9 @@ def eval_(
             rep = run_eval(cfg, progress=live)
     except OpenjevError as e:
         _fail(e)
+    except OSError as e:  # an output folder that cannot be made (under a file, on /proc) or that filled up
+        err.print(f"error: {e}", markup=False)
+        raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: finished chunks stay for `eval --resume`
         _stopped(e, output_dir / "predictions.parquet.partial")
     for t in rich_tables(rep):

@@ -133,6 +133,6 @@ def _text_or_file(value: str, option: str) -> str:
     if not value.startswith("@"):
         return value
     try:
-        return Path(value[1:]).read_text(encoding="utf-8")
+        return Path(value[1:]).read_text(encoding="utf-8-sig")  # a BOM is not text, as in the input files
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{option} {value}: cannot read: {getattr(e, 'strerror', None) or e}") from None

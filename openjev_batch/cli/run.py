@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from ..config import MAX_THREADS
 from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err
@@ -67,7 +68,7 @@ def run(
     workers: int = WORKERS,
     gpus_per_worker: float = GPUS_PER_WORKER,
     limit: int = typer.Option(None, "--limit", min=1, help="Only the first N input rows (a quick look)."),
-    threads: int = typer.Option(None, "--threads", min=1, help=THREADS_HELP),
+    threads: int = typer.Option(None, "--threads", min=1, max=MAX_THREADS, help=THREADS_HELP),
     system_prompt: str = typer.Option(
         None,
         "--system-prompt",

@@ -273,3 +273,10 @@ def test_eval_sigterm_keeps_the_partial_and_resumes(tiny_model, tmp_path):
     a = pl.read_parquet(out / "predictions.parquet").sort("id")
     b = pl.read_parquet(tmp_path / "whole" / "predictions.parquet").sort("id")
     assert a.height == 160 and a.select("id", "probs").equals(b.select("id", "probs"))
+
+
+def test_eval_output_folder_that_cannot_be_made_is_a_job_error(tiny_model, tmp_path):
+    """Hostile trial: `eval -o afile/sub` gave rc 1 and a traceback (NotADirectoryError from mkdir)."""
+    (tmp_path / "afile").write_text("x")
+    r = cli("eval", TEST, "-o", tmp_path / "afile" / "sub", "-m", tiny_model, "-b", "hf", "--no-progress")
+    assert r.returncode == 4 and "Not a directory" in r.stderr and "Traceback" not in r.stderr, r.stderr
