@@ -185,3 +185,32 @@ def test_invalid_utf8_in_csv_is_a_row_error(tmp_path):
     p.write_bytes(f'id,state,questions\na,"ok \xff bad","{q}"\nb,fine,"{q}"\n'.encode("latin-1"))
     rows = [r for c in read_rows(p) for r in c]
     assert rows[0].error == "row a: state: not valid UTF-8 (byte 0xff at 3)" and isinstance(rows[1], Row)
+
+
+def test_terminal_escapes_in_rows_are_printed_escaped(tmp_path, tiny_model):
+    """Hostile trial: a row id with ESC sequences (clear screen, set the title) and BEL reached the operator's
+    terminal raw through run's error summary, validate's listing and --show-prompt; and validate read a
+    row's `[bold]` as markup. They are shown escaped (\\x1b, \\u202e), the rest of the text unchanged."""
+    import json
+
+    evil = "\u001b[2J\u001b]0;TITLE\u0007[bold]X[/bold]\u202eY"
+    q = {"q": {"type": "noul", "instructions": "Urgent?"}}
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        json.dumps({"id": evil, "state": 5, "questions": q}) + "\n"
+        + json.dumps({"id": "ok", "state": f"text {evil}", "questions": q}) + "\n"
+    )  # fmt: skip
+    runs = [
+        cli("validate", src),
+        cli("run", src, "-m", tiny_model, "-b", "hf", "-o", tmp_path / "o.parquet", "--no-progress"),
+        cli("run", src, "-m", tiny_model, "-b", "hf", "--show-prompt", "2"),
+    ]
+    for r in runs:
+        text = r.stdout + r.stderr
+        assert "\u001b" not in text and "\u0007" not in text and "\u202e" not in text, text
+        assert "Traceback" not in text
+    assert (
+        "\\x1b[2J\\x1b]0;TITLE\\x07[bold]X[/bold]\\u202eY" in runs[0].stderr
+    )  # the id, escaped, markup as text
+    assert runs[1].returncode == 3 and "\\x1b[2J" in runs[1].stderr
+    assert runs[2].returncode == 0 and "text \\x1b[2J" in runs[2].stdout

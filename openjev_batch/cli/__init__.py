@@ -50,11 +50,22 @@ def _main(
     """Offline batch classification with LLMs: answers read from next-token label logprobs."""
 
 
+_UNSAFE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+_UNSAFE.update({c: f"\\u{c:04x}" for c in (0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+
+
+def printable(text: str) -> str:
+    """Text from the input (row ids, messages, error texts quoting them) made safe for a terminal: control
+    characters (ESC sequences that clear the screen or set the title, BEL) and bidirectional overrides are
+    shown escaped, as `\\x1b` / `\\u202e` (hostile trial: a row id's ESC sequences reached the terminal)."""
+    return text.translate(_UNSAFE)
+
+
 def _fail(e: OpenjevError) -> None:
     from .options import stdin_name
 
     err.print("[bold red]error:[/] ", end="")
-    err.print(stdin_name(str(e)), markup=False, highlight=False)
+    err.print(printable(stdin_name(str(e))), markup=False, highlight=False)
     raise typer.Exit(EXIT_FAILED)
 
 

@@ -15,7 +15,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from . import err, out
+from . import err, out, printable
 
 
 def _print_top_errors(s) -> None:
@@ -24,7 +24,7 @@ def _print_top_errors(s) -> None:
     width = len(f"{s.top_errors[0][0]:,}") if s.top_errors else 0
     for c, msg, where in s.top_errors:
         line = f"  {c:>{width},} × {msg}" + (f"  (e.g. {where})" if where else "")
-        err.print(line, markup=False, highlight=False)
+        err.print(printable(line), markup=False, highlight=False)
     if s.errors > shown:
         err.print(f"  … and {s.errors - shown:,} more", markup=False, highlight=False)
 

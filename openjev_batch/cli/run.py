@@ -11,7 +11,7 @@ import typer
 from ..config import MAX_THREADS
 from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
-from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err
+from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
 from .display import _print_plan, _print_summary, _progress
 from .options import (
     BACKEND,
@@ -150,7 +150,8 @@ def _run_job(
                 raise ConfigError(
                     "--show-prompt prints the first rows and exits: drop --dry-run/--resume/--ray"
                 )
-            sys.stdout.write(render(cfg, show_prompt))  # as it is: no markup, emoji codes or wrapping
+            # as it is (no markup, emoji codes or wrapping), but no raw control characters: a row's ESC codes
+            sys.stdout.write(printable(render(cfg, show_prompt)))
             return
         if dry_run:
             from ..pipeline.dry_run import dry_run as plan_only

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ConfigError, OpenjevError
-from . import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out
+from . import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
 from .options import _spool_stdin
 
 
@@ -60,7 +60,8 @@ def validate(
     finally:
         stack.close()
     for e in errors[:show]:
-        err.print(f"[red]✗[/] {e}", highlight=False)
+        err.print("[red]✗[/] ", end="")
+        err.print(printable(e), markup=False, highlight=False)  # a row's text: neither markup nor ESC codes
     if len(errors) > show:
         err.print(f"… and {len(errors) - show} more")
     kinds = Counter(e.split(": ", 2)[1] if e.count(": ") >= 2 else e for e in errors)
