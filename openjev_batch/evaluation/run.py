@@ -139,6 +139,15 @@ def run_eval(
     partial = ppath.with_name(ppath.name + ".partial")
     finished = ppath.exists() and not partial.exists() and (out_dir / "report.json").exists()
     if cfg.resume and not changed and finished:
+        # a finished job re-scored only if it is this job: another model or backend would be reported
+        # under the old one's predictions (hostile trial: `--resume -m other` re-scored silently)
+        ran = json.loads((out_dir / "report.json").read_text(encoding="utf-8")).get("run", {})
+        for key, want in (("model_path", job.model), ("backend", job.backend)):
+            if ran.get(key) not in (None, want):
+                raise ConfigError(
+                    f"eval: {out_dir} holds a finished run with {key} {ran.get(key)!r}, not {want!r}: "
+                    "--resume continues the same job; pass --force to run this one there"
+                )
         log_samples(ppath)
         return rescore(out_dir, cfg.calibrate)  # nothing left to run: the finished job, scored again
     s = run_job(job, backend=backend, on_progress=on_progress, progress=progress)

@@ -211,6 +211,8 @@ def test_eval_refuses_a_used_folder_and_resumes_with_per_sample_columns(tiny_mod
         er.run_eval(er.build_eval_config(**base), backend=hf_backend)
     again = er.run_eval(er.build_eval_config(**base, resume=True), backend=hf_backend)
     assert again["overall"] == rep["overall"]  # finished: re-scored, not run again
+    with pytest.raises(er.ConfigError, match="holds a finished run with model_path"):  # not this job
+        er.run_eval(er.build_eval_config(**{**base, "model": str(tiny_model) + "-other"}, resume=True))
     assert pl.read_parquet(out / "predictions.parquet").equals(df)
     forced = er.run_eval(er.build_eval_config(**base, force=True), backend=hf_backend)
     assert forced["overall"] == rep["overall"]
