@@ -85,6 +85,9 @@ def top_errors(stats: pa.Table, n: int = TOP_ERRORS) -> tuple[tuple[int, str, st
     return tuple((c, msg, where) for msg, (c, where) in ranked)
 
 
+SEP = "\x1f"  # joins a question's id, type and options into one key (a name holding one is shown split)
+
+
 class AnswerCounts:
     """Per question: how many rows got each option and the sum of their confidences, added part by part
     (memory: one counter per question × option, whatever the job's size)."""
@@ -111,15 +114,22 @@ class AnswerCounts:
             c[1] += conf or 0.0
 
     def distribution(self) -> dict[str, tuple[tuple[str, int, float | None], ...]]:
-        """Per question every option in its order (then any answer outside them), rows and mean confidence."""
+        """Per question every option in its order (then any answer outside them), rows and mean confidence.
+        A key `id SEP type SEP options…` (label logprobs) is shown as the id, or, where rows asked different
+        questions under that id, as `id (type: options)`."""
+        variants: dict[str, int] = {}
+        for q in self.options:
+            variants[q.split(SEP)[0]] = variants.get(q.split(SEP)[0], 0) + 1
         out = {}
         for q, opts in self.options.items():
+            qid, *rest = q.split(SEP)
+            name = qid if variants[qid] == 1 or not rest else f"{qid} ({rest[0]}: {', '.join(rest[1:])})"
             extra = [a for (qq, a) in self.counts if qq == q and a not in opts]
             rows = []
             for o in [*opts, *extra]:
                 n, conf = self.counts.get((q, o), (0, 0.0))
                 rows.append((o, int(n), conf / n if n else None))
-            out[q] = tuple(rows)
+            out[name] = tuple(rows)
         return out
 
 

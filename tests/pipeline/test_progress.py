@@ -66,6 +66,22 @@ def test_cli_progress_line_and_answer_distribution(tiny_model, tmp_path):
     assert "prefill" not in r.stderr and "0 questions" not in r.stderr, r.stderr
 
 
+def test_answers_of_different_questions_under_one_id_are_counted_apart(hf_backend, tmp_path):
+    """Per-row questions may reuse an id for another question (hostile trial: a noul `q` and a choice `q`
+    with options true/x were summed into one `true` count, `x` never listed): each variant is its own entry."""
+    noul = {"q": {"type": "noul", "instructions": "Urgent?"}}
+    choice = {"q": {"type": "choice", "instructions": "Which?", "criteria": {"true": None, "x": None}}}
+    rows = [{"id": f"n{i}", "state": f"t {i}", "questions": noul} for i in range(3)]
+    rows += [{"id": f"c{i}", "state": f"t {i}", "questions": choice} for i in range(2)]
+    src = write_jsonl(tmp_path / "in.jsonl", rows)
+    cfg = build_config(input=src, output=tmp_path / "o.parquet", model="-", backend="hf", progress=False)
+    s = run_job(cfg, backend=hf_backend)
+    assert list(s.answers) == ["q (noul: true, false)", "q (choice: true, x)"]
+    assert [o for o, *_ in s.answers["q (choice: true, x)"]] == ["true", "x"]
+    assert sum(n for _, n, _ in s.answers["q (noul: true, false)"]) == 3
+    assert sum(n for _, n, _ in s.answers["q (choice: true, x)"]) == 2
+
+
 def test_summary_answers_match_the_output(hf_backend, tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", [*_rows(8), {"id": "bad", "state": 3, "questions": Q}])
     cfg = build_config(input=src, output=tmp_path / "o.parquet", model="-", backend="hf", progress=False)

@@ -29,6 +29,8 @@ from ..base import Readout, RowFailures, RowResults
 from .answer import read_out
 from .prompt import INSTRUCTIONS, Prompter
 
+SEP = "\x1f"  # as pipeline.summary.SEP: a question's id, type and options joined into one answer key
+
 OUTPUT_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -149,13 +151,16 @@ class LabelLogprobs(Readout):
         }
 
     def answers(self, table: pa.Table) -> tuple[pa.Table, dict[str, list[str]]]:
-        qids = table.column("question_id")
+        # rows may ask different questions under one id (per-row `questions`): the key is the id, type
+        # and options, so a noul `q` and a choice `q` are counted apart (summary.AnswerCounts names them)
+        opts = pc.binary_join(table.column("options"), SEP)
+        key = pc.binary_join_element_wise(table.column("question_id"), table.column("type"), opts, SEP)
         options: dict[str, list[str]] = {}
-        for qid in pc.unique(qids).drop_null().to_pylist():
-            opts = table.column("options").filter(pc.equal(qids, qid)).drop_null()
-            options[qid] = list(opts[0].as_py()) if len(opts) else []
-        ok = table.filter(pc.is_valid(table.column("answer")))
-        cols = [ok.column(c) for c in ("question_id", "answer", "confidence")]
+        for k in pc.unique(key).drop_null().to_pylist():
+            options[k] = k.split(SEP)[2:]
+        keep = pc.is_valid(table.column("answer"))
+        ok = table.filter(keep)
+        cols = [key.filter(keep), ok.column("answer"), ok.column("confidence")]
         return pa.table(cols, names=["question", "answer", "confidence"]), options
 
     def summary_rows(self, s) -> list[tuple[str, str]]:
