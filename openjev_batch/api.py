@@ -166,6 +166,7 @@ class Classifier:
         from .pipeline.write import records_table
 
         t0 = time.perf_counter()
+        self._open()  # a closed Classifier says so (not an AttributeError on its backend)
         kind = kind_of(data)
         if output == "auto":
             output = kind if kind in ("polars", "pandas", "arrow") else "polars"
@@ -269,6 +270,10 @@ class Classifier:
 
         return name in {label_column(x) for x in self.backend.labels}
 
+    def _open(self) -> None:
+        if getattr(self, "backend", None) is None:
+            raise ConfigError("this Classifier is closed: make a new one")
+
     def close(self) -> None:
         if getattr(self, "backend", None) is not None:
             self.backend.close()
@@ -283,8 +288,9 @@ class Classifier:
 
 def run(data: Any, questions: Any = None, *, model: str, backend: str | None = None, **kw: Any):
     """One-shot `Classifier(model, backend, ...).run(data, questions, ...)`; the model is closed after.
-    Keywords of `Classifier.run` (keep, limit, output, on_progress, progress) go to the run, the rest to the
-    Classifier."""
-    run_kw = {k: kw.pop(k) for k in ("keep", "limit", "output", "on_progress", "progress") if k in kw}
+    Keywords of `Classifier.run` (template, keep, limit, output, on_progress, progress) go to the run, the
+    rest to the Classifier."""
+    names = ("template", "keep", "limit", "output", "on_progress", "progress")
+    run_kw = {k: kw.pop(k) for k in names if k in kw}
     with Classifier(model, backend, **kw) as clf:
         return clf.run(data, questions, **run_kw)

@@ -146,5 +146,11 @@ def test_classifier_head_readout_matches_classify(tiny_classifier, tmp_path):
             nli.run(df, template="{premise}")
         with pytest.raises(ConfigError, match="clash with output columns"):
             nli.run(df.with_columns(pl.col("gold").alias("label")), keep="label")
+    with pytest.raises(ConfigError, match="this Classifier is closed"):  # hostile trial: AttributeError
+        nli.run(df)
+    # the one-shot run passes template= to the run (hostile trial: "template: Extra inputs are not permitted")
+    one = ob.run(df.head(1), model=str(tiny_classifier), backend="hf", readout="classifier-head",
+                 template="{premise} => {hypothesis}", output="pandas")  # fmt: skip
+    assert one["prompt_tokens"][0] == templ["prompt_tokens"][0]
     with pytest.raises(ConfigError, match="unknown readout 'nli'"):
         ob.Classifier(str(tiny_classifier), backend="hf", readout="nli")
