@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
@@ -175,8 +174,4 @@ class SGLangClassifier(Backend):
 
     def close(self) -> None:
         eng, self.engine = getattr(self, "engine", None), None
-        if eng is not None:
-            eng.shutdown()
-        if getattr(self, "_error_file", None):
-            with contextlib.suppress(OSError):
-                os.unlink(self._error_file)
+        sglang_signals.stop_engine(eng, getattr(self, "_error_file", None))

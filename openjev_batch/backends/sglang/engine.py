@@ -32,9 +32,7 @@ its group scheduler and the readout by token id; the engine arguments are kwargs
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
-import os
 from typing import Any
 
 from ... import mis
@@ -463,8 +461,4 @@ class SGLangBackend(Backend):
 
     def close(self) -> None:
         eng, self.engine = getattr(self, "engine", None), None
-        if eng is not None:
-            eng.shutdown()
-        if getattr(self, "_error_file", None):
-            with contextlib.suppress(OSError):
-                os.unlink(self._error_file)
+        sglang_signals.stop_engine(eng, getattr(self, "_error_file", None))

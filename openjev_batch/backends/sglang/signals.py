@@ -215,3 +215,13 @@ def start_engine(make, kw: dict, opts, no_kernel: str = "") -> tuple[object, str
         hint = trust_hint(opts, e)  # a hub checkpoint with pickle weights only, or its own code
         raise BackendError(f"sglang.Engine could not start with {opts.model!r}: {why}{hint}") from None
     return engine, error_file
+
+
+def stop_engine(engine, error_file: str | None) -> None:
+    """The other end of `start_engine`: shut the engine down (None: nothing started) and remove its error
+    file."""
+    if engine is not None:
+        engine.shutdown()
+    if error_file:
+        with contextlib.suppress(OSError):
+            os.unlink(error_file)
