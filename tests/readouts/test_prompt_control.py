@@ -93,6 +93,15 @@ def test_system_prompt_changes_the_prefix_and_stays_text(qwen3_tok):
     # the resume key holds the system prompt (by hash), only when it is set
     assert "system_prompt_sha256" in LabelLogprobs(system_prompt=INJECTED).manifest()
     assert "system_prompt_sha256" not in LabelLogprobs().manifest()
+    # the key is of the text as used (stripped): a file's trailing newline resumes the inline text's job
+    assert (
+        LabelLogprobs(system_prompt="Be brief.\n").manifest()
+        == LabelLogprobs(system_prompt="Be brief.").manifest()
+    )
+    assert (
+        LabelLogprobs(system_prompt="Be brief!").manifest()
+        != LabelLogprobs(system_prompt="Be brief.").manifest()
+    )
 
 
 def test_show_prompt_loads_no_weights_and_marks_cut_controls_and_labels(tiny_model, qwen3_tok, tmp_path):

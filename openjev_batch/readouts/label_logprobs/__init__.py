@@ -136,7 +136,8 @@ class LabelLogprobs(Readout):
     def manifest(self) -> dict[str, Any]:
         key = {"readout": self.name, "questions_sha256": self.questions_sha256}
         if self.system_prompt is not None:  # only when set: partials made before the option still resume
-            key["system_prompt_sha256"] = hashlib.sha256(self.system_prompt.encode()).hexdigest()
+            used = self.system_prompt.strip()  # as the prompt uses it: a file's trailing newline is no change
+            key["system_prompt_sha256"] = hashlib.sha256(used.encode()).hexdigest()
         return key
 
     def tokens(self, table: pa.Table) -> dict[str, int]:
