@@ -69,11 +69,21 @@ class ModelInfo:
         """Whether a config was read at all."""
         return bool(self.architecture or self.model_type)
 
-    def sglang_pattern(self) -> str:
-        """The request pattern the sglang backend uses for this model (shown by `--dry-run`)."""
-        if self.recurrent:
-            return "prefix-only request per prefix, then its branches; rows in flight sized by state slots"
-        return "first branch of each prefix as the warm-up, then the other branches"
+    def sglang_pattern(self, request_pattern: str = "auto") -> str:
+        """The request pattern the sglang backend uses for this model (shown by `--dry-run`), or the one
+        `--request-pattern` names (multi-item: where the engine runs it, on a GPU)."""
+        prefix_first = (
+            "prefix-only request per prefix, then its branches; rows in flight sized by state slots"
+        )
+        first_branch = "first branch of each prefix as the warm-up, then the other branches"
+        named = {
+            "prefix-first": prefix_first,
+            "first-branch": first_branch,
+            "multi-item": "multi-item scoring: one request per prefix with its suffixes (GPU, flashinfer)",
+        }
+        if request_pattern in named:
+            return named[request_pattern]
+        return prefix_first if self.recurrent else first_branch
 
     def describe(self) -> str:
         parts = [self.architecture or self.model_type or "unknown architecture"]

@@ -91,3 +91,15 @@ def test_dry_run_shows_a_dense_model(tmp_path, tiny_model, arch):
     r = cli("run", EXAMPLES / "tickets.jsonl", "-o", tmp_path / "o.parquet", "-m", tiny_model, "--dry-run")
     assert r.returncode == 0, r.stderr
     assert arch in r.stdout and "2 attention layers" in r.stdout and "warm-up" in r.stdout
+
+
+def test_dry_run_names_the_request_pattern_asked_for(tmp_path, tiny_model):
+    """Hostile trial: `--dry-run --request-pattern prefix-first` still printed the automatic pattern."""
+    info = model_info(str(tiny_model))
+    assert info.sglang_pattern().startswith("first branch of each prefix")
+    assert info.sglang_pattern("prefix-first").startswith("prefix-only request per prefix")
+    assert info.sglang_pattern("multi-item").startswith("multi-item scoring")
+    pytest.importorskip("sglang")  # -b sglang: the option is refused by hf
+    r = cli("run", EXAMPLES / "tickets.jsonl", "-m", tiny_model, "-b", "sglang", "--dry-run",
+            "--request-pattern", "prefix-first")  # fmt: skip
+    assert r.returncode == 0 and "prefix-only request per prefix" in r.stdout, r.stdout + r.stderr

@@ -84,7 +84,7 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
     info = model_info(cfg.model)
     return PlanSummary(
         rows, questions, errors, branches, logical, unique, windows, time.perf_counter() - t0, rss,
-        describe_model(info), info.sglang_pattern() if info.known else "",
+        describe_model(info), info.sglang_pattern(getattr(cfg, "request_pattern", "auto")) if info.known else "",
         backend=cfg.backend, unique_tokens_hf=unique_hf,
     )  # fmt: skip
 
