@@ -183,6 +183,8 @@ class Classifier:
                 f"{type(data).__name__} (a file: use the CLI, or read it into a DataFrame)"
             )
         cols = columns_of(data, kind)
+        if kind != "records" and cols and (dup := sorted({c for c in cols if cols.count(c) > 1})):
+            raise ConfigError(f"data has column(s) {', '.join(map(repr, dup))} twice")  # which one to read?
         readout = self._readout(questions, template, self._keep(keep, cols))
         prompter = self.prompter or readout.prompter(self.backend.tokenizer, self.backend.context_length)
         budget = self.backend.kv_budget_tokens()

@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import polars as pl
+import pyarrow as pa
 import pytest
 from conftest import cli, write_jsonl
 
@@ -78,6 +79,8 @@ def test_refusals(clf):
         clf.run(pl.DataFrame({"state": ["x"]}), Q, keep="nope")
     with pytest.raises(ConfigError, match="keep column.*not in the data: nope"):  # a list: its first rows' keys
         clf.run([{"state": "x", "c": 1}, {"state": "y"}], Q, keep="c,nope")
+    with pytest.raises(ConfigError, match="data has column\\(s\\) 'state' twice"):  # hostile trial
+        clf.run(pa.table([["a"], ["b"]], names=["state", "state"]), Q)
     with pytest.raises(ConfigError, match="keep: score already output"):
         clf.run(pl.DataFrame({"state": ["x"], "score": [1]}), Q, keep=["score"])
     with pytest.raises(BackendError, match="hf backend has no engine options"):

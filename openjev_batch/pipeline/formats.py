@@ -174,6 +174,10 @@ def _csv_reader(path: Path, compression: str | None):
     parse = pacsv.ParseOptions(newlines_in_values=True)
     with open_binary(path, compression) as f:
         names = pacsv.open_csv(f, parse_options=parse).schema.names
+    # JSONL refuses a duplicate key per row; a CSV header naming a column twice would silently answer
+    # from the last one (hostile trial), so the file is refused
+    if dup := sorted({n for n in names if names.count(n) > 1}):
+        raise InputFileError(f"{path}: the CSV header names column(s) {', '.join(map(repr, dup))} twice")
     # check_utf8=False: an undecodable cell is that row's error (`_batch_records`), not the whole file's
     conv = pacsv.ConvertOptions(
         column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=True, check_utf8=False

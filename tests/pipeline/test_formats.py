@@ -218,3 +218,11 @@ def test_job_rows_reads_a_job_and_hashes_what_it_read(tmp_path):
     assert seen == [["r0", "r1"], ["r2", "r3"], ["r4"]]
     limited = build_config(input=src, output=tmp_path / "o.parquet", model="m", backend="hf", limit=3)
     assert [r.id for c in job_rows(limited, LabelLogprobs(None))[0] for r in c] == ["r0", "r1", "r2"]
+
+
+def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path):
+    """Hostile trial: `id,state,state` answered from the last `state`, exit 0; now the file is refused."""
+    src = tmp_path / "dup.csv"
+    src.write_text("id,state,state\n1,a,b\n")
+    r = cli("validate", src)
+    assert r.returncode == 4 and "names column(s) 'state' twice" in r.stderr, r.stderr
