@@ -1,6 +1,11 @@
 """What a classifier checkpoint's `config.json` says (architecture, id2label), read without loading weights:
 the classifier-head readout takes its labels from it, and its backends refuse a checkpoint that is not a
-sequence classifier before any model loads."""
+sequence classifier before any model loads.
+
+A Qwen3.5 classifier may also be saved under its multimodal architecture name
+(`Qwen3_5ForConditionalGeneration`, `Qwen3_5MoeForConditionalGeneration`: the openjev NLI cross-encoders of
+the seeds) with a `score` head instead of `lm_head`; those are accepted when the weights' names (read from the
+safetensors index or header, no tensor loaded) include `score.weight`."""
 
 from __future__ import annotations
 
@@ -8,6 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BackendError
+
+# Multimodal architecture names under which a sequence classifier may be saved (score head, no lm_head).
+MULTIMODAL_CLASSIFIERS = frozenset({"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
+SCORE = "score.weight"
 
 
 @dataclass(frozen=True)
@@ -31,10 +40,20 @@ def read_checkpoint(model: str) -> Checkpoint:
         raise BackendError(f"cannot read the config of {model!r}: {e}") from e
     archs = list(cfg.get("architectures") or [])
     cls_archs = [a for a in archs if a.endswith("ForSequenceClassification")]
+    if not cls_archs and (mm := [a for a in archs if a in MULTIMODAL_CLASSIFIERS]):
+        names = weight_names(model)
+        if SCORE not in names:
+            raise BackendError(
+                f"{model}: {mm[0]} without a classification head (its weights have no {SCORE}"
+                f"{'' if names else ': no safetensors weights found'}); classify needs a sequence "
+                "classifier's trained score head (use `run` for chat models)"
+            )
+        cls_archs = mm
     if not cls_archs:
         raise BackendError(
             f"{model}: not a sequence classifier (architectures {archs or 'missing'}); classify needs a "
-            "*ForSequenceClassification checkpoint with a trained score head (use `run` for chat models)"
+            "*ForSequenceClassification checkpoint (or a Qwen3.5 *ForConditionalGeneration one with a "
+            "score.weight) with a trained score head (use `run` for chat models)"
         )
     raw = cfg.get("id2label")
     if not raw:
@@ -54,3 +73,31 @@ def read_checkpoint(model: str) -> Checkpoint:
     if len(labels) < 2:
         raise BackendError(f"{model}: id2label has {len(labels)} label; classify needs at least 2")
     return Checkpoint(model, labels, cls_archs[0], cfg)
+
+
+def weight_names(model: str) -> frozenset[str]:
+    """The tensor names of `model`'s safetensors weights, from `model.safetensors.index.json` or the
+    `model.safetensors` header (a local folder, or a hub id through huggingface_hub's header reads); no tensor
+    is loaded. Empty when there are no safetensors weights. Raises BackendError when they cannot be read."""
+    import json
+    import struct
+    from pathlib import Path
+
+    d = Path(model)
+    try:
+        if d.is_dir():
+            index = d / "model.safetensors.index.json"
+            if index.is_file():
+                return frozenset(json.loads(index.read_text())["weight_map"])
+            names: set[str] = set()
+            for f in sorted(d.glob("*.safetensors")):
+                with f.open("rb") as fh:  # the format: u64 little-endian header length, then JSON header
+                    (n,) = struct.unpack("<Q", fh.read(8))
+                    names |= set(json.loads(fh.read(n))) - {"__metadata__"}
+            return frozenset(names)
+        from huggingface_hub import get_safetensors_metadata
+
+        meta = get_safetensors_metadata(model)
+        return frozenset(meta.weight_map)
+    except Exception as e:
+        raise BackendError(f"cannot read the weight names of {model!r}: {type(e).__name__}: {e}") from e

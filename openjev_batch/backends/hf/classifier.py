@@ -7,6 +7,11 @@ for any prompt that does not end in the pad token, and what sglang's LAST poolin
 (transformers takes "the rightmost token that is not the pad id", so a prompt ending in the pad token
 would be pooled one token early there). A pad id is set when the config has none (Qwen3's default), so
 batches > 1 work. No prefix KV reuse: every row is one full forward pass.
+
+A Qwen3.5-MoE checkpoint (model type `qwen3_5_moe`, saved as `Qwen3_5MoeForConditionalGeneration` with a score
+head or as `Qwen3_5MoeForSequenceClassification`) loads through our `qwen3_5_moe_cls` class: transformers
+5.12 has no sequence classifier for it. The dense Qwen3.5 one loads through transformers' own class under
+either architecture name (the Auto class picks it by model type).
 """
 
 from __future__ import annotations
@@ -30,7 +35,10 @@ class HFClassifier(Backend):
         refuse_engine_options(opts, "hf")
         ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before any weights load
         device, dtype = device_and_dtype(opts)
-        self.tokenizer, model = load_pretrained(AutoModelForSequenceClassification, opts, dtype, "classifier")
+        auto = AutoModelForSequenceClassification
+        if ckpt.config.get("model_type") == "qwen3_5_moe":
+            from .qwen3_5_moe_cls import Qwen3_5MoeForSequenceClassification as auto
+        self.tokenizer, model = load_pretrained(auto, opts, dtype, "classifier")
         self.model = model.to(device).eval()
         self.labels = ckpt.labels
         if self.model.config.num_labels != len(self.labels):
