@@ -10,8 +10,11 @@
   open). `SGLANG_EXTERNAL_MODEL_PACKAGE=openjev_batch.backends.sglang.heads` is set while the engine starts (and
   only then: other engines in this process keep the built-in classes), and start-up checks that the
   scheduler really built our class: sglang only *warns* when an external module fails to import.
-- **Qwen3.5.** The engine is told the checkpoint is `Qwen3_5ForConditionalGeneration` (sglang's multimodal
-  Qwen3.5 path) and our classifier is registered under that name. GPU only; not run here.
+- **Qwen3.5.** The engine is told the checkpoint is `Qwen3_5ForConditionalGeneration` or
+  `Qwen3_5MoeForConditionalGeneration` (sglang's multimodal Qwen3.5 path) and our classifier is registered
+  under that name; `enable_multimodal=False` (unless `--engine-arg enable_multimodal=…`), so a checkpoint
+  without `preprocessor_config.json` starts (sglang otherwise loads an image processor for a multimodal
+  config). GPU only; not run here.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ...errors import BackendError, EngineDied
 from ..base import Backend, BackendOptions, loader_options, trust_hint
 from ..checkpoint import Checkpoint, read_checkpoint
 from . import signals as sglang_signals
-from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE
+from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE, TEXT_ONLY
 from .kwargs import engine_kwargs as engine_kwargs_base
 from .kwargs import import_sglang
 
@@ -59,8 +62,14 @@ def _import_error(submodule: str) -> str:
 
 def engine_kwargs(opts: BackendOptions, ckpt: Checkpoint) -> dict[str, Any]:
     """`sglang.Engine` arguments for a classifier: is_embedding, CPU defaults, user options, engine args, and
-    for an overridden architecture whose engine name differs (Qwen3.5) the `architectures` override."""
+    for an overridden architecture whose engine name differs (Qwen3.5) the `architectures` override; for a
+    text-only one (Qwen3.5) `enable_multimodal=False` unless the user set it."""
     kw = engine_kwargs_base(opts, is_embedding=True)
+    if ckpt.architecture in TEXT_ONLY and "enable_multimodal" not in opts.engine_args:
+        from sglang.srt.server_args import ServerArgs
+
+        if "enable_multimodal" in ServerArgs.__dataclass_fields__:  # sglang 0.5.17–0.5.19 have it
+            kw["enable_multimodal"] = False
     override = OVERRIDES.get(ckpt.architecture)
     if override and override[2]:
         extra = kw.get("json_model_override_args") or {}

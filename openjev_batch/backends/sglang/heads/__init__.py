@@ -28,11 +28,34 @@ OVERRIDES: dict[str, tuple[str, str, str | None]] = {
     "Qwen2ForSequenceClassification": ("qwen2_cls", "Qwen2ForSequenceClassification", None),
     # Qwen3.5 configs have vision/text sub-configs, so sglang treats them as multimodal and wants the
     # multimodal architecture name (its processor registry and hybrid linear-attention set-up key on it):
-    # the engine is told `Qwen3_5ForConditionalGeneration`, and our class registered under that name is a
-    # classifier. GPU only (the linear-attention kernels have no CPU build here); not run in this repo.
+    # the engine is told `Qwen3_5ForConditionalGeneration` / `Qwen3_5MoeForConditionalGeneration`, and our
+    # class registered under that name is a classifier. A checkpoint saved under the multimodal name with a
+    # score head (the seeds' NLI cross-encoders; backends/checkpoint.py checks `score.weight`) maps the same.
+    # GPU only (the linear-attention kernels have no CPU build here).
     "Qwen3_5ForSequenceClassification": (
         "qwen3_5_cls",
         "Qwen3_5ForConditionalGeneration",
         "Qwen3_5ForConditionalGeneration",
     ),
+    "Qwen3_5ForConditionalGeneration": (
+        "qwen3_5_cls",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+    ),
+    "Qwen3_5MoeForSequenceClassification": (
+        "qwen3_5_moe_cls",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+    ),
+    "Qwen3_5MoeForConditionalGeneration": (
+        "qwen3_5_moe_cls",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+    ),
 }
+
+# Overridden architectures whose engine runs text only: sglang reads their config as multimodal and would load
+# an image processor at start (`OSError: Can't load image processor …` without preprocessor_config.json,
+# seen on sglang 0.5.17); `enable_multimodal=False` makes its tokenizer manager, scheduler and TP worker load
+# the plain tokenizer instead. A classify request is token ids only, so nothing needs the processor.
+TEXT_ONLY = frozenset(a for a in OVERRIDES if a.startswith("Qwen3_5"))
