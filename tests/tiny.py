@@ -150,3 +150,85 @@ def make_tiny_qwen3_5_moe(
                 p.normal_(0, std)
     model.save_pretrained(out, safe_serialization=True)
     return out
+
+
+def make_tiny_qwen3_5_classifier(
+    tokenizer_dir: Path,
+    out: Path,
+    seed: int = 0,
+    moe: bool = False,
+    architecture: str | None = None,
+    score: bool = True,
+    preprocessor: bool = False,
+) -> Path:
+    """A float32 random Qwen3.5 sequence classifier (multimodal config: 4 text layers, 3 Gated DeltaNet + 1
+    full attention, hidden 32, a 1-layer vision tower; `moe`: 8 experts top-2 + a shared expert) with 3 labels,
+    saved by transformers: transformers' `Qwen3_5ForSequenceClassification`, or for `moe` the product's
+    `Qwen3_5MoeForSequenceClassification` (transformers 5.12 has none). `architecture` rewrites config.json's
+    architectures (e.g. `Qwen3_5ForConditionalGeneration`, the seeds' form); `score=False` saves transformers'
+    `Qwen3_5(Moe)ForConditionalGeneration` instead (lm_head, no score head); `preprocessor` adds a
+    `preprocessor_config.json` (a multimodal checkpoint's image processor file), else only tokenizer files."""
+    import json
+
+    import torch
+    from transformers import AutoTokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in Path(tokenizer_dir).iterdir():
+        if f.is_file():
+            shutil.copy(f, out / f.name)
+    tok = AutoTokenizer.from_pretrained(out)
+    text = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"],
+        full_attention_interval=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        max_position_embeddings=4096,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+    )
+    vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
+    labels = dict(id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()})
+    torch.manual_seed(seed)
+    if moe:
+        from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
+
+        from openjev_batch.backends.hf.qwen3_5_moe_cls import Qwen3_5MoeForSequenceClassification
+
+        text.update(
+            moe_intermediate_size=16, shared_expert_intermediate_size=16, num_experts=8, num_experts_per_tok=2
+        )
+        cfg = Qwen3_5MoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=False, **labels)
+        model = (Qwen3_5MoeForSequenceClassification if score else Qwen3_5MoeForConditionalGeneration)(cfg)
+    else:
+        from transformers import (
+            Qwen3_5Config,
+            Qwen3_5ForConditionalGeneration,
+            Qwen3_5ForSequenceClassification,
+        )
+
+        text.update(intermediate_size=64)
+        cfg = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=False, **labels)
+        model = (Qwen3_5ForSequenceClassification if score else Qwen3_5ForConditionalGeneration)(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() > 1:  # 0.05: the recurrence stays tame; a wide score head spreads the logits
+                p.normal_(0, 1.0 if name == "score.weight" else 0.05)
+    model.save_pretrained(out, safe_serialization=True)
+    if architecture:
+        c = json.loads((out / "config.json").read_text())
+        c["architectures"] = [architecture]
+        (out / "config.json").write_text(json.dumps(c, indent=2))
+    if preprocessor:
+        (out / "preprocessor_config.json").write_text(
+            json.dumps({"image_processor_type": "Qwen2VLImageProcessorFast", "patch_size": 16})
+        )
+    return out
