@@ -284,60 +284,122 @@ def bench_engine(key: str, model_dir: Path, wls: dict, plan_items: list, extra: 
             os.system('pkill -9 -f "[s]glang::" >/dev/null 2>&1')
 
 
-def stage_cls35(res: dict) -> None:
-    """A tiny random Qwen3_5ForSequenceClassification (multimodal config, as the openjev NLI cross-encoder's
-    family ships) through `classify` with hf and with sglang (our registered head,
-    backends/sglang/heads/qwen3_5_cls.py), bf16 on the GPU: max |Δ logit| and argmax agreement on NLI pairs."""
-    import classify_gpu as cg
-    import pyarrow.parquet as pq
+CLS35_LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}
+# res key -> (moe, architectures written to config.json or None for the class's own, M-RoPE rope_parameters)
+CLS35_MODELS = {
+    "hybrid/qwen3.5-cls-tiny": (False, None, False),  # transformers' Qwen3_5ForSequenceClassification
+    "hybrid/qwen3.5-moe-cls-tiny": (True, None, False),  # the product's Qwen3_5MoeForSequenceClassification
+    # the seeds' form: the multimodal architecture name with a score head, and the family's interleaved M-RoPE
+    "hybrid/qwen3.5-cls-tiny-mm": (False, "Qwen3_5ForConditionalGeneration", True),
+}
+
+
+def build_cls35(d: Path, moe: bool, architecture: str | None = None, mrope: bool = False) -> str:
+    """A tiny random bf16 Qwen3.5 classifier (multimodal config: 4 text layers, 3 Gated DeltaNet + 1 full
+    attention, hidden 256; `moe`: 8 experts top-2, 128 wide, a 128 shared expert) saved by transformers with
+    the tokenizer files only (no preprocessor_config.json, as fine-tuned checkpoints often ship). Returns the
+    class that saved it."""
     import torch
-    from transformers import AutoModelForSequenceClassification, Qwen3_5Config
+    from transformers import AutoModelForSequenceClassification, Qwen3_5Config, Qwen3_5MoeConfig
+
+    d.mkdir(parents=True, exist_ok=True)
+    for f in bg.tokenizer_dir().iterdir():
+        shutil.copy(f, d)
+    text = dict(
+        vocab_size=151936,
+        hidden_size=256,
+        num_hidden_layers=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"],
+        full_attention_interval=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
+        max_position_embeddings=40960,
+    )
+    if mrope:  # the real checkpoints' layout, scaled: rotary dims 64 × 0.25 = 16 → 8 pairs = 3 + 3 + 2
+        text["rope_parameters"] = dict(
+            rope_type="default",
+            rope_theta=10_000_000,
+            partial_rotary_factor=0.25,
+            mrope_section=[3, 3, 2],
+            mrope_interleaved=True,
+        )
+    vision = dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=256)
+    kw = dict(
+        vision_config=vision,
+        num_labels=3,
+        id2label=CLS35_LABELS,
+        label2id={v: k for k, v in CLS35_LABELS.items()},
+        pad_token_id=151643,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    if moe:
+        from openjev_batch.backends.hf.qwen3_5_moe_cls import Qwen3_5MoeForSequenceClassification
+
+        text.update(
+            moe_intermediate_size=128,
+            shared_expert_intermediate_size=128,
+            num_experts=8,
+            num_experts_per_tok=2,
+        )
+        m = Qwen3_5MoeForSequenceClassification(Qwen3_5MoeConfig(text_config=text, **kw))
+    else:
+        text.update(intermediate_size=512)
+        m = AutoModelForSequenceClassification.from_config(Qwen3_5Config(text_config=text, **kw))
+    m = m.to(torch.bfloat16)
+    m.save_pretrained(d, safe_serialization=True)
+    saved_by = type(m).__name__
+    del m
+    if architecture:  # after saving: save_pretrained writes the class's own name
+        c = json.loads((d / "config.json").read_text())
+        c["architectures"] = [architecture]
+        (d / "config.json").write_text(json.dumps(c, indent=2))
+    assert not (d / "preprocessor_config.json").exists()
+    return saved_by
+
+
+def stage_cls35(res: dict) -> None:
+    """Tiny random Qwen3.5 classifiers (CLS35_MODELS: dense, MoE, and the dense one in the seeds' form)
+    through `classify` with hf and with sglang (our registered heads, backends/sglang/heads/qwen3_5_cls.py
+    and qwen3_5_moe_cls.py; text only: enable_multimodal=False), bf16 on the GPU: start ok, rows, max
+    |Δ logit| and argmax agreement on NLI pairs, per model."""
+    import classify_gpu as cg
+
+    src = bg.WORK / "cls35.jsonl"
+    n = cg.workload(src, 8, 4)
+    for key, (moe, arch, mrope) in CLS35_MODELS.items():
+        if left() < 90:
+            res[key] = {"skipped": "deadline"}
+            bg.save(res)
+            continue
+        d = bg.WORK / key.split("/")[1]
+        r = res[key] = {"moe": moe, "architectures": arch, "mrope": mrope}
+        try:
+            if not (d / "config.json").exists():
+                r["saved_by"] = build_cls35(d, moe, arch, mrope)
+        except Exception as e:
+            r["build"] = f"failed: {type(e).__name__}: {str(e)[:1500]}"
+            bg.save(res)
+            continue
+        cls35_parity(key, d, src, n, r)
+        bg.save(res)
+
+
+def cls35_parity(key: str, d: Path, src: Path, n: int, r: dict) -> None:
+    """hf then sglang on `d` over the workload `src` (n rows): r[backend] = start/run outcome, r["parity"]."""
+    import pyarrow.parquet as pq
 
     from openjev_batch.backends import BackendOptions, load_backend
     from openjev_batch.config import build_config
     from openjev_batch.pipeline.job import run_job
 
-    d = bg.WORK / "qwen3.5-cls-tiny"
-    r = res["hybrid/qwen3.5-cls-tiny"] = {}
-    if not (d / "config.json").exists():
-        d.mkdir(parents=True, exist_ok=True)
-        for f in bg.tokenizer_dir().iterdir():
-            shutil.copy(f, d)
-        text = dict(
-            vocab_size=151936,
-            hidden_size=256,
-            intermediate_size=512,
-            num_hidden_layers=4,
-            layer_types=["linear_attention"] * 3 + ["full_attention"],
-            full_attention_interval=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=64,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=64,
-            linear_value_head_dim=64,
-            max_position_embeddings=40960,
-        )
-        vision = dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=256)
-        labels = {0: "entailment", 1: "neutral", 2: "contradiction"}
-        cfg = Qwen3_5Config(
-            text_config=text,
-            vision_config=vision,
-            num_labels=3,
-            id2label=labels,
-            label2id={v: k for k, v in labels.items()},
-            pad_token_id=151643,
-            architectures=["Qwen3_5ForSequenceClassification"],
-        )
-        torch.manual_seed(0)
-        m = AutoModelForSequenceClassification.from_config(cfg).to(torch.bfloat16)
-        r["hf_class"] = type(m).__name__
-        m.save_pretrained(d, safe_serialization=True)
-        del m
-    src = bg.WORK / "cls35.jsonl"
-    n = cg.workload(src, 8, 4)
     outs = {}
+    tag = key.split("/")[1]
     for name in ("hf", "sglang"):
         if left() < 60:
             r["skipped"] = name
@@ -354,35 +416,34 @@ def stage_cls35(res: dict) -> None:
             )
         except Exception as e:
             r[name] = f"failed to start: {type(e).__name__}: {str(e)[:1500]}"
-            bg.log("cls35", name, r[name])
-            bg.save(res)
-            break
+            bg.log("cls35", tag, name, r[name])
+            continue  # the other backend still runs: a start failure is the finding
+        r[f"{name}_start_s"] = round(time.perf_counter() - t, 1)
         try:
-            out = bg.WORK / f"cls35-{name}.parquet"
+            out = bg.WORK / f"cls35-{tag}-{name}.parquet"
             cfg = build_config(
                 input=src, output=out, model=str(d), backend=b.name, readout="classifier-head", progress=False
             )
             s = run_job(cfg, backend=b)
-            r[name] = {"rows": n, "errors": s.errors, "s": round(time.perf_counter() - t, 1)}
+            r[name] = {"started": True, "rows": n, "errors": s.errors, "s": round(time.perf_counter() - t, 1)}
             outs[name] = pq.read_table(out).to_pylist()
         except Exception as e:
-            r[name] = f"failed: {type(e).__name__}: {str(e)[:1500]}"
+            r[name] = f"started, then failed: {type(e).__name__}: {str(e)[:1500]}"
         finally:
             b.close()
-        bg.log("cls35", name, r[name])
-        bg.save(res)
+        bg.log("cls35", tag, name, r[name])
     if len(outs) == 2:
         a, b2 = outs["hf"], outs["sglang"]
+        ok = [(p, q) for p, q in zip(a, b2, strict=True) if p["logits"] and q["logits"]]
         r["parity"] = {
+            "rows_compared": len(ok),
             "max_abs_dlogit": max(
-                abs(x - y)
-                for p, q in zip(a, b2, strict=True)
-                for x, y in zip(p["logits"], q["logits"], strict=True)
+                (abs(x - y) for p, q in ok for x, y in zip(p["logits"], q["logits"], strict=True)),
+                default=None,
             ),
-            "argmax_agreement": sum(p["label"] == q["label"] for p, q in zip(a, b2, strict=True)) / len(a),
+            "argmax_agreement": sum(p["label"] == q["label"] for p, q in ok) / len(ok) if ok else None,
         }
-        bg.log("cls35 parity", r["parity"])
-        bg.save(res)
+        bg.log("cls35 parity", tag, r["parity"])
 
 
 def main() -> None:
@@ -398,6 +459,9 @@ def main() -> None:
         res["hybrid/meta"] = {"triton": triton.__version__, "gpu": torch.cuda.get_device_name(0)}
     except Exception:
         pass
+    if all(s == "cls35" for s in stages):  # the classifiers need neither the 35B config nor the workloads
+        stage_cls35(res)
+        return
     from transformers import AutoTokenizer
 
     m35 = model_35b(bg.WORK / "qwen3.5-35b-a3b")
