@@ -344,3 +344,37 @@ def test_hf_pools_the_last_token_as_transformers_does(ckpts, name, qwen3_tok, tm
     got = [v for x in out for v in x["logits"]]
     assert got == pytest.approx([v for x in ref for v in x], abs=1e-5)
     assert [x["label"] for x in out] == [LABELS[max(range(3), key=lambda i: x[i])] for x in ref]
+
+
+# --------------------------------------------------------------------------- the engine start (CPU, up to the model)
+
+
+@pytest.mark.parametrize("kind, multimodal", [("dense", "true"), ("dense", None), ("moe", None)])
+def test_sglang_start_gets_past_the_image_processor(ckpts, kind, multimodal, tmp_path, monkeypatch):
+    """The H200 failure, on sglang's CPU engine: a Qwen3.5 classifier without preprocessor_config.json dies
+    in the tokenizer manager loading an image processor when multimodal is on (`--engine-arg
+    enable_multimodal=true` forces it back); with the product's default (off) the start gets past it, as far as
+    this CPU goes: the scheduler's model class, whose Gated DeltaNet kernels have no CPU build."""
+    pytest.importorskip("sglang")
+    from conftest import sglang_cpu_env
+
+    monkeypatch.setenv("PYTHONPATH", sglang_cpu_env()["PYTHONPATH"])
+    monkeypatch.setenv("SGLANG_USE_CPU_ENGINE", "1")
+    d = ckpts[f"{kind}-mm"]
+    assert not (d / "preprocessor_config.json").exists()
+    src = write_jsonl(
+        tmp_path / "in.jsonl", [{"id": "a", "premise": "It rains.", "hypothesis": "It is wet."}]
+    )
+    # the CPU build has no FLA kernels for sglang's default mamba radix-cache strategy
+    args = ["mamba_radix_cache_strategy=no_buffer", "disable_overlap_schedule=true", "max_total_tokens=16384"]
+    if multimodal:
+        args.append(f"enable_multimodal={multimodal}")
+    eng = [x for a in args for x in ("--engine-arg", a)]
+    r = cli("classify", src, "-o", tmp_path / "o.parquet", "-m", d, "-b", "sglang", *eng, "--no-progress")
+    assert r.returncode == 4 and not (tmp_path / "o.parquet").exists()
+    arch = DENSE if kind == "dense" else MOE
+    if multimodal:
+        assert "Can't load image processor" in r.stderr
+    else:
+        assert "Can't load image processor" not in r.stderr
+        assert f"{arch} has no SGlang implementation" in r.stderr  # the model class: GPU only here
