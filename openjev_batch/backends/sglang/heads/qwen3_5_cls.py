@@ -5,7 +5,8 @@ import on the CPU shims), and no GPU run was made for it. It reuses sglang's mul
 (its weight loader maps transformers' ``model.language_model.*`` / ``model.visual.*`` names), pools the
 last token (no normalisation) and applies a bias-free ``score`` head loaded from ``score.weight``.
 The classify backend tells the engine the checkpoint is ``Qwen3_5ForConditionalGeneration`` (see
-``OVERRIDES`` in ``__init__``) and starts it with ``is_embedding=True``.
+``OVERRIDES`` in ``__init__``) and starts it with ``is_embedding=True`` and ``enable_multimodal=False``
+(text only: no image processor). The MoE variant: qwen3_5_moe_cls.py.
 """
 
 from __future__ import annotations
