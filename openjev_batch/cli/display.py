@@ -109,6 +109,7 @@ def _print_summary(command: str, readout, s) -> None:
     for k, v in [
         *([("model", s.model)] if s.model else []),
         *([("request pattern", s.pattern)] if s.pattern else []),
+        *([("start-up (in the wall time)", s.startup)] if s.startup else []),
         *readout.summary_rows(s),
     ]:
         t.add_row(k, v)

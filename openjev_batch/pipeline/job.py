@@ -200,4 +200,5 @@ def run_job(
         str(out),
         model=describe_model(getattr(backend, "model_info", None) or model_info(cfg.model)),
         pattern=getattr(backend, "pattern", ""),
+        startup=getattr(backend, "startup", "") if own else "",
     )
