@@ -1,5 +1,6 @@
 """A local checkpoint's weight files, read without loading them: which files are the model's weights (its
-index, else the standard names), whether each safetensors file's header parses.
+index, else the standard names), whether each safetensors file's header parses, and a fingerprint of the
+checkpoint's content for the resume key (`pipeline.job.job_manifest`).
 
 The weights are the files transformers loads: those `model.safetensors.index.json` names, else
 `model.safetensors`, else `model-*.safetensors` shards; pickle weights are `pytorch_model*.bin` and the like.
@@ -10,13 +11,31 @@ answered NaN), so such a folder is refused on both backends.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import struct
 from pathlib import Path
+from typing import Any
 
 from ..errors import BackendError
 
 ST_INDEX = "model.safetensors.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+# the files besides the weights that change the numbers: the architecture, the tokenizer and chat template
+_KEY_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+)
+SMALL_FILE = 64 << 20  # weights below this are hashed whole: a same-shape swap in a tiny model is caught
+_MAX_HEADER = 100_000_000  # safetensors' own limit (MAX_HEADER_SIZE)
 
 
 def safetensors_weights(folder: Path) -> list[Path]:
@@ -79,3 +98,51 @@ def check_weights(folder: Path, allow_pickle: bool) -> None:
             f"names){not_weights}"
         )
 
+
+def _file_key(p: Path) -> dict[str, Any]:
+    """A weight file by content, cheaply: name, size, the sha256 of its safetensors header (it changes
+    when a tensor's name, shape, dtype or offset does) and, for a small file, of the whole file."""
+    size = p.stat().st_size
+    key: dict[str, Any] = {"name": p.name, "size": size}
+    with open(p, "rb") as f:
+        if p.suffix == ".safetensors" and size >= 8:
+            n = struct.unpack("<Q", f.read(8))[0]
+            key["header_sha256"] = hashlib.sha256(f.read(min(n, _MAX_HEADER))).hexdigest()
+            f.seek(0)
+        if size < SMALL_FILE:
+            key["sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
+    return key
+
+
+def _folder_key(folder: Path) -> dict[str, Any]:
+    files: dict[str, Any] = {}
+    for name in _KEY_FILES:
+        if (folder / name).is_file():
+            files[name] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+    weights = [
+        p
+        for p in sorted(folder.iterdir())
+        if p.is_file() and (p.name.endswith((".safetensors", ".index.json", *PICKLE_SUFFIXES)))
+    ]
+    return {"files": files, "weights": [_file_key(p) for p in weights]}
+
+
+def model_fingerprint(model: str) -> dict[str, Any]:
+    """What identifies a model's numbers, by content rather than by path: for a local folder, the sha256 of
+    its config, tokenizer and chat-template files and each weight file's `_file_key`; for a hub id, its
+    resolved revision (the snapshot in the local cache) and that snapshot's files, or just the id when it
+    is not cached. Changing the weights under the same path changes it (hostile trial, issue 25: a resume
+    after a swap mixed 300 rows of one model with 900 of another)."""
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        return _folder_key(folder)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+    except Exception:  # not a valid repo id: the loader will say so
+        cached = None
+    if isinstance(cached, str):
+        snapshot = Path(cached).parent
+        return {"hub_id": model, "revision": snapshot.name, **_folder_key(snapshot)}
+    return {"hub_id": model, "revision": None}

@@ -55,7 +55,7 @@ def make_readout(cfg: RunConfig, labels: tuple[str, ...] | None = None) -> Reado
 def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, Any]:
     """What identifies a job's partial output; `--resume` continues only a partial with the same manifest
     (single-machine and Ray runs write the same one, so either can resume the other). It holds everything
-    that changes the numbers (model, backend, dtype, device, context length, engine settings) so one output
+    that changes the numbers (the model by content, backend, dtype, device, context length, engine settings) so one output
     never mixes precisions, and the readout's own key (the questions by content, or template and labels).
     The input is identified by content too, chunk by chunk as it is read (`store.OutputStore.begin_chunk`),
     not by its path, size or mtime."""
@@ -69,8 +69,12 @@ def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, An
         )
         readout = LabelLogprobs(None, cfg.keep, sha, cfg.system_prompt)
     readout = readout or make_readout(cfg)
+    from ..backends.weights import model_fingerprint
+
     return {
-        "model": cfg.model,
+        # by content, not path: weights swapped under the same path between a crash and --resume must not
+        # continue the old model's partial (hostile trial, issue 25: 300 rows of one model, 900 of another)
+        "model content": model_fingerprint(cfg.model),
         "backend": cfg.backend,
         **cfg.resume_key(),  # the engine options that change the numbers (config.ENGINE_OPTIONS)
         "chunk_rows": cfg.chunk_rows,

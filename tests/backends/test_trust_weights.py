@@ -12,7 +12,7 @@ import pytest
 from conftest import EXAMPLES, cli
 
 from openjev_batch.backends.base import BackendOptions
-from openjev_batch.backends.weights import check_weights, safetensors_weights
+from openjev_batch.backends.weights import check_weights, model_fingerprint, safetensors_weights
 from openjev_batch.errors import BackendError
 from openjev_batch.models import check_model_trust
 
@@ -93,3 +93,18 @@ def test_the_cli_refuses_a_decoy_folder_and_a_corrupt_one_on_both_backends(tiny_
         assert line.startswith("error: ") and first in line, r.stderr
         assert not out.exists() and not (tmp_path / f"{folder.name}.parquet.partial").exists()
 
+
+def test_the_fingerprint_changes_with_the_weights_not_the_path(tiny_model, qwen3_tok_dir, tmp_path):
+    from tiny import make_tiny_qwen3
+
+    a = tmp_path / "a"
+    shutil.copytree(tiny_model, a)
+    b = tmp_path / "b"
+    shutil.copytree(tiny_model, b)
+    assert model_fingerprint(str(a)) == model_fingerprint(str(b))  # a copy is the same model
+    other = make_tiny_qwen3(qwen3_tok_dir, tmp_path / "seed1", seed=1)  # same shapes, other values
+    shutil.copy(other / "model.safetensors", b / "model.safetensors")
+    fa, fb = model_fingerprint(str(a)), model_fingerprint(str(b))
+    assert fa["weights"][0]["header_sha256"] == fb["weights"][0]["header_sha256"]  # same header…
+    assert fa != fb  # …but the small file is hashed whole
+    assert model_fingerprint("org/not-cached") == {"hub_id": "org/not-cached", "revision": None}
