@@ -10,6 +10,7 @@ import shutil
 import signal
 
 import polars as pl
+import pytest
 from conftest import cli, start_cli, wait_parts, write_jsonl
 
 Q = {"u": {"type": "noul", "instructions": "Urgent?"}}
@@ -59,3 +60,114 @@ def test_resume_after_a_weight_swap_is_refused_and_the_partial_kept(tiny_model, 
     r = cli(*args, "--resume")
     assert r.returncode == 0, r.stderr
     assert pl.read_parquet(out)["id"].to_list() == [f"r{i}" for i in range(60)]
+
+
+# -- 3. the store follows no symlink, and deletes or truncates only what it made ---------------------------
+def _run(tmp_path, model, out, *more):
+    inp = tmp_path / "in.jsonl"
+    if not inp.exists():
+        write_jsonl(inp, _rows(3))
+    return cli("run", inp, "-m", model, "-b", "hf", "-o", out, "--no-progress", *more)
+
+
+def test_a_symlinked_lock_or_a_users_own_lock_is_refused_and_left_as_it_is(tiny_model, tmp_path):
+    precious = tmp_path / "precious.txt"
+    precious.write_text("the user's file\n")
+    out = tmp_path / "o.parquet"
+    lock = tmp_path / "o.parquet.lock"
+    lock.symlink_to(precious)
+    r = _run(tmp_path, tiny_model, out)
+    assert r.returncode == 4, r.stderr
+    assert _first_line(r).startswith("error: ") and "o.parquet.lock is a symbolic link" in _first_line(r)
+    assert precious.read_text() == "the user's file\n" and lock.is_symlink()
+    assert not out.exists() and not (tmp_path / "o.parquet.partial").exists()
+
+    lock.unlink()
+    lock.write_text("my own notes, named so\n")  # a user's file, not a lock record
+    r = _run(tmp_path, tiny_model, out)
+    assert r.returncode == 4, r.stderr
+    assert "o.parquet.lock exists and is not a lock of openjev-batch" in _first_line(r), r.stderr
+    assert lock.read_text() == "my own notes, named so\n" and not out.exists()
+
+
+def test_the_lock_of_a_job_that_died_is_taken_over_and_a_refused_job_leaves_no_lock(tmp_path):
+    from openjev_batch.errors import ConfigError
+    from openjev_batch.pipeline.store import OutputStore
+
+    out = tmp_path / "o.parquet"
+    lock = tmp_path / "o.parquet.lock"
+    lock.write_text('{"pid": 1, "host": "gone", "started": "2026-01-01 00:00:00 UTC"}')  # its flock is free
+    with OutputStore(out) as s:
+        assert f'"pid": {os.getpid()}' in lock.read_text()
+        s.close()
+    assert not lock.exists()
+    (tmp_path / "o.parquet.partial").mkdir()
+    (tmp_path / "o.parquet.partial" / "manifest.json").write_text("{}")  # not the store's
+    with pytest.raises(ConfigError, match="manifest.json was not written by openjev-batch"):
+        OutputStore(out)
+    assert not lock.exists()  # the refused job's own lock is gone, the user's file kept
+    assert (tmp_path / "o.parquet.partial" / "manifest.json").read_text() == "{}"
+
+
+def test_a_symlinked_partial_is_refused_and_the_linked_folder_kept(tiny_model, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "manifest.json").write_text('{"job_id": "x"}')  # even one that looks like the store's
+    (mine / "part-000000.parquet").write_bytes(b"my data")
+    (mine / "chunks.jsonl").write_text("my lines\n")
+    kept = _snapshot(mine)
+    out = tmp_path / "o.parquet"
+    (tmp_path / "o.parquet.partial").symlink_to(mine)
+    r = _run(tmp_path, tiny_model, out)
+    assert r.returncode == 4, r.stderr
+    assert "o.parquet.partial is a symbolic link" in _first_line(r), r.stderr
+    assert _snapshot(mine) == kept and not out.exists() and not (tmp_path / "o.parquet.lock").exists()
+
+
+def test_files_with_the_stores_names_that_no_earlier_run_wrote_are_refused(tiny_model, tmp_path):
+    out = tmp_path / "o.parquet"
+    partial = tmp_path / "o.parquet.partial"
+    partial.mkdir()
+    (partial / "manifest.json").write_text('{"my": "config"}\n')
+    (partial / "part-000000.parquet").write_bytes(b"my data")
+    kept = _snapshot(partial)
+    r = _run(tmp_path, tiny_model, out)
+    assert r.returncode == 4, r.stderr
+    assert "manifest.json was not written by openjev-batch" in _first_line(r), r.stderr
+    assert _snapshot(partial) == kept
+    (partial / "manifest.json").unlink()  # no manifest at all: the part is nobody's
+    kept = _snapshot(partial)
+    r = _run(tmp_path, tiny_model, out)
+    assert r.returncode == 4, r.stderr
+    assert "holds part-000000.parquet, which no earlier run of this output wrote" in _first_line(r), r.stderr
+    assert _snapshot(partial) == kept and not out.exists()
+
+
+def test_a_part_of_another_job_is_refused_and_only_the_ledgers_job_is_deleted(tmp_path):
+    """An earlier job's partial is replaced by a fresh run; a part of a third job copied in is not its to
+    delete, and the run refuses before it deletes anything."""
+    from openjev_batch.errors import ConfigError
+    from openjev_batch.pipeline.store import OutputStore
+
+    def stopped(name, chunks):
+        s = OutputStore(tmp_path / name)
+        for i in chunks:
+            s.begin_chunk(i, 1, 1, f"h{i}")
+            s.write(i, [{**dict.fromkeys(s.schema.names), "id": f"{name}{i}", "error": "x"}])
+        s.release()
+        return s
+
+    a, b = stopped("a.parquet", [0, 1]), stopped("b.parquet", [5])
+    shutil.copy(b.part(5), a.part(5))
+    kept = _snapshot(a.partial)
+    with pytest.raises(ConfigError, match="holds part-000005.parquet, which no earlier run"):
+        OutputStore(tmp_path / "a.parquet")
+    assert _snapshot(a.partial) == kept
+    a.part(5).unlink()
+    OutputStore(tmp_path / "a.parquet").release()  # a fresh run: the earlier job's parts and ledger go
+    assert sorted(p.name for p in a.partial.iterdir()) == ["manifest.json"]
+    (b.partial / "ray").mkdir()
+    os.rename(b.partial / "ray", tmp_path / "elsewhere")
+    (b.partial / "ray").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ConfigError, match="ray is a symbolic link"):
+        OutputStore(tmp_path / "b.parquet", resume=True)
