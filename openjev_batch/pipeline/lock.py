@@ -122,12 +122,7 @@ def acquire(output: Path) -> int:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            who = _holder(fd)
-            os.close(fd)
-            raise OutputBusyError(
-                f"another job is writing {output} ({who}; it holds {lock}); wait for it to finish, "
-                "or write to another -o"
-            ) from None
+            raise _busy(output, lock, fd) from None
         if not same_file(lock, fd):
             os.close(fd)
             continue
@@ -149,3 +144,27 @@ def same_file(path: Path, fd: int) -> bool:
         return os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
     except FileNotFoundError:
         return False
+
+
+def _busy(output: Path, lock: Path, fd: int) -> OutputBusyError:
+    """The error naming the job that holds `fd`'s lock (closes `fd`)."""
+    who = _holder(fd)
+    os.close(fd)
+    return OutputBusyError(
+        f"another job is writing {output} ({who}; it holds {lock}); wait for it to finish, or write to another -o"
+    )
+
+
+def refuse_if_held(output: Path) -> None:
+    """Raise OutputBusyError when a job holds `<out>.lock` now, ConfigError for a lock file that is a
+    symlink; creates and writes nothing. For a caller that writes beside the output before the job takes
+    the lock: eval's questions.jsonl (hostile trial, issue 25: a second eval, refused at the lock, had
+    already rewritten the running one's questions)."""
+    lock = lock_path(output)
+    if (fd := _open_lock(lock)) is None:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _busy(output, lock, fd) from None
+    os.close(fd)  # free: dropped again, the job takes it for itself

@@ -11,7 +11,7 @@ import signal
 
 import polars as pl
 import pytest
-from conftest import cli, start_cli, wait_parts, write_jsonl
+from conftest import ROOT, cli, start_cli, wait_parts, write_jsonl
 
 Q = {"u": {"type": "noul", "instructions": "Urgent?"}}
 
@@ -171,3 +171,75 @@ def test_a_part_of_another_job_is_refused_and_only_the_ledgers_job_is_deleted(tm
     (b.partial / "ray").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(ConfigError, match="ray is a symbolic link"):
         OutputStore(tmp_path / "b.parquet", resume=True)
+
+
+# -- 2. -o never overwrites the job's own inputs -----------------------------------------------------------
+def test_run_refuses_an_output_that_is_its_questions_or_system_prompt_file(tiny_model, tmp_path):
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": f"r{i}", "state": f"ticket {i}"} for i in range(3)])
+    q = tmp_path / "q.jsonl"  # any name is a questions file; this one is also an output name
+    q.write_text('{"u": {"type": "noul", "instructions": "Urgent?"}}\n')
+    sp = tmp_path / "prompt.jsonl"
+    sp.write_text("You label support tickets.\n")
+    lock_named = tmp_path / "o.parquet.lock"  # a file named as the output's lock
+    lock_named.write_text("Be brief.\n")
+    base = ["run", inp, "-m", tiny_model, "-b", "hf", "--no-progress"]
+    cases = [
+        (["-q", q, "-o", q], "output", "is the questions file (-q)"),
+        (["-q", q, "-o", sp, "--system-prompt", f"@{sp}"], "output", "is the --system-prompt file"),
+        (["-q", q, "-o", tmp_path / "o.parquet", "--system-prompt", f"@{lock_named}"], "lock", "file"),
+        ([*["-q", tmp_path / "o.parquet.lock", "-o", tmp_path / "o.parquet"]], "lock", "(-q)"),
+    ]
+    kept = _snapshot(tmp_path)
+    for args, first, what in cases:
+        r = cli(*base, *args)
+        assert r.returncode == 4, r.stderr
+        line = _first_line(r)
+        assert line.startswith("error: invalid options: ") and first in line and what in line, r.stderr
+        assert "writing it would destroy it" in " ".join(r.stderr.split())
+        assert _snapshot(tmp_path) == kept  # nothing written, no input touched
+
+
+TEST = ROOT / "evals" / "fixtures" / "mmlu_pro_test.jsonl"
+
+
+def test_eval_never_writes_over_its_benchmark_nor_a_folder_without_an_eval_job(tiny_model, tmp_path):
+    d = tmp_path / "ev"
+    d.mkdir()
+    bench = d / "questions.jsonl"  # the benchmark named as eval's own product input, inside -o
+    shutil.copy(TEST, bench)
+    kept = _snapshot(d)
+    for flag in ("--resume", "--force"):
+        r = cli("eval", bench, "-o", d, "-m", tiny_model, "-b", "hf", "--no-progress", flag)
+        assert r.returncode == 4, r.stderr
+        assert _first_line(r).startswith(f"error: eval: the benchmark file {bench} is"), r.stderr
+        assert _snapshot(d) == kept
+
+    mine = tmp_path / "mine"  # a folder of the user's own reports: --resume has nothing to continue there
+    mine.mkdir()
+    (mine / "report.md").write_text("# my report\n")
+    (mine / "report.json").write_text('{"mine": true}\n')
+    kept = _snapshot(mine)
+    r = cli("eval", TEST, "-o", mine, "-m", tiny_model, "-b", "hf", "--no-progress", "--resume")
+    assert r.returncode == 4, r.stderr
+    assert _first_line(r).startswith(f"error: eval --resume: {mine} holds no eval job to continue"), r.stderr
+    assert _snapshot(mine) == kept
+
+
+def test_a_refused_second_eval_leaves_the_running_evals_questions(tiny_model, tmp_path):
+    from openjev_batch.pipeline.store import OutputStore
+
+    d = tmp_path / "ev"
+    d.mkdir()
+    (d / "questions.jsonl").write_text('{"id": "running eval"}\n')
+    running = OutputStore(d / "predictions.parquet")  # the running eval's job: holds the lock
+    try:
+        kept = _snapshot(d)
+        for flag in ("--resume", "--force"):
+            r = cli(
+                "eval", TEST, "-o", d, "-m", tiny_model, "-b", "hf", "--no-progress", "--sample", "3", flag
+            )
+            assert r.returncode == 4, r.stderr
+            assert _first_line(r).startswith("error: another job is writing"), r.stderr
+            assert _snapshot(d) == kept
+    finally:
+        running.release()
