@@ -129,20 +129,23 @@ def _folder_key(folder: Path) -> dict[str, Any]:
 
 def model_fingerprint(model: str) -> dict[str, Any]:
     """What identifies a model's numbers, by content rather than by path: for a local folder, the sha256 of
-    its config, tokenizer and chat-template files and each weight file's `_file_key`; for a hub id, its
-    resolved revision (the snapshot in the local cache) and that snapshot's files, or just the id when it
-    is not cached. Changing the weights under the same path changes it (hostile trial, issue 25: a resume
-    after a swap mixed 300 rows of one model with 900 of another)."""
+    its config, tokenizer and chat-template files and each weight file's `_file_key`; for a hub id, the
+    commit it resolves to (`hub_revision`), which names its files immutably. Changing the weights under the
+    same path changes it (hostile trial, issue 25: a resume after a swap mixed 300 rows of one model with
+    900 of another)."""
     folder = Path(model).expanduser()
     if folder.is_dir():
         return _folder_key(folder)
+    return {"hub_id": model, "revision": hub_revision(model)}
+
+
+def hub_revision(model: str) -> str | None:
+    """The commit a hub id resolves to, from its snapshot in the local cache (no network: the loader
+    downloads); None when it is not cached yet (`run_job` records it once the loader fetched it)."""
     try:
         from huggingface_hub import try_to_load_from_cache
 
         cached = try_to_load_from_cache(model, "config.json")
-    except Exception:  # not a valid repo id: the loader will say so
-        cached = None
-    if isinstance(cached, str):
-        snapshot = Path(cached).parent
-        return {"hub_id": model, "revision": snapshot.name, **_folder_key(snapshot)}
-    return {"hub_id": model, "revision": None}
+    except Exception:  # not a repo id: the loader will say so
+        return None
+    return Path(cached).parent.name if isinstance(cached, str) else None

@@ -135,11 +135,12 @@ def run_job(
     check_input(cfg.input, cfg.keep)
     own = backend is None
     readout = make_readout(cfg, None if own else backend.labels)
+    manifest = job_manifest(cfg, readout)
     # The output is locked before the model loads: a second job on the same -o is refused at once.
     with OutputStore(
         cfg.output,
         cfg.keep,
-        job_manifest(cfg, readout),
+        manifest,
         cfg.resume,
         kept_types(cfg.input, cfg.keep),
         schema=readout.schema,
@@ -150,6 +151,10 @@ def run_job(
             backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
         else:
             backend.configure(cfg)  # this job's request options (--request-pattern, …) on a started backend
+        if manifest["model content"].get("revision", "") is None:  # a hub id the loader has just downloaded
+            from ..backends.weights import model_fingerprint
+
+            store.amend("model content", model_fingerprint(cfg.model))
         try:
             # Branches longer than the model's (sglang: the engine's) limit are refused in the prompt stage,
             # before any model call.

@@ -247,6 +247,14 @@ class OutputStore:
             for tmp in self.partial.glob(pattern):
                 tmp.unlink(missing_ok=True)
 
+    def amend(self, key: str, value: Any) -> None:
+        """Set one entry of this job's manifest, atomically: a value known only once the model loaded (a
+        hub id's revision, downloaded by the loader), so the key a resume computes matches it."""
+        mpath = self.partial / MANIFEST
+        m = json.loads(mpath.read_bytes())
+        if m.get(key) != value:
+            _atomic_write(mpath, json.dumps({**m, key: value}).encode())
+
     def _read_ledger(self) -> dict[int, dict]:
         out: dict[int, dict] = {}
         p = self.partial / LEDGER

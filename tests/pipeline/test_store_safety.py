@@ -62,6 +62,40 @@ def test_resume_after_a_weight_swap_is_refused_and_the_partial_kept(tiny_model, 
     assert pl.read_parquet(out)["id"].to_list() == [f"r{i}" for i in range(60)]
 
 
+def test_a_hub_id_is_keyed_by_its_cached_revision_recorded_once_downloaded(tmp_path, monkeypatch):
+    """A hub id's key is the commit its cached snapshot names. Not cached when the job starts (the loader
+    downloads it after the manifest is written), it is recorded once the model loaded, so a resume after a
+    crash matches; a new commit under the same id is refused."""
+    from huggingface_hub import constants
+
+    from openjev_batch.backends.weights import model_fingerprint
+    from openjev_batch.errors import ConfigError
+    from openjev_batch.pipeline.store import OutputStore
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    repo = tmp_path / "hub" / "models--org--tiny"
+
+    def download(commit):
+        (repo / "snapshots" / commit).mkdir(parents=True)
+        (repo / "snapshots" / commit / "config.json").write_text("{}")
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(commit)
+
+    before = {"model content": model_fingerprint("org/tiny")}
+    assert before["model content"] == {"hub_id": "org/tiny", "revision": None}
+    out = tmp_path / "o.parquet"
+    s = OutputStore(out, manifest=before)  # the job starts, then its loader downloads the model
+    download("a" * 40)
+    s.amend("model content", model_fingerprint("org/tiny"))
+    s.release()
+    after = {"model content": model_fingerprint("org/tiny")}
+    assert after["model content"]["revision"] == "a" * 40
+    OutputStore(out, manifest=after, resume=True).release()  # the resume's key matches
+    download("b" * 40)  # the hub moved on and the cache followed: other weights under the same id
+    with pytest.raises(ConfigError, match="differs in: model content"):
+        OutputStore(out, manifest={"model content": model_fingerprint("org/tiny")}, resume=True)
+
+
 # -- 3. the store follows no symlink, and deletes or truncates only what it made ---------------------------
 def _run(tmp_path, model, out, *more):
     inp = tmp_path / "in.jsonl"
