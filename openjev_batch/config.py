@@ -40,10 +40,28 @@ def check_output_path(v: Path, any_format: bool = False) -> Path:
     return v
 
 
-def check_not_input(output: Path, input: Path) -> None:
-    """Raises ValueError when the output would overwrite the input file."""
-    if Path(output).resolve() == Path(input).resolve():
-        raise ValueError(f"output {output} is the input file; writing it would destroy the input")
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` name one file: the same path once resolved, or two names of one inode (a hard
+    link, a bind mount)."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def check_not_input(output: Path, input: Path | None, what: str = "the input file") -> None:
+    """Raises ValueError when the output, or a file the job writes beside it (`OUT.partial`, `OUT.lock`),
+    is `input` (`what` names it: the input, the -q file, the --system-prompt file), so the job would
+    destroy its own input (hostile trial, issue 25: `-o` over the questions or system-prompt file)."""
+    if input is None:
+        return
+    out = Path(output)
+    for path in (out, out.with_name(out.name + ".partial"), out.with_name(out.name + ".lock")):
+        if _same_file(path, input):
+            name = "output" if path == out else f"the output's {path.suffix} file"
+            raise ValueError(f"{name} {path} is {what}; writing it would destroy it (choose another -o)")
 
 
 def validation_message(e: ValidationError) -> str:
@@ -112,6 +130,7 @@ class RunConfig(EngineOptions):
     def _not_the_input(self) -> RunConfig:
         if self.output is not None:
             check_not_input(self.output, self.input)
+            check_not_input(self.output, self.questions_file, "the questions file (-q)")
         return self
 
     @field_validator("readout")
