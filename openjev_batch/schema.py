@@ -28,6 +28,10 @@ MAX_ROW_TOKENS = 262_144
 # limit admits of English text; 256 KiB of question text ~2× a 32,768-token branch.
 MAX_STATE_BYTES = 2 * 2**20
 MAX_QUESTION_BYTES = 256 * 2**10
+# One input line (JSONL) or record (CSV) is refused unread past this (a 300 MB line peaked at 2.1 GB RSS
+# read and decoded whole): 8× the state limit leaves room for JSON's escapes (\uXXXX: up to 6 bytes a
+# character) and a row's questions and kept columns.
+MAX_LINE_BYTES = 8 * MAX_STATE_BYTES
 MAX_ID_CHARS = 4096  # row and question ids (they are repeated in every output row and error)
 MAX_DEPTH = 64  # nesting of any input value (JSON objects/lists); deeper is a row error, not a RecursionError
 INT64 = (-(2**63), 2**63 - 1)

@@ -20,6 +20,9 @@ import pyarrow.parquet as pq
 
 from ..errors import InputFileError
 from ..schema import InvalidText, no_duplicate_keys
+from .csv_records import columns as csv_columns
+from .csv_records import count as csv_count
+from .csv_records import record_chunks as csv_chunks
 
 JSONL_EXT = (".jsonl", ".ndjson")
 
@@ -166,25 +169,6 @@ def _json_records(path: Path, compression: str | None, chunk_rows: int, hasher=N
         ]
 
 
-def _csv_reader(path: Path, compression: str | None):
-    """pyarrow's streaming CSV reader with every column read as text (nulls for empty cells): a CSV has no
-    types, and inferring them would turn an id `007` into 7 and could change type between blocks."""
-    import pyarrow.csv as pacsv
-
-    parse = pacsv.ParseOptions(newlines_in_values=True)
-    with open_binary(path, compression) as f:
-        names = pacsv.open_csv(f, parse_options=parse).schema.names
-    # JSONL refuses a duplicate key per row; a CSV header naming a column twice would silently answer
-    # from the last one (hostile trial), so the file is refused
-    if dup := sorted({n for n in names if names.count(n) > 1}):
-        raise InputFileError(f"{path}: the CSV header names column(s) {', '.join(map(repr, dup))} twice")
-    # check_utf8=False: an undecodable cell is that row's error (`_batch_records`), not the whole file's
-    conv = pacsv.ConvertOptions(
-        column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=True, check_utf8=False
-    )
-    return pacsv.open_csv(open_binary(path, compression), parse_options=parse, convert_options=conv)
-
-
 def _hf_dataset_files(path: Path) -> list[Path]:
     state = json.loads((path / "state.json").read_text())
     return [path / f["filename"] for f in state.get("_data_files", [])]
@@ -230,7 +214,7 @@ def input_columns(path: Path) -> set[str] | None:
         if fmt == "parquet":
             return set(pq.read_schema(path).names)
         if fmt == "csv":
-            return set(_csv_reader(path, compression).schema.names)
+            return set(csv_columns(open_binary(path, compression), str(path)))
         if fmt == "hf-dataset":
             files = _hf_dataset_files(path)
             return set(next(_arrow_batches(files[:1])).schema.names) if files else set()
@@ -248,7 +232,7 @@ def record_chunks(
 
     `hasher` (a hashlib object), when given, is fed the input's content as it is read, before each chunk is
     yielded, so `hasher.hexdigest()` then identifies the input up to the end of that chunk (resume by
-    content, store.py): JSONL and JSON their raw (decompressed) bytes; Parquet, CSV and datasets folders
+    content, store.py): JSONL, JSON and CSV their raw (decompressed) bytes; Parquet and datasets folders
     their Arrow schema and record batches in Arrow IPC form."""
     fmt, compression = input_format(path)
     try:
@@ -258,12 +242,13 @@ def record_chunks(
         if fmt == "json":
             yield from _json_records(path, compression, chunk_rows, hasher)
             return
+        if fmt == "csv":
+            yield from csv_chunks(open_binary(path, compression), str(path), chunk_rows, hasher)
+            return
     except OSError as e:  # a corrupt or truncated .gz/.zst stream (pyarrow's codec), or a read error
         raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES[fmt]}: {e}") from e
     try:
-        if fmt == "csv":
-            batches = _csv_reader(path, compression)
-        elif fmt == "hf-dataset":
+        if fmt == "hf-dataset":
             batches = _arrow_batches(_hf_dataset_files(path))
         else:
             batches = pq.ParquetFile(path).iter_batches(batch_size=chunk_rows)
@@ -317,10 +302,12 @@ def spool_stdin(folder: str | Path, stream=None) -> Path:
 
 def has_rows(path: Path) -> bool:
     """Whether the input holds at least one row (blank lines, a header only or 0 rows do not count)."""
-    fmt, _ = input_format(path)
+    fmt, compression = input_format(path)
     try:
         if fmt == "parquet":
             return pq.ParquetFile(path).metadata.num_rows > 0
+        if fmt == "csv":  # the whole file: a quote never closed fails the job before the model loads
+            return csv_count(open_binary(path, compression), str(path)) > 0
         return next(record_chunks(path, 1), None) is not None
     except InputFileError:
         raise
@@ -348,7 +335,7 @@ def kept_types(path: str | Path, keep: tuple[str, ...]) -> dict[str, pa.DataType
 
 def count_rows(path: str | Path, limit: int | None = None) -> int | None:
     """The input's rows, counted before a job for its progress total (Parquet and `datasets` metadata, JSONL
-    non-blank lines, CSV batches), at most `limit`; None for JSON (read whole anyway) or when counting
+    non-blank lines, CSV records), at most `limit`; None for JSON (read whole anyway) or when counting
     fails (progress then has no total; the reader reports the real problem)."""
     path = Path(path)
     try:
@@ -361,7 +348,7 @@ def count_rows(path: str | Path, limit: int | None = None) -> int | None:
             with open_binary(path, compression) as f:
                 n = sum(1 for line in f if line.strip())
         elif fmt == "csv":
-            n = sum(b.num_rows for b in _csv_reader(path, compression))
+            n = csv_count(open_binary(path, compression), str(path))
         else:
             return None
     except Exception:  # noqa: BLE001 - a progress total is optional

@@ -1,0 +1,122 @@
+"""Hostile input files for the readers (issue 25): what used to answer silently wrong, read without bound,
+or end in a traceback now gives a row error naming its line, or one job error (exit 4), on the real CLI."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from conftest import cli
+
+from openjev_batch.config import shared_questions
+from openjev_batch.errors import InputWarning
+from openjev_batch.pipeline.read import read_rows
+from openjev_batch.schema import MAX_LINE_BYTES, Row, RowError
+
+Q = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
+QS = shared_questions(Q, "test")
+
+
+@pytest.fixture
+def qfile(tmp_path):
+    p = tmp_path / "q.json"
+    p.write_text(json.dumps(Q))
+    return p
+
+
+def _rows(path, **kw) -> list[Row | RowError]:
+    return [r for c in read_rows(path, **kw) for r in c]
+
+
+def test_an_unclosed_csv_quote_is_a_job_error_naming_its_line(tmp_path, qfile):
+    """It swallowed every later row: 4 rows in, 2 out, rc 0, and `validate` said "2 rows, 0 errors"."""
+    src = tmp_path / "u.csv"
+    src.write_text('id,state\na,hello\nb,"unclosed quote here\nc,third row\nd,fourth row\n')
+    before = src.read_bytes()
+    out = tmp_path / "o.parquet"
+    for args in (["validate", src, "-q", qfile], ["run", src, "-q", qfile, "-m", "M", "-b", "hf", "-o", out]):
+        r = cli(*args)
+        assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+        first = " ".join(r.stderr.split())
+        assert first.startswith("error:") and r.stderr.count("error:") == 1, r.stderr
+        assert "line 3: a quoted field opens here and is never closed" in first, r.stderr
+    assert not out.exists() and src.read_bytes() == before
+
+
+def test_a_quoted_csv_field_may_span_lines_and_a_swallowing_one_is_warned(tmp_path, qfile):
+    """CSV allows a line end in quotes; a field spanning lines that holds a row's worth of commas, or whose
+    closing quote is followed by text, is read as written and warned about, naming its lines."""
+    ok = tmp_path / "ok.csv"
+    ok.write_bytes(b'id,state\r\na,"two\r\nlines"\r\nb,"say ""hi"""\r\nc,plain\r\n')
+    rows = _rows(ok, questions=QS)
+    assert [(r.id, r.messages[0].content) for r in rows] == [
+        ("a", "two\r\nlines"),
+        ("b", 'say "hi"'),
+        ("c", "plain"),
+    ]
+    r = cli("validate", ok, "-q", qfile)
+    assert r.returncode == 0 and "3 rows, 3 questions, 0 errors" in r.stdout and not r.stderr, r.stderr
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text('id,state\na,hello\nb,"open\nc,third row\nd,"fourth" row\ne,fifth\n')
+    with pytest.warns(InputWarning, match=r"bad.csv: lines 3–5: a quoted field spans lines and line 4"):
+        rows = _rows(bad, questions=QS)
+    assert [r.id for r in rows] == ["a", "b", "e"]
+    r = cli("validate", bad, "-q", qfile)
+    assert r.returncode == 0 and "3 rows" in r.stdout, r.stdout + r.stderr
+    assert " ".join(r.stderr.split()).startswith("warning: "), r.stderr
+    assert "lines 3–5: a quoted field spans lines" in " ".join(r.stderr.split()), r.stderr
+
+    # a closing quote followed by text gives it away even without a row's commas (one-column file)
+    one = tmp_path / "one.csv"
+    one.write_text('state\n"open\nsecond\n"third" row\n')
+    with pytest.warns(InputWarning, match=r"lines 2–4: .*closing quote on line 4 is followed by text"):
+        assert len(_rows(one, questions=QS)) == 1
+
+
+def test_a_csv_row_with_the_wrong_cell_count_is_that_rows_error(tmp_path):
+    src = tmp_path / "n.csv"
+    src.write_text("id,state\na,hello\nb,x,y\nc\n\nd,fine\n")
+    rows = _rows(src, questions=QS)
+    assert [r.id for r in rows] == ["a", None, None, "d"]
+    assert (
+        rows[1].error == "row at index 1: line 3: 3 fields, the header has 2 (a comma in an unquoted cell?)"
+    )
+    assert rows[2].error.startswith("row at index 2: line 4: 1 field, the header has 2")
+
+
+def test_a_long_csv_cell_is_that_rows_error(tmp_path, qfile):
+    """A cell over pyarrow's ~2–3 MB block made the whole file unreadable (rc 4), and a 50 MB one aborted
+    the process (rc 134): now a cell over the state limit is that row's error, and a record over
+    MAX_LINE_BYTES is skipped unread, both naming the row; the other rows are answered."""
+    src = tmp_path / "long.csv"
+    src.write_text("id,state\na,hello\nb," + "x" * 3_000_000 + "\nc,third\n")
+    rows = _rows(src, questions=QS)
+    assert [r.id for r in rows] == ["a", "b", "c"] and isinstance(rows[2], Row)
+    assert rows[1].error == "row b: state: 3,000,000 bytes of text, limit 2,097,152"
+    r = cli("validate", src, "-q", qfile)
+    assert r.returncode == 3 and "3 rows, 2 questions, 1 error" in r.stdout, r.stdout + r.stderr
+
+    huge = tmp_path / "huge.csv"  # over the record limit, quoted and spanning lines: skipped, then resynced
+    huge.write_text(
+        'id,state\na,hello\nb,"' + ("y" * 999 + "\n") * (MAX_LINE_BYTES // 1000 + 1) + '"\nc,third\n'
+    )
+    rows = _rows(huge, questions=QS)
+    assert [r.id for r in rows] == ["a", None, "c"]
+    assert rows[1].error.startswith("row at index 1: lines 3–")
+    assert rows[1].error.endswith(f"over {MAX_LINE_BYTES:,} bytes in one row (the limit), not read")
+
+
+def test_a_long_csv_cell_through_run(tiny_model, tmp_path):
+    src = tmp_path / "in.csv"
+    q = json.dumps(Q).replace('"', '""')
+    src.write_text(
+        f'id,state,questions\na,"first line\nsecond, line","{q}"\nb,{"x" * 3_000_000},"{q}"\nc,third,"{q}"\n'
+    )
+    out = tmp_path / "o.parquet"
+    r = cli("run", src, "-m", tiny_model, "-b", "hf", "--no-progress", "-o", out)
+    assert r.returncode == 3, r.stderr
+    got = pl.read_parquet(out)
+    assert got["id"].to_list() == ["a", "b", "c"]
+    assert got["error"].to_list() == [None, "row b: state: 3,000,000 bytes of text, limit 2,097,152", None]
