@@ -197,9 +197,11 @@ class _Question(BaseModel):
 
 
 def _pairs_to_dict(v: Any, what: str) -> dict:
-    """Accept a dict, a JSON string of one, or an Arrow map (list of (key, value) pairs)."""
+    """Accept a dict, a JSON string of one, or an Arrow map (list of (key, value) pairs). A key given twice
+    is a ValueError: plain json.loads kept the last question of one id silently (CSV / Parquet cells),
+    where a JSONL line with it is refused."""
     if isinstance(v, str):
-        v = json.loads(v)
+        v = json.loads(v, object_pairs_hook=no_duplicate_keys)
     if isinstance(v, list) and all(isinstance(p, tuple | list) and len(p) == 2 for p in v):
         keys = [p[0] for p in v]
         if len(set(keys)) != len(keys):
@@ -244,13 +246,18 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     where = f"questions.{qid}"
     try:
         if isinstance(raw, str):
-            raw = json.loads(raw)
+            raw = json.loads(raw, object_pairs_hook=no_duplicate_keys)
         if isinstance(raw, list) and raw and all(isinstance(p, tuple) for p in raw):
             raw = dict(raw)  # an Arrow map column
         if isinstance(raw, dict) and "criteria" in raw:
             c = raw["criteria"]
             if isinstance(c, str) and c[:1] in "[{":
-                c = json.loads(c)
+                try:
+                    c = json.loads(c, object_pairs_hook=no_duplicate_keys)
+                except json.JSONDecodeError:
+                    raise
+                except ValueError as e:  # an option name twice
+                    return QuestionError(qid, raw.get("type"), f"{where}.criteria: {e}")
             if isinstance(c, list) and c and all(isinstance(p, tuple) for p in c):  # an Arrow map column
                 names = [p[0] for p in c]
                 if len(set(names)) != len(names):
@@ -274,6 +281,8 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     except ValidationError as e:
         t = raw.get("type") if isinstance(raw, dict) else None
         return QuestionError(qid, t if t in QUESTION_TYPES else None, _error_text(where, e))
+    except ValueError as e:  # a key twice in the question's JSON text
+        return QuestionError(qid, None, f"{where}: {e}")
     examples_texts = [
         e["text"] for e in q.examples or () if isinstance(e, dict) and isinstance(e.get("text"), str)
     ]
@@ -358,10 +367,14 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
         s = raw.strip()
         if s[:1] in "[{":
             try:
-                parsed = json.loads(s)
+                parsed = json.loads(s, object_pairs_hook=no_duplicate_keys)
             except json.JSONDecodeError as e:
                 if _JSON_CONVERSATION.match(s):
                     raise ValueError(f"malformed JSON ({e.msg} at char {e.pos})") from None
+                parsed = None
+            except ValueError:  # a key twice: a conversation's message would keep its last role/content
+                if _JSON_CONVERSATION.match(s):
+                    raise
                 parsed = None
             is_conversation = (isinstance(parsed, dict) and "messages" in parsed) or (
                 isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed)

@@ -120,3 +120,39 @@ def test_a_long_csv_cell_through_run(tiny_model, tmp_path):
     got = pl.read_parquet(out)
     assert got["id"].to_list() == ["a", "b", "c"]
     assert got["error"].to_list() == [None, "row b: state: 3,000,000 bytes of text, limit 2,097,152", None]
+
+
+def test_a_question_id_twice_in_a_json_cell_is_that_rows_error(tmp_path):
+    """CSV and Parquet cells kept the last of two same-id questions silently (JSONL refused the line)."""
+    twice = (
+        '{"refund": {"type": "noul", "instructions": "A?"}, "refund": {"type": "noul", "instructions": "B?"}}'
+    )
+    option_twice = {
+        "kind": {"type": "choice", "instructions": "K?", "criteria": '{"a": "x", "a": "y", "b": null}'}
+    }
+    recs = [
+        {"id": "r1", "state": "hi", "questions": twice},
+        {"id": "r2", "state": "hi", "questions": json.dumps(option_twice)},
+        {
+            "id": "r3",
+            "state": '[{"role": "user", "content": "a", "content": "b"}]',
+            "questions": json.dumps(Q),
+        },
+        {"id": "r4", "state": "fine", "questions": json.dumps(Q)},
+    ]
+    csv_in = tmp_path / "in.csv"
+    pl.DataFrame(recs).write_csv(csv_in)
+    pq_in = tmp_path / "in.parquet"
+    pl.DataFrame(recs).write_parquet(pq_in)
+    for src in (csv_in, pq_in):
+        rows = _rows(src)
+        assert rows[0].error == "row r1: questions: duplicate key 'refund' in a JSON object", src
+        assert (
+            rows[1].questions[0].error
+            == "row r2: questions.kind.criteria: duplicate key 'a' in a JSON object"
+        )
+        assert rows[2].error == "row r3: state: duplicate key 'content' in a JSON object"
+        assert isinstance(rows[3], Row)
+        r = cli("validate", src)
+        assert r.returncode == 3 and "4 rows, 2 questions, 3 errors" in r.stdout, r.stdout + r.stderr
+        assert "row r1: questions: duplicate key 'refund'" in r.stderr
