@@ -59,10 +59,16 @@ def input_format(path: str | Path) -> tuple[str, str | None]:
         if (path / "state.json").is_file():
             return "hf-dataset", None
         if (path / "dataset_dict.json").is_file():
-            splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+            splits = _json_file(path / "dataset_dict.json")
+            splits = splits.get("splits") if isinstance(splits, dict) else None
+            if isinstance(splits, list) and splits and all(isinstance(s, str) for s in splits):
+                raise InputFileError(
+                    f"{path}: a datasets DatasetDict folder; pass one split's folder, e.g. "
+                    + ", ".join(str(path / s) for s in splits[:3])
+                )
             raise InputFileError(
-                f"{path}: a datasets DatasetDict folder; pass one split's folder, e.g. "
-                + ", ".join(str(path / s) for s in splits[:3])
+                f"{path}: a datasets DatasetDict folder, but its dataset_dict.json lists no splits; pass "
+                "one split's folder (the one with a state.json)"
             )
         raise InputFileError(
             f"{path}: a folder, but not one written by datasets' save_to_disk (no state.json)"
@@ -169,9 +175,54 @@ def _json_records(path: Path, compression: str | None, chunk_rows: int, hasher=N
         ]
 
 
+META_BYTES = 1 << 20  # a datasets folder's state.json / dataset_dict.json (a few hundred bytes as written)
+
+
+def read_at_most(path: str | Path, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of `path`: more than `limit` means the file is over it, which the caller
+    reports in its own terms. Every small file is read this way: `-q /dev/zero` was read to its end before
+    any size check (issue 25)."""
+    with open(path, "rb") as f:
+        return f.read(limit + 1)
+
+
+def _json_file(path: Path) -> Any:
+    """A datasets folder's metadata file as JSON. Raises InputFileError naming it."""
+    raw = read_at_most(path, META_BYTES)
+    if len(raw) > META_BYTES:
+        raise InputFileError(f"{path}: over {META_BYTES:,} bytes; not a datasets metadata file")
+    try:
+        return json.loads(raw.decode("utf-8-sig"), object_pairs_hook=no_duplicate_keys)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise InputFileError(f"{path}: not valid JSON ({e})") from None
+
+
 def _hf_dataset_files(path: Path) -> list[Path]:
-    state = json.loads((path / "state.json").read_text())
-    return [path / f["filename"] for f in state.get("_data_files", [])]
+    """The Arrow files a `datasets` folder's state.json lists. Each must be a file name inside the folder:
+    the folder may come from anyone, and `../other/data.arrow` or an absolute path was read as named."""
+    state = _json_file(path / "state.json")
+    entries = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("filename"), str) for e in entries
+    ):
+        raise InputFileError(f'{path}/state.json: expected `_data_files`, a list of {{"filename": ...}}')
+    root = path.resolve()
+    files = []
+    for e in entries:
+        name = e["filename"]
+        p = path / name
+        if Path(name).is_absolute() or ".." in Path(name).parts or not p.resolve().is_relative_to(root):
+            raise InputFileError(f"{path}/state.json: data file {name!r} is outside the folder")
+        files.append(p)
+    return files
+
+
+def _arrow_schema(p: Path) -> pa.Schema:
+    with pa.memory_map(str(p)) as src:
+        try:
+            return pa.ipc.open_stream(src).schema
+        except pa.ArrowInvalid:
+            return pa.ipc.open_file(src).schema
 
 
 def _arrow_batches(files: list[Path]) -> Iterator[pa.RecordBatch]:
@@ -217,7 +268,7 @@ def input_columns(path: Path) -> set[str] | None:
             return set(csv_columns(open_binary(path, compression), str(path)))
         if fmt == "hf-dataset":
             files = _hf_dataset_files(path)
-            return set(next(_arrow_batches(files[:1])).schema.names) if files else set()
+            return set(_arrow_schema(files[0]).names) if files else set()
     except InputFileError:
         raise
     except Exception as e:
@@ -326,11 +377,37 @@ def kept_types(path: str | Path, keep: tuple[str, ...]) -> dict[str, pa.DataType
     elif fmt == "csv":
         return dict.fromkeys(keep, pa.string())
     elif fmt == "hf-dataset":
-        files = _hf_dataset_files(path)
-        schema = next(_arrow_batches(files[:1])).schema if files else pa.schema([])
+        return _hf_kept_types(path, keep)
     else:
         return None
     return {k: schema.field(k).type for k in keep}
+
+
+def _hf_kept_types(path: Path, keep: tuple[str, ...]) -> dict[str, pa.DataType]:
+    """The `--keep` columns' types over every Arrow file of a datasets folder: one file's column may be
+    null-typed (all its values null) or int where another's is float, so the types are unified (the write
+    failed with ArrowInvalid on a later file's values); types that do not unify are a job error."""
+    try:
+        schemas = [_arrow_schema(p) for p in _hf_dataset_files(path)]
+    except InputFileError:
+        raise
+    except Exception as e:
+        raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES['hf-dataset']}: {e}") from e
+    types: dict[str, pa.DataType] = {}
+    for k in keep:
+        fields = [s.field(k) for s in schemas if k in s.names]
+        if not fields:
+            types[k] = pa.null()
+            continue
+        try:
+            unified = pa.unify_schemas([pa.schema([f]) for f in fields], promote_options="permissive")
+            types[k] = unified.field(k).type
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            kinds = ", ".join(sorted({str(f.type) for f in fields}))
+            raise InputFileError(
+                f"{path}: --keep column {k!r} has different types in the folder's Arrow files ({kinds})"
+            ) from None
+    return types
 
 
 def count_rows(path: str | Path, limit: int | None = None) -> int | None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from conftest import cli
 
 from openjev_batch.config import shared_questions
 from openjev_batch.errors import InputWarning
+from openjev_batch.pipeline.formats import kept_types
 from openjev_batch.pipeline.read import read_rows
 from openjev_batch.schema import MAX_LINE_BYTES, Row, RowError
 
@@ -156,3 +158,64 @@ def test_a_question_id_twice_in_a_json_cell_is_that_rows_error(tmp_path):
         r = cli("validate", src)
         assert r.returncode == 3 and "4 rows, 2 questions, 3 errors" in r.stdout, r.stdout + r.stderr
         assert "row r1: questions: duplicate key 'refund'" in r.stderr
+
+
+def _arrow_folder(folder, tables: list[pa.Table], names: list[str] | None = None):
+    """A `datasets` save_to_disk folder by hand: Arrow IPC stream files and a state.json naming them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = names or [f"data-{i:05d}-of-{len(tables):05d}.arrow" for i in range(len(tables))]
+    for name, t in zip(names, tables, strict=False):
+        with pa.OSFile(str(folder / name), "wb") as f, pa.ipc.new_stream(f, t.schema) as w:
+            w.write_table(t)
+    (folder / "state.json").write_text(json.dumps({"_data_files": [{"filename": n} for n in names]}))
+    return folder
+
+
+def _one_error(r, msg: str) -> None:
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+    text = " ".join(r.stderr.split())
+    assert text.startswith("error:") and r.stderr.count("error:") == 1 and msg in text, r.stderr
+
+
+def test_hostile_datasets_folders_are_one_line_job_errors(tmp_path, qfile):
+    rows = {"id": ["a"], "state": ["hi"], "questions": [json.dumps(Q)]}
+    # a --keep column int64 in one file and text in the next: ArrowInvalid at the write
+    ds = _arrow_folder(
+        tmp_path / "ds", [pa.table({**rows, "k": [1]}), pa.table({**rows, "id": ["b"], "k": ["x"]})]
+    )
+    out = tmp_path / "o.parquet"
+    _one_error(
+        cli("run", ds, "-m", "M", "-b", "hf", "-o", out, "--keep", "k"),
+        "--keep column 'k' has different types in the folder's Arrow files (int64, string)",
+    )
+    assert not out.exists()
+    # types that do unify are unified (a shard whose values are all null is null-typed)
+    ok = _arrow_folder(
+        tmp_path / "ok",
+        [pa.table({**rows, "k": pa.nulls(1), "n": [1]}), pa.table({**rows, "k": ["x"], "n": [1.5]})],
+    )
+    assert kept_types(ok, ("k", "n")) == {"k": pa.string(), "n": pa.float64()}
+
+    # a DatasetDict folder whose dataset_dict.json is not JSON, or a list: JSONDecodeError, AttributeError
+    for i, text in enumerate(["{not json", '["train"]']):
+        dd = tmp_path / f"dd{i}"
+        dd.mkdir()
+        (dd / "dataset_dict.json").write_text(text)
+        msg = (
+            "not valid JSON"
+            if i == 0
+            else "a datasets DatasetDict folder, but its dataset_dict.json lists no splits"
+        )
+        _one_error(cli("validate", dd, "-q", qfile), msg)
+
+    # data files named outside the folder are refused, not read
+    other = _arrow_folder(tmp_path / "other", [pa.table(rows)], ["data.arrow"])
+    for name in ["../other/data.arrow", str(other / "data.arrow")]:
+        evil = tmp_path / "evil"
+        evil.mkdir(exist_ok=True)
+        (evil / "state.json").write_text(json.dumps({"_data_files": [{"filename": name}]}))
+        _one_error(cli("validate", evil, "-q", qfile), f"data file {name!r} is outside the folder")
+    for state in ["[1, 2]", '{"_data_files": [{"filename": 5}]}', "{bad"]:
+        (evil / "state.json").write_text(state)
+        r = cli("validate", evil, "-q", qfile)
+        _one_error(r, "state.json")
