@@ -32,6 +32,8 @@ MAX_QUESTION_BYTES = 256 * 2**10
 # read and decoded whole): 8× the state limit leaves room for JSON's escapes (\uXXXX: up to 6 bytes a
 # character) and a row's questions and kept columns.
 MAX_LINE_BYTES = 8 * MAX_STATE_BYTES
+# A --questions file: all MAX_QUESTIONS questions at their text limit, twice over for markup and escapes.
+MAX_QUESTIONS_FILE_BYTES = 2 * MAX_QUESTIONS * MAX_QUESTION_BYTES
 MAX_ID_CHARS = 4096  # row and question ids (they are repeated in every output row and error)
 MAX_DEPTH = 64  # nesting of any input value (JSON objects/lists); deeper is a row error, not a RecursionError
 INT64 = (-(2**63), 2**63 - 1)

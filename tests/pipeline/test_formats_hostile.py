@@ -3,6 +3,7 @@ or end in a traceback now gives a row error naming its line, or one job error (e
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import polars as pl
@@ -219,3 +220,54 @@ def test_hostile_datasets_folders_are_one_line_job_errors(tmp_path, qfile):
         (evil / "state.json").write_text(state)
         r = cli("validate", evil, "-q", qfile)
         _one_error(r, "state.json")
+
+
+def test_option_files_are_read_no_further_than_their_limit(tmp_path):
+    """`-q /dev/zero` and `--system-prompt @/dev/zero` were read to the end before any size check (a
+    MemoryError under a memory limit); now at most the limit is read. The timeout is the test's bound."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a", "state": "hi"}\n')
+    _one_error(
+        cli("validate", src, "-q", "/dev/zero", timeout=120), "--questions /dev/zero: over 33,554,432 bytes"
+    )
+    r = cli("run", src, "-q", "/dev/zero", "-m", "M", "-b", "hf", "-o", tmp_path / "o.parquet", timeout=120)
+    _one_error(r, "--questions /dev/zero: over")
+    qf = tmp_path / "q.json"
+    qf.write_text(json.dumps(Q))
+    r = cli("run", src, "-q", qf, "--system-prompt", "@/dev/zero", "-m", "M", "-b", "hf", "-o", tmp_path / "o.parquet", timeout=120)  # fmt: skip
+    _one_error(r, "--system-prompt @/dev/zero: over 262,144 bytes, its limit")
+    _one_error(cli("validate", src, "-q", tmp_path), "cannot read: Is a directory")  # IsADirectoryError
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_long_jsonl_line_is_that_rows_error_read_in_bounded_pieces(tmp_path):
+    """One 300 MB line in a small .jsonl.gz peaked at 2.1 GB RSS: the state limit was checked after the line
+    was read and decoded whole. Now a line over MAX_LINE_BYTES is that row's error, skipped unread: the
+    Python heap peak stays near the limit (the old reader held the line, its text and its parse)."""
+    import tracemalloc
+
+    from openjev_batch.pipeline.formats import count_rows
+
+    src = tmp_path / "long.jsonl.gz"
+    lines = [{"id": "a", "state": "hi"}, {"id": "b", "state": "x" * 60_000_000}, {"id": "c", "state": "ok"}]
+    src.write_bytes(gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in lines), 1))
+    del lines
+    tracemalloc.start()
+    try:
+        rows = _rows(src, questions=QS)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [r.id for r in rows] == ["a", None, "c"] and isinstance(rows[2], Row)
+    assert (
+        rows[1].error
+        == f"row at index 1: line 2: over {MAX_LINE_BYTES:,} bytes in one row (the limit), not read"
+    )
+    assert peak < 3 * MAX_LINE_BYTES, peak
+    assert count_rows(src) == 3
+    # a line just under the limit is still read and checked as a row (its state is over the state limit)
+    near = tmp_path / "near.jsonl"
+    near.write_text(json.dumps({"id": "n", "state": "y" * (MAX_LINE_BYTES - 100)}) + "\n")
+    (row,) = _rows(near, questions=QS)
+    assert row.error == f"row n: state: {MAX_LINE_BYTES - 100:,} bytes of text, limit 2,097,152"
+
