@@ -70,9 +70,16 @@ def _spool_stdin(stack: contextlib.ExitStack) -> Path:
     Messages name it `-` (`stdin_name`), not the temporary path the user never gave."""
     import tempfile
 
+    from ..errors import InputFileError
     from ..pipeline.formats import spool_stdin
 
-    path = spool_stdin(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-")))
+    try:
+        path = spool_stdin(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-")))
+    except OSError as e:  # a full or unwritable TMPDIR: `validate -` ended in a traceback (issue 25)
+        raise InputFileError(
+            f"-: cannot copy standard input to a temporary file in {tempfile.gettempdir()}: "
+            f"{e.strerror or e} (set TMPDIR to a folder with room)"
+        ) from None
     _SPOOLED.extend({str(path), str(path.resolve())})
     return path
 

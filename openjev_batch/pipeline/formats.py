@@ -362,8 +362,10 @@ def _batch_records(batch: pa.RecordBatch) -> list[dict[str, Any]]:
 
 def spool_stdin(folder: str | Path, stream=None) -> Path:
     """Copy standard input (`-`) into `folder` under a name whose extension is its sniffed format
-    (Parquet magic → .parquet, `[` → .json, `{` → .jsonl, anything else → .csv), so every reader works on
-    it unchanged. Returns the path. Raises InputFileError for empty input."""
+    (Parquet magic → .parquet, `[` → .json, `{` → .jsonl, anything else → .csv; a UTF-8 byte-order mark
+    skipped; gzip / zstd magic → the same, of the decompressed head, with .gz / .zst), so every reader works
+    on it unchanged. Returns the path. Raises InputFileError for empty input; OSError when `folder` cannot
+    take the copy."""
     import sys
 
     src = stream if stream is not None else sys.stdin.buffer
@@ -372,11 +374,25 @@ def spool_stdin(folder: str | Path, stream=None) -> Path:
         shutil.copyfileobj(src, f, 1 << 20)
     with open(tmp, "rb") as f:
         head = f.read(4096)
+    magic = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
+    compression = next((c for m, c in magic.items() if head.startswith(m)), None)
+    if compression is not None:  # gzip on stdin was parsed as CSV (issue 25)
+        try:
+            with pa.input_stream(str(tmp), compression=compression) as z:
+                head = z.read(4096)
+        except (OSError, pa.ArrowException) as e:
+            raise InputFileError(
+                f"-: standard input starts like {compression} but does not decompress: {e}"
+            ) from None
+    head = head.removeprefix(b"\xef\xbb\xbf")  # a BOM was sniffed as CSV (issue 25)
     if not head.strip():
         raise InputFileError("-: standard input is empty")
-    first = head.lstrip()[:1]
-    ext = ".parquet" if head[:4] == b"PAR1" else {b"[": ".json", b"{": ".jsonl"}.get(first, ".csv")
-    return tmp.rename(tmp.with_name("stdin" + ext))
+    if head[:4] == b"PAR1":
+        if compression:
+            raise InputFileError(f"-: a {compression}-compressed Parquet file; pipe it decompressed")
+        return tmp.rename(tmp.with_name("stdin.parquet"))
+    ext = {b"[": ".json", b"{": ".jsonl"}.get(head.lstrip()[:1], ".csv")
+    return tmp.rename(tmp.with_name("stdin" + ext + {"gzip": ".gz", "zstd": ".zst", None: ""}[compression]))
 
 
 def has_rows(path: Path) -> bool:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 
 import polars as pl
 import pyarrow as pa
 import pytest
-from conftest import cli
+from conftest import ROOT, cli
 
 from openjev_batch.config import shared_questions
 from openjev_batch.errors import InputWarning
@@ -271,3 +274,42 @@ def test_a_long_jsonl_line_is_that_rows_error_read_in_bounded_pieces(tmp_path):
     (row,) = _rows(near, questions=QS)
     assert row.error == f"row n: state: {MAX_LINE_BYTES - 100:,} bytes of text, limit 2,097,152"
 
+
+def _stdin_cli(*args, data: bytes, preexec=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "openjev_batch", *map(str, args)]
+    return subprocess.run(
+        cmd, input=data, capture_output=True, cwd=ROOT, env=env, timeout=600, preexec_fn=preexec
+    )
+
+
+def test_stdin_is_sniffed_past_a_bom_and_through_gzip(tmp_path, qfile):
+    """A UTF-8 BOM on stdin was sniffed as CSV, and gzip on stdin parsed as CSV: both are read as what
+    they hold (JSONL here; a gzipped CSV stays CSV)."""
+    jsonl = b'{"id": "a", "state": "hi"}\n{"id": "b", "state": "yo"}\n'
+    for data in (b"\xef\xbb\xbf" + jsonl, gzip.compress(jsonl), gzip.compress(b"\xef\xbb\xbf" + jsonl)):
+        r = _stdin_cli("validate", "-", "-q", qfile, data=data)
+        assert r.returncode == 0 and b"2 rows, 2 questions, 0 errors" in r.stdout, r.stdout + r.stderr
+    r = _stdin_cli("validate", "-", "-q", qfile, data=gzip.compress(b"id,state\na,hi\n"))
+    assert r.returncode == 0 and b"1 row, 1 question, 0 errors" in r.stdout, r.stdout + r.stderr
+    r = _stdin_cli("validate", "-", "-q", qfile, data=b"\x1f\x8b" + b"not gzip" * 10)
+    assert (
+        r.returncode == 4 and b"error: -: standard input starts like gzip but does not decompress" in r.stderr
+    )
+
+
+def test_stdin_with_no_room_for_its_copy_is_a_job_error(tmp_path, qfile):
+    """`validate -` with a full TMPDIR ended in an OSError traceback (`run -` exited 4): both exit 4 with
+    one line. A file-size limit stands in for the full disk (Python ignores SIGXFSZ: the write fails)."""
+    import resource
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+
+    data = b'{"id": "a", "state": "hi"}\n' * 10_000  # 270 KB
+    out = tmp_path / "o.parquet"
+    for args in (["validate", "-", "-q", qfile], ["run", "-", "-q", qfile, "-m", "M", "-b", "hf", "-o", out]):
+        r = _stdin_cli(*args, data=data, preexec=small_files)
+        text = " ".join(r.stderr.decode().split())
+        assert r.returncode == 4 and "Traceback" not in text and text.count("error:") == 1, text
+        assert text.startswith("error: -: cannot copy standard input to a temporary file in "), text
