@@ -26,6 +26,7 @@ _QUOTE, _COMMA, _CR, _LF = 0x22, 0x2C, 0x0D, 0x0A
 # scan states: at a field's start, in an unquoted field, in quotes, just after a quote in quotes at a
 # read's end (an escaped `""` or the close: the next byte decides), just after a closing quote
 _START, _PLAIN, _QUOTED, _QUOTE_END, _CLOSED = range(5)
+_QUOTED_TEXT = re.compile(rb'[^"]*(?:""[^"]*)*')  # up to the first quote that is not an escaped `""`
 _ESCAPED = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a byte that is not UTF-8
 _MAX_WARNINGS = 5
 
@@ -84,21 +85,20 @@ class Records:
                     lines, pieces = None, []
                 else:
                     pieces.append(buf)
-            # the scan: only quotes and commas matter, found with bytes.find (C), not byte by byte
+            # the scan: only quotes and commas matter, found by C code (bytes.find, a regex), not byte by
+            # byte; a whole line without a quote needs none
             i, n = 0, len(buf)
+            if st != _QUOTED and buf[-1] == _LF and b'"' not in buf:
+                i = n
             while i < n:
                 if st == _QUOTED:
-                    j = buf.find(b'"', i)
-                    commas += buf.count(b",", i, n if j < 0 else j)
-                    if j < 0:
+                    j = _QUOTED_TEXT.match(buf, i).end()  # type: ignore[union-attr]
+                    if line_quoted:
+                        commas += buf.count(b",", i, j)
+                    if j >= n - 1:  # still in quotes, or a quote that the next read's byte decides
+                        st = _QUOTED if j == n else _QUOTE_END
                         break
-                    if j + 1 == n:
-                        st = _QUOTE_END
-                        break
-                    if buf[j + 1] == _QUOTE:
-                        i = j + 2
-                        continue
-                    i, st = j + 1, _CLOSED
+                    i, st = j + 1, _CLOSED  # a lone quote: the close
                 elif st == _QUOTE_END:
                     if buf[i] == _QUOTE:
                         i, st = i + 1, _QUOTED

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, cli
 
 from openjev_batch.config import shared_questions
-from openjev_batch.errors import InputWarning
+from openjev_batch.errors import InputFileError, InputWarning
 from openjev_batch.pipeline.formats import kept_types
 from openjev_batch.pipeline.read import read_rows
 from openjev_batch.schema import MAX_LINE_BYTES, Row, RowError
@@ -313,3 +313,49 @@ def test_stdin_with_no_room_for_its_copy_is_a_job_error(tmp_path, qfile):
         text = " ".join(r.stderr.decode().split())
         assert r.returncode == 4 and "Traceback" not in text and text.count("error:") == 1, text
         assert text.startswith("error: -: cannot copy standard input to a temporary file in "), text
+
+
+@pytest.mark.filterwarnings("ignore::openjev_batch.errors.InputWarning")  # random files: suspect fields
+def test_the_csv_record_scan_agrees_with_the_csv_module(tmp_path):
+    """The quote-aware scan finds each record's lines before the csv module parses them: on random files
+    of quotes, commas and line ends (well-formed and not), the rows read are the csv module's own rows of
+    the whole file, whatever the read size (a small _PIECE splits lines, quotes and `""` pairs)."""
+    import csv
+    import io
+    import random
+
+    from openjev_batch.pipeline import csv_records
+
+    rng = random.Random(25)
+    alphabet = ["a", "b ", ",", '"', '""', "\n", "é"]  # no line of spaces only: a blank line is skipped
+    unterminated = 0
+    for case in range(400):
+        if case % 2:  # well-formed: csv.writer quotes what needs it
+            cells = [
+                ["".join(rng.choices(alphabet, k=rng.randint(0, 6))) for _ in range(3)] for _ in range(5)
+            ]
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="\n").writerows([["x", "y", "z"], *cells])
+            text = buf.getvalue()
+        else:  # anything: quotes opened mid-field, closed into text, never closed
+            text = "x,y,z\n" + "".join(rng.choices(alphabet, k=60)) + "\n"
+        path = tmp_path / "t.csv"
+        path.write_text(text, encoding="utf-8")
+        want = [w for w in list(csv.reader(io.StringIO(text, newline=""), strict=False))[1:] if w]
+        for piece in (1 << 20, 3):
+            csv_records._PIECE = piece
+            try:
+                got = [rec for c in csv_records.record_chunks(open(path, "rb"), "t", 100) for _, rec in c]
+            except InputFileError as e:
+                assert "never closed" in str(e) and case % 2 == 0, text
+                unterminated += piece == 3
+                continue
+            finally:
+                csv_records._PIECE = 1 << 20
+            assert len(got) == len(want), text
+            for g, w in zip(got, want, strict=True):
+                if isinstance(g, dict):
+                    assert [g[k] or "" for k in "xyz"] == w, text
+                else:
+                    assert len(w) != 3 and "fields, the header has 3" in g or "1 field," in g, (g, w)
+    assert 10 < unterminated < 190  # both kinds of random file were met
