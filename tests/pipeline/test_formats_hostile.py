@@ -115,10 +115,12 @@ def test_a_long_csv_cell_is_that_rows_error(tmp_path, qfile):
 
 
 def test_a_long_csv_cell_through_run(tiny_model, tmp_path):
+    """`run` on a CSV with a cell spanning lines (answered, and warned about: its second line holds a row's
+    commas) and a 3 MB cell (that row's error): the other rows are answered."""
     src = tmp_path / "in.csv"
     q = json.dumps(Q).replace('"', '""')
     src.write_text(
-        f'id,state,questions\na,"first line\nsecond, line","{q}"\nb,{"x" * 3_000_000},"{q}"\nc,third,"{q}"\n'
+        f'id,state,questions\na,"first line\nsecond, line, too","{q}"\nb,{"x" * 3_000_000},"{q}"\nc,third,"{q}"\n'
     )
     out = tmp_path / "o.parquet"
     r = cli("run", src, "-m", tiny_model, "-b", "hf", "--no-progress", "-o", out)
@@ -126,6 +128,9 @@ def test_a_long_csv_cell_through_run(tiny_model, tmp_path):
     got = pl.read_parquet(out)
     assert got["id"].to_list() == ["a", "b", "c"]
     assert got["error"].to_list() == [None, "row b: state: 3,000,000 bytes of text, limit 2,097,152", None]
+    assert got["probs"][0] is not None and got["probs"][2] is not None
+    warned = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and "in.csv: lines 2–3: a quoted field spans lines" in warned[0], r.stderr
 
 
 def test_a_question_id_twice_in_a_json_cell_is_that_rows_error(tmp_path):
