@@ -66,6 +66,8 @@ class Records:
                 self.hasher.update(buf)
             if first and buf:
                 buf, first = buf.removeprefix(_BOM), False
+                if not buf:  # a read of the byte-order mark alone
+                    continue
             if not buf:  # end of file
                 if st == _QUOTED:
                     raise InputFileError(
