@@ -264,9 +264,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
     """Read a `--questions` file (JSON or YAML mapping question_id → question); every question must be
     valid. Raises ConfigError with each question's problem."""
+    from .pipeline.formats import read_at_most
+    from .schema import MAX_QUESTIONS, MAX_QUESTIONS_FILE_BYTES
+
     try:
+        raw = read_at_most(path, MAX_QUESTIONS_FILE_BYTES)  # `-q /dev/zero` was read to its end (issue 25)
+        if len(raw) > MAX_QUESTIONS_FILE_BYTES:
+            raise ConfigError(
+                f"--questions {path}: over {MAX_QUESTIONS_FILE_BYTES:,} bytes, more than "
+                f"{MAX_QUESTIONS} questions at their text limit hold"
+            )
         # utf-8-sig: a byte-order mark at the start is not part of the first key
-        text = Path(path).read_text(encoding="utf-8-sig")
+        text = raw.decode("utf-8-sig")
         try:
             # JSON first: PyYAML (YAML 1.1) refuses valid JSON — an escaped emoji `\ud83d\ude00` (json.dumps'
             # default) becomes two lone surrogates, a tab-indented file and a key over 1,024 characters
@@ -276,6 +285,8 @@ def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
             raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506
     except FileNotFoundError:
         raise ConfigError(f"--questions: no such file {path}") from None
+    except OSError as e:  # a folder, no permission
+        raise ConfigError(f"--questions {path}: cannot read: {e.strerror or e}") from None
     except RecursionError:  # PyYAML composes and constructs recursively, one frame per level
         raise ConfigError(f"--questions {path}: cannot parse: nested too deeply") from None
     except (yaml.YAMLError, ValueError) as e:  # ValueError: UnicodeDecodeError, a duplicate JSON key

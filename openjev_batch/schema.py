@@ -28,6 +28,12 @@ MAX_ROW_TOKENS = 262_144
 # limit admits of English text; 256 KiB of question text ~2× a 32,768-token branch.
 MAX_STATE_BYTES = 2 * 2**20
 MAX_QUESTION_BYTES = 256 * 2**10
+# One input line (JSONL) or record (CSV) is refused unread past this (a 300 MB line peaked at 2.1 GB RSS
+# read and decoded whole): 8× the state limit leaves room for JSON's escapes (\uXXXX: up to 6 bytes a
+# character) and a row's questions and kept columns.
+MAX_LINE_BYTES = 8 * MAX_STATE_BYTES
+# A --questions file: all MAX_QUESTIONS questions at their text limit, twice over for markup and escapes.
+MAX_QUESTIONS_FILE_BYTES = 2 * MAX_QUESTIONS * MAX_QUESTION_BYTES
 MAX_ID_CHARS = 4096  # row and question ids (they are repeated in every output row and error)
 MAX_DEPTH = 64  # nesting of any input value (JSON objects/lists); deeper is a row error, not a RecursionError
 INT64 = (-(2**63), 2**63 - 1)
@@ -193,9 +199,11 @@ class _Question(BaseModel):
 
 
 def _pairs_to_dict(v: Any, what: str) -> dict:
-    """Accept a dict, a JSON string of one, or an Arrow map (list of (key, value) pairs)."""
+    """Accept a dict, a JSON string of one, or an Arrow map (list of (key, value) pairs). A key given twice
+    is a ValueError: plain json.loads kept the last question of one id silently (CSV / Parquet cells),
+    where a JSONL line with it is refused."""
     if isinstance(v, str):
-        v = json.loads(v)
+        v = json.loads(v, object_pairs_hook=no_duplicate_keys)
     if isinstance(v, list) and all(isinstance(p, tuple | list) and len(p) == 2 for p in v):
         keys = [p[0] for p in v]
         if len(set(keys)) != len(keys):
@@ -240,13 +248,18 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     where = f"questions.{qid}"
     try:
         if isinstance(raw, str):
-            raw = json.loads(raw)
+            raw = json.loads(raw, object_pairs_hook=no_duplicate_keys)
         if isinstance(raw, list) and raw and all(isinstance(p, tuple) for p in raw):
             raw = dict(raw)  # an Arrow map column
         if isinstance(raw, dict) and "criteria" in raw:
             c = raw["criteria"]
             if isinstance(c, str) and c[:1] in "[{":
-                c = json.loads(c)
+                try:
+                    c = json.loads(c, object_pairs_hook=no_duplicate_keys)
+                except json.JSONDecodeError:
+                    raise
+                except ValueError as e:  # an option name twice
+                    return QuestionError(qid, raw.get("type"), f"{where}.criteria: {e}")
             if isinstance(c, list) and c and all(isinstance(p, tuple) for p in c):  # an Arrow map column
                 names = [p[0] for p in c]
                 if len(set(names)) != len(names):
@@ -270,6 +283,8 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     except ValidationError as e:
         t = raw.get("type") if isinstance(raw, dict) else None
         return QuestionError(qid, t if t in QUESTION_TYPES else None, _error_text(where, e))
+    except ValueError as e:  # a key twice in the question's JSON text
+        return QuestionError(qid, None, f"{where}: {e}")
     examples_texts = [
         e["text"] for e in q.examples or () if isinstance(e, dict) and isinstance(e.get("text"), str)
     ]
@@ -354,10 +369,14 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
         s = raw.strip()
         if s[:1] in "[{":
             try:
-                parsed = json.loads(s)
+                parsed = json.loads(s, object_pairs_hook=no_duplicate_keys)
             except json.JSONDecodeError as e:
                 if _JSON_CONVERSATION.match(s):
                     raise ValueError(f"malformed JSON ({e.msg} at char {e.pos})") from None
+                parsed = None
+            except ValueError:  # a key twice: a conversation's message would keep its last role/content
+                if _JSON_CONVERSATION.match(s):
+                    raise
                 parsed = None
             is_conversation = (isinstance(parsed, dict) and "messages" in parsed) or (
                 isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed)

@@ -8,11 +8,12 @@ Exit codes: 0 every question answered · 3 output written, some rows/questions h
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 from rich.console import Console
 
-from ..errors import OpenjevError
+from ..errors import InputWarning, OpenjevError
 
 EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM: both keep the partial
@@ -48,6 +49,21 @@ def _main(
     ),
 ) -> None:
     """Offline batch classification with LLMs: answers read from next-token label logprobs."""
+    warnings.showwarning = _show_warning
+
+
+_python_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """An InputWarning (a CSV quote left open?) as one `warning:` line naming the file and line, not
+    Python's `path:lineno: InputWarning:` and source-line form; other warnings as Python shows them."""
+    from .options import stdin_name
+
+    if not issubclass(category, InputWarning):
+        return _python_showwarning(message, category, filename, lineno, file, line)
+    err.print("[yellow]warning:[/] ", end="")
+    err.print(printable(stdin_name(str(message))), markup=False, highlight=False)
 
 
 _UNSAFE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
