@@ -38,11 +38,13 @@ import bench_gpu as bg  # noqa: E402
 import hybrid_gpu as hg  # noqa: E402
 
 T0 = time.time()
+STAGE = os.environ.get("W3PROF_STAGE", "run5b")
 DEADLINE = float(os.environ.get("DEADLINE_S", "565"))
 RES: dict = {}
 ENGINES = {
     "product": {},  # the product's own defaults (after run 5a: batch-job memory, 2 steps in flight)
     "fp8": {"quantization": "fp8"},
+    "bf16state": {"mamba_ssm_dtype": "bfloat16"},  # half a recurrent state: twice the slots; numerics differ
     "default": {"mem_fraction_static": 0.654, "mamba_full_memory_ratio": 0.9},  # sglang's own sizing
     "batch": {"mem_fraction_static": 0.9, "mamba_full_memory_ratio": 4.0},
     "batch-bf16state": {
@@ -243,6 +245,19 @@ def engine_run(name: str, m35: Path, wls: dict, first: bool) -> None:
         # the first job on this engine right after the product's own warm-up, then again
         part(r, "w1_64_first", 40, prod(wls["w1_64"], "w1a.parquet"))
         part(r, "w1_64_again", 25, prod(wls["w1_64"], "w1b.parquet"))
+        if STAGE == "run5c":  # the third call: depth 3 (--pipeline-depth) and the noise of a repeat
+            part(r, "w3_product", 70, prod(w3, "w3.parquet"))
+            if name == "product":
+                part(r, "w3_depth3", 70, prod(w3, "w3_d3.parquet", pipeline_depth=3))
+                part(r, "w1_64_depth3", 20, prod(wls["w1_64"], "w1_d3.parquet", pipeline_depth=3))
+                part(r, "w1_256", 30, prod(wls["w1_256"], "w1c.parquet"))
+            else:
+                ref = bg.WORK / "w3prof_product"
+                part(r, "vs_fp32_state_w3", 5, lambda: hg.compare(out / "w3.parquet", ref / "w3.parquet"))
+                part(
+                    r, "vs_fp32_state_w1_64", 5, lambda: hg.compare(out / "w1b.parquet", ref / "w1b.parquet")
+                )
+            return
         part(r, "w1_256", 40, prod(wls["w1_256"], "w1c.parquet"))
         part(r, "w3_product", 100, prod(w3, "w3.parquet"))
         if name == "product":
