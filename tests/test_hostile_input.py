@@ -214,3 +214,47 @@ def test_terminal_escapes_in_rows_are_printed_escaped(tmp_path, tiny_model):
     )  # the id, escaped, markup as text
     assert runs[1].returncode == 3 and "\\x1b[2J" in runs[1].stderr
     assert runs[2].returncode == 0 and "text \\x1b[2J" in runs[2].stdout
+
+
+# classify: the same value checks as `run` (schema.checked_row_id / kept_values / text_field), issue 25
+CLS_HOSTILE = [  # (record, the row's error: None when the row is unidentified and found by index)
+    ({"id": "ok", "text": "fine", "gold": "a"}, None),
+    ({"id": "s1", "text": "bad \ud800"}, r"row s1: text: not valid Unicode text \(lone surrogate '\\ud800' at character 4\)"),
+    ({"id": "p1", "premise": "x \udc00", "hypothesis": "y"}, r"row p1: premise: not valid Unicode text"),
+    ({"id": "h1", "premise": "x", "hypothesis": "\udfff"}, r"row h1: hypothesis: not valid Unicode text"),
+    ({"id": "i\ud800", "text": "fine"}, r"row at index 4: id: not valid Unicode text \(lone surrogate"),
+    ({"id": "k1", "text": "fine", "gold": "\ud800"}, r"row k1: gold: not valid Unicode text"),
+    ({"id": "k2", "text": "fine", "gold": 2**70}, r"row k2: gold: integer 1180591620717411303424 is outside int64"),
+    ({"id": "n5", "text": 5}, r"row n5: text: expected a string, got int"),
+]  # fmt: skip
+
+
+def test_classify_and_validate_report_hostile_values(tmp_path, tiny_classifier):
+    """classify ended in a traceback (rc 1: the tokenizer's TypeError on a surrogate, the Parquet write's
+    UnicodeEncodeError on an id or kept value) and `validate --readout classifier-head` called the file
+    clean. Now each is a row error naming row and field, exit 3, and validate lists the same errors."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(rec) + "\n" for rec, _ in CLS_HOSTILE), encoding="utf-8")
+    before = inp.read_bytes()
+    out = tmp_path / "out.parquet"
+    r = cli("classify", inp, "-o", out, "-m", tiny_classifier, "-b", "hf", "--keep", "gold", "--no-progress")
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+    rows = pq.read_table(out).to_pylist()
+    assert [x["error"] is None for x in rows] == [p is None for _, p in CLS_HOSTILE]
+    for x, (_, pattern) in zip(rows, CLS_HOSTILE, strict=True):
+        assert pattern is None or re.match(pattern, x["error"]), x["error"]
+    assert rows[0]["label"] is not None and rows[0]["gold"] == "a" and rows[5]["gold"] is None
+    v = cli("validate", inp, "--readout", "classifier-head", "--keep", "gold")
+    assert v.returncode == 3 and "Traceback" not in v.stderr
+    assert sorted(re.findall(r"✗ (.*)", v.stderr)) == sorted(x["error"] for x in rows if x["error"])
+    assert inp.read_bytes() == before
+
+
+def test_classify_names_invalid_utf8_not_a_class(tmp_path):
+    """`text: expected a string, got InvalidText` named the stand-in class of an undecodable cell."""
+    path = tmp_path / "in.parquet"
+    text = pa.array([b"fine", b"bad \xc3\x28"], pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"id": ["a", "b"], "text": text}), path)
+    v = cli("validate", path, "--readout", "classifier-head")
+    assert v.returncode == 3 and "Traceback" not in v.stderr
+    assert "✗ row b: text: not valid UTF-8 (byte 0xc3 at 4)" in v.stderr and "InvalidText" not in v.stderr
