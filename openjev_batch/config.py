@@ -257,6 +257,8 @@ def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
             raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506
     except FileNotFoundError:
         raise ConfigError(f"--questions: no such file {path}") from None
+    except OSError as e:  # a folder, no permission, an I/O error: the job cannot start (no traceback)
+        raise ConfigError(f"--questions {path}: cannot read: {e.strerror or e}") from None
     except RecursionError:  # PyYAML composes and constructs recursively, one frame per level
         raise ConfigError(f"--questions {path}: cannot parse: nested too deeply") from None
     except (yaml.YAMLError, ValueError) as e:  # ValueError: UnicodeDecodeError, a duplicate JSON key

@@ -77,6 +77,20 @@ def value_problem(value: Any, ints: bool = False) -> str | None:
     return None
 
 
+def option_text_problem(v: str) -> str | None:
+    """`value_problem` of an option's text (a path, --system-prompt, --template): on the command line a byte
+    that is not UTF-8 arrives as a surrogate escape (U+DC80–U+DCFF: Python decodes argv with
+    surrogateescape), so it is named as the byte the user typed (a Latin-1 `Café`), not as a surrogate."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        c = ord(v[e.start])
+        if 0xDC80 <= c <= 0xDCFF:
+            return f"not valid UTF-8 (byte {c - 0xDC00:#04x} at character {e.start})"
+        return value_problem(v)
+    return None
+
+
 def text_bytes(s: str) -> int:
     """UTF-8 size of `s` (4 × its length bounds it, so only strings near a limit are encoded)."""
     return len(s.encode("utf-8", "surrogatepass")) if not s.isascii() else len(s)

@@ -258,3 +258,73 @@ def test_classify_names_invalid_utf8_not_a_class(tmp_path):
     v = cli("validate", path, "--readout", "classifier-head")
     assert v.returncode == 3 and "Traceback" not in v.stderr
     assert "✗ row b: text: not valid UTF-8 (byte 0xc3 at 4)" in v.stderr and "InvalidText" not in v.stderr
+
+
+# The Python API: a row error cell where the CLI writes one, ConfigError for a bad argument (issue 25)
+@pytest.fixture(scope="module")
+def clf(tiny_model):
+    import openjev_batch as ob
+
+    with ob.Classifier(str(tiny_model), backend="hf", device="cpu") as c:
+        yield c
+
+
+def _errors(table) -> dict:
+    return {r["id"]: r["error"] for r in table.to_pylist()}
+
+
+def test_api_pandas_frame_with_a_surrogate_gives_error_cells(clf):
+    """pyarrow's from_pandas raised UnicodeEncodeError (frames.py caught only Arrow's errors); an object
+    column holds the lone surrogate as pandas read it from JSON."""
+    import pandas as pd
+
+    df = pd.DataFrame(
+        {"id": ["a", "b"], "state": ["fine", "bad \ud800"], "gold": ["\udc00", "x"]}, dtype=object
+    )
+    got = _errors(clf.run(df, Q, keep="gold", output="arrow"))
+    assert got["a"] == "row a: gold: not valid Unicode text (lone surrogate '\\udc00' at character 0)"
+    assert got["b"].startswith("row b: state: not valid Unicode text (lone surrogate '\\ud800'")
+
+
+def test_api_table_from_an_invalid_utf8_parquet_gives_error_cells(clf, tmp_path):
+    """An Arrow Table read from Parquet holds bytes that are not UTF-8: `run` and `show_prompt` raised
+    UnicodeDecodeError; the file reader made them row errors already."""
+    table = pq.read_table(invalid_utf8_parquet(tmp_path / "in.parquet"))
+    got = clf.run(table, keep="channel", output="arrow").to_pylist()
+    assert [r["error"] for r in got] == [
+        None,
+        "row at index 1: id: not valid UTF-8 (byte 0xff at 1)",
+        "row c: state: not valid UTF-8 (byte 0xc3 at 4)",
+        "row d: channel: not valid UTF-8 (byte 0xe2 at 0)",
+    ]
+    shown = clf.show_prompt(table, n=3)
+    assert "═══ row a" in shown and "not valid UTF-8 (byte 0xff at 1)" in shown
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda ob, m: ob.Classifier(None, "hf"),
+            "model must be a hub id, a folder or a packaged name, got None",
+        ),
+        (
+            lambda ob, m: ob.Classifier(m, "hf", system_prompt="\ud800"),
+            "system_prompt: not valid Unicode text (lone surrogate '\\ud800' at character 0)",
+        ),
+        (
+            lambda ob, m: ob.run([{"state": "x"}], m.parent, model=m, backend="hf"),
+            "cannot read: Is a directory",
+        ),
+    ],
+    ids=["model-None", "system-prompt-surrogate", "questions-folder"],
+)
+def test_api_bad_arguments_are_config_errors(tiny_model, call, message):
+    """Classifier(None) and a surrogate system prompt raised TypeError, questions=<a folder>
+    IsADirectoryError; each is a ConfigError naming the argument."""
+    import openjev_batch as ob
+    from openjev_batch.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        call(ob, tiny_model)
+    assert message in str(e.value)
