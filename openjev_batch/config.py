@@ -21,12 +21,15 @@ from pydantic import (
 
 from .errors import ConfigError
 from .options import BACKENDS, EngineOptions, output_format
-from .schema import QuestionError, QuestionSpec, no_duplicate_keys, parse_questions
+from .schema import QuestionError, QuestionSpec, no_duplicate_keys, option_text_problem, parse_questions
 
 
 def check_output_path(v: Path, any_format: bool = False) -> Path:
     """A writable .parquet path (with `any_format`: .parquet, .jsonl or .csv) in an existing folder
     (checked before any model loads). Raises ValueError."""
+    # pyarrow's file system takes UTF-8 paths only (the folder's name counts too: it is made absolute)
+    if (problem := option_text_problem(str(v.absolute()))) is not None:
+        raise ValueError(f"output {str(v.absolute())!r}: {problem}")
     if any_format:
         output_format(v)
     elif v.suffix.lower() != ".parquet":
@@ -97,6 +100,8 @@ class RunConfig(EngineOptions):
 
         if v is not None and not v.strip():
             raise ValueError("--system-prompt is empty")
+        if v is not None and (problem := option_text_problem(v)) is not None:  # the tokenizer would raise
+            raise ValueError(f"--system-prompt: {problem}")
         # part of every row's prefix: one too long would fail every row, slowly (hostile trial: 1 MB took
         # 0.5 s a row to turn into row errors), so it is refused at once, at the question text's limit
         if v is not None and (n := text_bytes(v)) > MAX_QUESTION_BYTES:

@@ -328,3 +328,35 @@ def test_api_bad_arguments_are_config_errors(tiny_model, call, message):
     with pytest.raises(ConfigError) as e:
         call(ob, tiny_model)
     assert message in str(e.value)
+
+
+# Arguments with a byte that is not UTF-8 (argv decodes with surrogateescape: a Latin-1 `Café`), issue 25
+LATIN1 = "Caf\udce9"  # what Python makes of the bytes `Caf\xe9` on the command line
+
+
+@pytest.mark.parametrize(
+    "command, args, message",
+    [
+        ("run", ["--system-prompt", LATIN1, "-o", "{out}"], "--system-prompt: not valid UTF-8 (byte 0xe9 at character 3)"),
+        ("run", ["--system-prompt", LATIN1, "--show-prompt", "1"], "--system-prompt: not valid UTF-8 (byte 0xe9"),
+        ("run", ["-o", "{tmp}/" + LATIN1 + ".parquet"], "output: output '{tmp}/Caf\\udce9.parquet': not valid UTF-8 (byte 0xe9"),
+        ("classify", ["--template", LATIN1 + " {{premise}} {{hypothesis}}", "-o", "{out}"], "--template: not valid UTF-8 (byte 0xe9 at character 3)"),
+    ],
+    ids=["system-prompt", "show-prompt", "output-name", "template"],
+)  # fmt: skip
+def test_non_utf8_arguments_are_one_line_job_errors(
+    tmp_path, tiny_model, tiny_classifier, command, args, message
+):
+    """--system-prompt (also with --show-prompt) and --template raised in the tokenizer, an output name in
+    pyarrow's file system after the whole job ran: each is refused up front, one line, exit 4."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "state": "x", "text": "x", "questions": Q}) + "\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    fill = {"out": tmp_path / "o.parquet", "tmp": tmp_path}
+    model = tiny_model if command == "run" else tiny_classifier
+    r = cli(command, inp, "-m", model, "-b", "hf", "--no-progress", *(a.format(**fill) for a in args))
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error: invalid options: ") and len(r.stderr.splitlines()) == 1, r.stderr
+    assert message.format(**fill) in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written: no output, lock, partial
+    assert inp.read_text() == json.dumps({"id": "a", "state": "x", "text": "x", "questions": Q}) + "\n"

@@ -30,7 +30,14 @@ import pyarrow.compute as pc
 
 from ..core import BranchSpec, RowPrompt, lcp
 from ..errors import ConfigError
-from ..schema import RowError, checked_row_id, kept_values, text_field, unidentified_row_error
+from ..schema import (
+    RowError,
+    checked_row_id,
+    kept_values,
+    option_text_problem,
+    text_field,
+    unidentified_row_error,
+)
 from .base import Readout, RowFailures, RowResults
 from .label_logprobs.answer import softmax
 
@@ -47,6 +54,8 @@ class Template:
     an unknown field, a format spec, or a template without exactly one ``{hypothesis}``."""
 
     def __init__(self, text: str):
+        if (problem := option_text_problem(text)) is not None:  # the tokenizer raises on a surrogate
+            raise ConfigError(f"--template: {problem}")
         try:
             parsed = list(string.Formatter().parse(text))
         except ValueError as e:
