@@ -360,3 +360,61 @@ def test_non_utf8_arguments_are_one_line_job_errors(
     assert message.format(**fill) in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written: no output, lock, partial
     assert inp.read_text() == json.dumps({"id": "a", "state": "x", "text": "x", "questions": Q}) + "\n"
+
+
+# sglang where it cannot run: one line with the hint, exit 4 (issue 25: a 221-line traceback, rc 1)
+def _without_sgl_kernel() -> dict:
+    """The environment of a machine without sglang's kernels: the tests' sgl_kernel shim off PYTHONPATH."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import SHIMS
+
+    pp = os.pathsep.join(
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(SHIMS)
+    )
+    env = {**os.environ, "PYTHONPATH": pp, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+    env.pop("SGLANG_USE_CPU_ENGINE", None)
+    if (
+        subprocess.run([sys.executable, "-c", "import sgl_kernel"], env=env, capture_output=True).returncode
+        == 0
+    ):
+        pytest.skip("sgl_kernel is installed here (a GPU machine): sglang can start")
+    return env
+
+
+@pytest.mark.parametrize("command", ["run", "classify"])
+def test_sglang_without_its_kernels_is_one_line_with_the_hint(tmp_path, tiny_model, tiny_classifier, command):
+    """`run -b sglang` imported sglang's Engine while start_engine's arguments were evaluated, outside the
+    `try` that names a missing sgl_kernel; `classify -b sglang` printed the raw ModuleNotFoundError without
+    "use --backend hf", under four lines of sglang's import warnings."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = _without_sgl_kernel()
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "state": "x", "premise": "p", "hypothesis": "h"}) + "\n")
+    model, extra = (
+        (tiny_model, ["-q", ROOT / "examples" / "ticket_questions.yaml"])
+        if command == "run"
+        else (tiny_classifier, [])
+    )
+    out = tmp_path / "o.parquet"
+    args = [command, inp, *extra, "-m", model, "-b", "sglang", "-o", out, "--no-progress"]
+    r = subprocess.run(
+        [sys.executable, "-m", "openjev_batch", *map(str, args)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert (
+        r.stderr.startswith("error: sglang's kernels (sgl_kernel) are missing") and "--backend hf" in r.stderr
+    )
+    assert len(r.stderr.splitlines()) < 5, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]  # no output, lock or partial left
+
