@@ -40,7 +40,33 @@ def check_output_path(v: Path, any_format: bool = False) -> Path:
         raise ValueError(f"folder {v.resolve().parent} does not exist")
     if not os.access(v.resolve().parent, os.W_OK):
         raise ValueError(f"folder {v.resolve().parent} is not writable")
+    if (why := _cannot_write(v)) is not None:
+        raise ValueError(why)
     return v
+
+
+def _cannot_write(v: Path) -> str | None:
+    """Why the job could not put its output at `v`, found by trying before it runs: os.access says yes to
+    root for a read-only folder, and an immutable file (`chattr +i`) or a read-only file system let the
+    whole job run, then failed at the final rename (hostile trial). None when it can."""
+    import errno
+    import tempfile
+
+    folder = v.resolve().parent
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".openjev-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"folder {folder} is not writable ({e.strerror})"
+    try:  # an existing output: opened for writing without truncating (its content stays as it is)
+        os.close(os.open(v, os.O_WRONLY | os.O_NONBLOCK))
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if e.errno in (errno.EPERM, errno.EROFS):  # immutable: the rename onto it would fail the same way
+            return f"{v} cannot be replaced ({e.strerror}); move it away or choose another -o"
+    return None
 
 
 def check_not_input(output: Path, input: Path) -> None:

@@ -418,3 +418,82 @@ def test_sglang_without_its_kernels_is_one_line_with_the_hint(tmp_path, tiny_mod
     assert len(r.stderr.splitlines()) < 5, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]  # no output, lock or partial left
 
+
+# What reaches the terminal, and an output that cannot be written (issue 25, smaller items)
+def test_printable_escapes_invisible_and_line_breaking_characters():
+    """U+2028 (a line break to terminals and log viewers) and U+200B (a character no one sees) were printed
+    raw; a lone surrogate (a path's non-UTF-8 byte) is escaped too. Ordinary text stays as it is."""
+    from openjev_batch.cli import printable
+
+    assert printable("a\u2028b\u2029c\u200bd\ufeffe\u2060f\ud800g\U000e0041") == (
+        "a\\u2028b\\u2029c\\u200bd\\ufeffe\\u2060f\\ud800g\\U000e0041"
+    )
+    assert printable("Café 😀 日本 tab\tnewline\n") == "Café 😀 日本 tab\tnewline\n"
+
+
+def test_the_summary_prints_the_output_path_as_text(tmp_path, tiny_model):
+    """The end-of-run table and the errors line printed the output path raw: rich read its `[red]` as
+    markup, a terminal its ESC and U+2028."""
+    folder = tmp_path / "[red]x\u2028y"
+    folder.mkdir()
+    out = folder / "o\u001b[2J.parquet"
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(line(id="a", state="fine") + "\n" + line(id="b", state="") + "\n")
+    r = cli("run", inp, "-o", out, "-m", tiny_model, "-b", "hf", "--no-progress")
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+    assert "\u2028" not in r.stderr and "\u001b" not in r.stderr
+    shown = str(out).replace("\u2028", "\\u2028").replace("\u001b", "\\x1b")
+    assert r.stderr.count(shown) == 2, r.stderr  # the table's output row and "see the `error` column of"
+    assert out.exists()
+
+
+def _chattr(flag: str, path) -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("chattr") is None:
+        pytest.skip("no chattr here")
+    if subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i needs root and a file system with attributes")
+
+
+def test_an_immutable_output_is_refused_before_the_job(tmp_path, tiny_model):
+    """An immutable OUT (`chattr +i`) ran the whole job, then failed at the rename, leaving OUT.lock and a
+    `.join-*.tmp` (os.access says yes to root). It is refused up front: exit 4, one line, nothing written."""
+    out = tmp_path / "o.parquet"
+    out.write_bytes(b"the user's file")
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(line(id="a", state="fine") + "\n")
+    _chattr("+i", out)
+    try:
+        r = cli("run", inp, "-o", out, "-m", tiny_model, "-b", "hf", "--no-progress")
+    finally:
+        _chattr("-i", out)
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(
+        f"error: invalid options: output: {out} cannot be replaced (Operation not permitted)"
+    )
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "o.parquet"]
+    assert out.read_bytes() == b"the user's file"
+
+
+def test_a_join_that_cannot_be_renamed_leaves_no_temporary_file(tmp_path):
+    """The final rename failing (here: a folder took the output's name after the job began) left the
+    half-joined `.join-*.tmp` in the partial; the parts stay for --resume."""
+    from openjev_batch.pipeline.store import OutputStore
+    from openjev_batch.readouts.label_logprobs import OUTPUT_SCHEMA
+
+    out = tmp_path / "o.parquet"
+    s = OutputStore(out)
+    s.begin_chunk(0, 1, 1, "h0")
+    s.write(0, [{**dict.fromkeys(OUTPUT_SCHEMA.names), "id": "a", "error": "x"}])
+    (out / "taken").mkdir(parents=True)
+    with pytest.raises(OSError):
+        s.close()
+    s.abandon()
+    assert sorted(p.name for p in (tmp_path / "o.parquet.partial").iterdir()) == [
+        "chunks.jsonl",
+        "manifest.json",
+        "part-000000.parquet",
+    ]
