@@ -448,8 +448,9 @@ def kept_values(rec: dict[str, Any], keep: tuple[str, ...]) -> tuple[dict[str, A
 
 
 def text_field(rec: dict[str, Any], name: str) -> str:
-    """The string field `name` of a record (not empty, encodable); raises ValueError `name: why`, with the
-    type named as the user wrote it (an undecodable cell says why, not which class stands in for it)."""
+    """The string field `name` of a record (not empty, encodable, at most MAX_STATE_BYTES as `state`);
+    raises ValueError `name: why`, with the type named as the user wrote it (an undecodable cell says why,
+    not which class stands in for it)."""
     v = rec.get(name)
     if v is None:
         raise ValueError(f"{name}: missing")
@@ -457,6 +458,8 @@ def text_field(rec: dict[str, Any], name: str) -> str:
         raise ValueError(f"{name}: {problem}")
     if not isinstance(v, str):
         raise ValueError(f"{name}: expected a string, got {type(v).__name__}")
+    if (n := text_bytes(v)) > MAX_STATE_BYTES:  # refused before the tokenizer: 3 MB took 1.2 GB there
+        raise ValueError(f"{name}: {n:,} bytes of text, limit {MAX_STATE_BYTES:,}")
     if not v.strip():
         raise ValueError(f"{name}: empty")
     return v

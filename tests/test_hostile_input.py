@@ -226,13 +226,16 @@ CLS_HOSTILE = [  # (record, the row's error: None when the row is unidentified a
     ({"id": "k1", "text": "fine", "gold": "\ud800"}, r"row k1: gold: not valid Unicode text"),
     ({"id": "k2", "text": "fine", "gold": 2**70}, r"row k2: gold: integer 1180591620717411303424 is outside int64"),
     ({"id": "n5", "text": 5}, r"row n5: text: expected a string, got int"),
+    ({"id": "big", "text": "x" * (MAX_STATE_BYTES + 1)}, rf"row big: text: {MAX_STATE_BYTES + 1:,} bytes of text, limit {MAX_STATE_BYTES:,}"),
+    ({"id": "pair", "premise": "p" * 2**20, "hypothesis": "h" * 2**20}, r"row pair: premise \+ hypothesis: 2,097,1\d\d bytes of text, limit"),
 ]  # fmt: skip
 
 
 def test_classify_and_validate_report_hostile_values(tmp_path, tiny_classifier):
     """classify ended in a traceback (rc 1: the tokenizer's TypeError on a surrogate, the Parquet write's
     UnicodeEncodeError on an id or kept value) and `validate --readout classifier-head` called the file
-    clean. Now each is a row error naming row and field, exit 3, and validate lists the same errors."""
+    clean; a 3 MB text went to the tokenizer (1.2 GB). Now each is a row error naming row and field, exit 3,
+    and validate lists the same errors."""
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps(rec) + "\n" for rec, _ in CLS_HOSTILE), encoding="utf-8")
     before = inp.read_bytes()

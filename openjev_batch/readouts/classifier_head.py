@@ -31,10 +31,12 @@ import pyarrow.compute as pc
 from ..core import BranchSpec, RowPrompt, lcp
 from ..errors import ConfigError
 from ..schema import (
+    MAX_STATE_BYTES,
     RowError,
     checked_row_id,
     kept_values,
     option_text_problem,
+    text_bytes,
     text_field,
     unidentified_row_error,
 )
@@ -140,6 +142,10 @@ def parse_cls_row(
         else:
             vals = {f: (_str_field(rec, f, rid) if f in template.fields else "") for f in TEMPLATE_FIELDS}
             text, prefix = template.render(vals["premise"], vals["hypothesis"])
+            if (n := text_bytes(text)) > MAX_STATE_BYTES:  # each field is within it, the prompt is not
+                raise ValueError(
+                    f"row {rid}: premise + hypothesis: {n:,} bytes of text, limit {MAX_STATE_BYTES:,}"
+                )
         if kept_problem:  # after the text's own problems, in the order `run` names them
             raise ValueError(f"row {rid}: {kept_problem}")
         return ClsRow(pos, rid, text, prefix, kept)
