@@ -94,6 +94,9 @@ def check_keep(v: tuple[str, ...], readout: str = "label-logprobs") -> tuple[str
         raise ValueError(f"{', '.join(clash)} already output column(s); rename the input column")
     if len(set(v)) != len(v):
         raise ValueError(f"a column is named twice in {', '.join(v)}")
+    for k in v:  # an output column name: Arrow and Parquet hold UTF-8 only (a traceback at the write)
+        if (problem := option_text_problem(k)) is not None:
+            raise ValueError(f"column name {k!r}: {problem}")
     return v
 
 

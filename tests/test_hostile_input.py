@@ -344,8 +344,11 @@ LATIN1 = "Caf\udce9"  # what Python makes of the bytes `Caf\xe9` on the command 
         ("run", ["--system-prompt", LATIN1, "--show-prompt", "1"], "--system-prompt: not valid UTF-8 (byte 0xe9"),
         ("run", ["-o", "{tmp}/" + LATIN1 + ".parquet"], "output: output '{tmp}/Caf\\udce9.parquet': not valid UTF-8 (byte 0xe9"),
         ("classify", ["--template", LATIN1 + " {{premise}} {{hypothesis}}", "-o", "{out}"], "--template: not valid UTF-8 (byte 0xe9 at character 3)"),
+        # a JSON key `"Caf\udce9"` matches the argument: the kept column's name failed at the Parquet write
+        ("run", ["--keep", LATIN1, "-o", "{out}"], "keep: column name 'Caf\\udce9': not valid UTF-8 (byte 0xe9"),
+        ("classify", ["--keep", LATIN1, "-o", "{out}"], "keep: column name 'Caf\\udce9': not valid UTF-8 (byte 0xe9"),
     ],
-    ids=["system-prompt", "show-prompt", "output-name", "template"],
+    ids=["system-prompt", "show-prompt", "output-name", "template", "keep-run", "keep-classify"],
 )  # fmt: skip
 def test_non_utf8_arguments_are_one_line_job_errors(
     tmp_path, tiny_model, tiny_classifier, command, args, message
@@ -353,7 +356,7 @@ def test_non_utf8_arguments_are_one_line_job_errors(
     """--system-prompt (also with --show-prompt) and --template raised in the tokenizer, an output name in
     pyarrow's file system after the whole job ran: each is refused up front, one line, exit 4."""
     inp = tmp_path / "in.jsonl"
-    inp.write_text(json.dumps({"id": "a", "state": "x", "text": "x", "questions": Q}) + "\n")
+    inp.write_text(json.dumps({"id": "a", "state": "x", "text": "x", "questions": Q, LATIN1: 1}) + "\n")
     before = sorted(p.name for p in tmp_path.iterdir())
     fill = {"out": tmp_path / "o.parquet", "tmp": tmp_path}
     model = tiny_model if command == "run" else tiny_classifier
@@ -362,7 +365,20 @@ def test_non_utf8_arguments_are_one_line_job_errors(
     assert r.stderr.startswith("error: invalid options: ") and len(r.stderr.splitlines()) == 1, r.stderr
     assert message.format(**fill) in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written: no output, lock, partial
-    assert inp.read_text() == json.dumps({"id": "a", "state": "x", "text": "x", "questions": Q}) + "\n"
+    assert (
+        inp.read_text()
+        == json.dumps({"id": "a", "state": "x", "text": "x", "questions": Q, LATIN1: 1}) + "\n"
+    )
+
+
+def test_validate_refuses_the_keep_names_run_refuses(tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "state": "x", "questions": Q, LATIN1: 1}) + "\n")
+    r = cli("validate", inp, "--keep", LATIN1)
+    assert r.returncode == 4 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: --keep: column name 'Caf\\udce9': not valid UTF-8 (byte 0xe9"), (
+        r.stderr
+    )
 
 
 # sglang where it cannot run: one line with the hint, exit 4 (issue 25: a 221-line traceback, rc 1)

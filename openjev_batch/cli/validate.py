@@ -81,10 +81,15 @@ def validate(
 
 def _readout(name: str, questions, template, keep: tuple[str, ...]):
     """The readout whose rows are checked (no model: a classifier's labels are not needed for its rows)."""
-    from ..config import load_questions
+    from ..config import check_keep, load_questions
     from ..readouts.classifier_head import DEFAULT_TEMPLATE, ClassifierHead, unescape_template
     from ..readouts.label_logprobs import LabelLogprobs
 
+    if name in ("classifier-head", "label-logprobs"):
+        try:  # what run / classify refuse of --keep, validate refuses too
+            check_keep(keep, name)
+        except ValueError as e:
+            raise ConfigError(f"--keep: {e}") from None
     if name == "classifier-head":
         if questions:
             raise ConfigError("--questions is for run (label logprobs), not for a classifier head")
