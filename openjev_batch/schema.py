@@ -83,6 +83,20 @@ def value_problem(value: Any, ints: bool = False) -> str | None:
     return None
 
 
+def option_text_problem(v: str) -> str | None:
+    """`value_problem` of an option's text (a path, --system-prompt, --template): on the command line a byte
+    that is not UTF-8 arrives as a surrogate escape (U+DC80–U+DCFF: Python decodes argv with
+    surrogateescape), so it is named as the byte the user typed (a Latin-1 `Café`), not as a surrogate."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        c = ord(v[e.start])
+        if 0xDC80 <= c <= 0xDCFF:
+            return f"not valid UTF-8 (byte {c - 0xDC00:#04x} at character {e.start})"
+        return value_problem(v)
+    return None
+
+
 def text_bytes(s: str) -> int:
     """UTF-8 size of `s` (4 × its length bounds it, so only strings near a limit are encoded)."""
     return len(s.encode("utf-8", "surrogatepass")) if not s.isascii() else len(s)
@@ -432,6 +446,44 @@ def row_id(raw: Any, pos: int) -> tuple[str, str | None]:
     return "", f"expected a string or an integer, got {type(raw).__name__} {raw!r}"
 
 
+def checked_row_id(raw: Any, pos: int) -> tuple[str, str | None]:
+    """`row_id` after the value checks every readout applies to an id: a lone surrogate or an undecodable
+    cell (the id is written to every output row and error), a string over MAX_ID_CHARS."""
+    problem = value_problem(raw)
+    if problem is None and isinstance(raw, str) and len(raw) > MAX_ID_CHARS:
+        problem = f"longer than {MAX_ID_CHARS:,} characters"
+    return ("", problem) if problem else row_id(raw, pos)
+
+
+def kept_values(rec: dict[str, Any], keep: tuple[str, ...]) -> tuple[dict[str, Any], str | None]:
+    """The `--keep` values of a record and the first problem among them (`<column>: why`), or None. A kept
+    value that Arrow cannot hold (value_problem) is the row's error and is written as null."""
+    kept = {k: rec.get(k) for k in keep}
+    problems = {k: p for k, v in kept.items() if (p := value_problem(v, ints=True)) is not None}
+    if not problems:
+        return kept, None
+    k, p = next(iter(problems.items()))
+    return {k: (None if k in problems else v) for k, v in kept.items()}, f"{k}: {p}"
+
+
+def text_field(rec: dict[str, Any], name: str) -> str:
+    """The string field `name` of a record (not empty, encodable, at most MAX_STATE_BYTES as `state`);
+    raises ValueError `name: why`, with the type named as the user wrote it (an undecodable cell says why,
+    not which class stands in for it)."""
+    v = rec.get(name)
+    if v is None:
+        raise ValueError(f"{name}: missing")
+    if (problem := value_problem(v)) is not None:
+        raise ValueError(f"{name}: {problem}")
+    if not isinstance(v, str):
+        raise ValueError(f"{name}: expected a string, got {type(v).__name__}")
+    if (n := text_bytes(v)) > MAX_STATE_BYTES:  # refused before the tokenizer: 3 MB took 1.2 GB there
+        raise ValueError(f"{name}: {n:,} bytes of text, limit {MAX_STATE_BYTES:,}")
+    if not v.strip():
+        raise ValueError(f"{name}: empty")
+    return v
+
+
 def ids_and_types(questions: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
     """(question ids, question types) of parsed questions (specs or errors), aligned; () for None."""
     qs = tuple(questions or ())
@@ -478,19 +530,8 @@ def parse_row(
 
     Length (over ~60 lines): every check of one row in the order its error message names them.
     """
-    kept = {k: rec.get(k) for k in keep}
-    # A kept value that Arrow cannot hold is the row's error and is written as null.
-    kept_problem = next(
-        (f"{k}: {p}" for k, v in kept.items() if (p := value_problem(v, ints=True)) is not None), None
-    )
-    kept = (
-        {k: (None if value_problem(v, ints=True) else v) for k, v in kept.items()} if kept_problem else kept
-    )
-    raw_id = rec.get("id")
-    id_problem = value_problem(raw_id)
-    if id_problem is None and isinstance(raw_id, str) and len(raw_id) > MAX_ID_CHARS:
-        id_problem = f"longer than {MAX_ID_CHARS:,} characters"
-    rid, id_problem = ("", id_problem) if id_problem else row_id(raw_id, pos)
+    kept, kept_problem = kept_values(rec, keep)
+    rid, id_problem = checked_row_id(rec.get("id"), pos)
     if id_problem:
         return unidentified_row_error(pos, f"id: {id_problem}", shared_questions, kept)
     qids: tuple[str, ...] = ()

@@ -113,7 +113,9 @@ def test_the_recurrent_state_of_a_sequence_matches_sglangs_pool():
     info = from_config(_cfg(Qwen3_5MoeTextConfig(), "Qwen3_5MoeForCausalLM"))
     assert abs(info.state_bytes * 1222 - (71.60 + 1.68) * 2**30) < 0.01 * 2**30
     assert "61 MiB of recurrent state" in info.sglang_pattern()
-    half = from_config({**_cfg(Qwen3_5MoeTextConfig(), "Qwen3_5MoeForCausalLM"), "mamba_ssm_dtype": "bfloat16"})
+    half = from_config(
+        {**_cfg(Qwen3_5MoeTextConfig(), "Qwen3_5MoeForCausalLM"), "mamba_ssm_dtype": "bfloat16"}
+    )
     assert half.state_bytes < 0.52 * info.state_bytes  # the SSM part halves, the conv state stays
     dense = from_config({"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 4})
     assert dense.state_bytes is None and "MiB" not in dense.sglang_pattern()

@@ -160,8 +160,12 @@ def run_job(
             # before any model call.
             prompter = readout.prompter(backend.tokenizer, backend.context_length)
             budget = cfg.kv_budget_tokens or backend.kv_budget_tokens()
-            tracker = FailureTracker(backend.name, partial=f"{cfg.output}.partial")
             totals = Totals()
+            tracker = FailureTracker(
+                backend.name,
+                partial=f"{cfg.output}.partial",
+                kept=lambda: store.rows_written > 0 or bool(totals.resumed),  # a part on disk to resume
+            )
             chunks, digest = job_rows(cfg, readout)  # digest: the input's content as read (resume)
 
             stages = _host_stage(chunks, prompter, lambda i: cfg.resume and store.is_done(i), digest)

@@ -419,6 +419,17 @@ class OutputStore:
             fields.append(pa.field(k, pa.string() if t is None or pa.types.is_null(t) else t))
         schema = pa.schema(fields)
         tmp = self.partial / f".join-{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            self._join(parts, tmp, schema, final)
+            os.replace(tmp, self.path)
+        except BaseException:  # a full disk, an output that cannot be replaced: no half-joined file left
+            tmp.unlink(missing_ok=True)
+            raise
+        self._remove_own_files(self.job_id)
+        self.release(remove=True)
+        return self.path
+
+    def _join(self, parts: list[Path], tmp: Path, schema: pa.Schema, final: dict) -> None:
         with TableWriter(tmp, schema, output_format(self.path)) as w:
             for p in parts:
                 t = pq.read_table(p)
@@ -433,10 +444,6 @@ class OutputStore:
                             c = pa.array(vals, type=schema.field(k).type)
                     cols.append(c)
                 w.write_table(pa.Table.from_arrays(cols, schema=schema))
-        os.replace(tmp, self.path)
-        self._remove_own_files(self.job_id)
-        self.release(remove=True)
-        return self.path
 
     def abandon(self) -> None:
         """The job ends without output: keep the partial for `--resume` if it holds a part, else remove the

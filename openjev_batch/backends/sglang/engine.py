@@ -46,7 +46,6 @@ from ..base import Backend, BackendOptions, BranchResult, loader_options, trust_
 from . import request_options
 from . import signals as sglang_signals
 from .kwargs import (
-    NO_SGL_KERNEL,
     _version_tuple,
     choose_multi_item,
     engine_kwargs,
@@ -134,8 +133,10 @@ class SGLangBackend(Backend):
         t_start = time.perf_counter()
         # sglang's SIGQUIT handlers SIGKILL this process when an engine process fails: the product handles
         # it instead (sglang_signals), at start-up through sglang's own `custom_sigquit_handler` hook.
+        # `engine_class` imports sglang's Engine (and sgl_kernel): inside start_engine's `try`, so a missing
+        # kernel is its one-line message, not a traceback raised while the call's arguments are evaluated
         self.engine, self._error_file = sglang_signals.start_engine(
-            engine_class(opts.sglang_patches), kw, opts, NO_SGL_KERNEL
+            lambda **kw: engine_class(opts.sglang_patches)(**kw), kw, opts
         )
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         info = self.engine.get_server_info()

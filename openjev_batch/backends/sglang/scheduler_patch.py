@@ -197,11 +197,23 @@ def apply() -> bool:
     return True
 
 
+class _TracebackAtInfo(logging.Filter):
+    """Drops sglang's "Scheduler hit an exception: <traceback>" record unless its logger shows info
+    (`--engine-arg log_level=info`): the parent's one-line message names the cause from the error file, and
+    the ~40-line traceback printed above it buried that line (issue 25)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Scheduler hit an exception"):
+            return True
+        return logging.getLogger(record.name).getEffectiveLevel() <= logging.INFO
+
+
 def report_failures() -> None:
     """In the scheduler process: also write the last line of the exception sglang's scheduler hits (it logs
     the traceback, then SIGQUITs the parent) to the file named by $OPENJEV_ENGINE_ERROR_FILE, so the
-    parent's message names the cause (sglang_signals). Changes nothing without that variable or when
-    the scheduler module has no `get_exception_traceback`."""
+    parent's message names the cause (sglang_signals); the traceback itself is logged only at level info
+    (`_TracebackAtInfo`). Changes nothing without that variable or when the scheduler module has no
+    `get_exception_traceback`."""
     import os
 
     path = os.environ.get("OPENJEV_ENGINE_ERROR_FILE")
@@ -224,6 +236,7 @@ def report_failures() -> None:
         return tb
 
     sch.get_exception_traceback = traced
+    sch.logger.addFilter(_TracebackAtInfo())
 
 
 IDLE_CHECK_INTERVAL_S = 30.0
