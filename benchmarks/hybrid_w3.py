@@ -45,6 +45,10 @@ ENGINES = {
     "product": {},  # the product's own defaults (after run 5a: batch-job memory, 2 steps in flight)
     "fp8": {"quantization": "fp8"},
     "bf16state": {"mamba_ssm_dtype": "bfloat16"},  # half a recurrent state: twice the slots; numerics differ
+    # plain MoE (Qwen3-30B-A3B shape) with the attention and scoring the product picks by itself (flashinfer,
+    # multi-item), then the kit's triton attention with the first-branch pattern
+    "30b-default": {"_model": "30b", "_attention": None},
+    "30b-first-branch": {"_model": "30b", "request_pattern": "first-branch"},
     "default": {"mem_fraction_static": 0.654, "mamba_full_memory_ratio": 0.9},  # sglang's own sizing
     "batch": {"mem_fraction_static": 0.9, "mamba_full_memory_ratio": 4.0},
     "batch-bf16state": {
@@ -204,12 +208,15 @@ def part(r: dict, key: str, need: float, fn) -> None:
 
 def engine_run(name: str, m35: Path, wls: dict, first: bool) -> None:
     extra = {"load_format": "dummy", "log_level": "info", **ENGINES[name]}
+    model = hg.model_30b(bg.WORK / "qwen3-30b-a3b") if extra.pop("_model", None) == "30b" else m35
+    attention = extra.pop("_attention", "triton")
+    pattern = extra.pop("request_pattern", None)
     r = RES[name] = {"_tag": name, "engine_args": extra}
     if left() < 150:
         r["skipped"] = f"deadline ({round(left())} s left)"
         save()
         return
-    backend, start_s = bg.start_sglang_defaults(m35, **extra)
+    backend, start_s = bg.start_sglang_defaults(model, attention=attention, **extra)
     r["engine_start_s"] = start_s  # the product's own start: engine + its kernel warm-up
     r["startup"] = getattr(backend, "startup", None)
     try:
@@ -242,6 +249,14 @@ def engine_run(name: str, m35: Path, wls: dict, first: bool) -> None:
         out = bg.WORK / f"w3prof_{name}"
         out.mkdir(exist_ok=True)
         prod = lambda w, f, **kw: lambda: hg.product(backend, w, out / f, **kw)  # noqa: E731
+        if model is not m35:  # the 30B-A3B shape: W1 only, the product's choice or the first-branch pattern
+            kw = {"pattern": "today"} if pattern == "first-branch" else {}
+            part(r, "w1_256_first", 40, prod(wls["w1_256"], "w1a.parquet", **kw))
+            part(r, "w1_256_again", 30, prod(wls["w1_256"], "w1b.parquet", **kw))
+            if pattern == "first-branch":
+                ref = bg.WORK / "w3prof_30b-default" / "w1b.parquet"
+                part(r, "vs_default", 5, lambda: hg.compare(out / "w1b.parquet", ref))
+            return
         # the first job on this engine right after the product's own warm-up, then again
         part(r, "w1_64_first", 40, prod(wls["w1_64"], "w1a.parquet"))
         part(r, "w1_64_again", 25, prod(wls["w1_64"], "w1b.parquet"))
@@ -344,15 +359,17 @@ def main() -> None:
     warm.mkdir(exist_ok=True)
     wls["warm"] = (slice_jsonl(wls["w1_64"][0], 16, warm / "w1.jsonl"), wls["w1_64"][1])
     RES["meta"] = {"workloads_s": round(time.time() - T0, 1), "w3_rows": w3n}
+    from openjev_batch.model_info import model_info
+
+    active = {"35b": 2.44e9, "30b": model_info(str(hg.model_30b(bg.WORK / "qwen3-30b-a3b"))).active_params}
     for w in ("w1_64", "w1_256", "w3"):
         from openjev_batch.pipeline.plan import plan
 
         prompts = bg.prompts_for(tok, *wls[w])
         u = sum(x.unique_tokens for x in plan(prompts, 1 << 40, 1 << 40))
-        RES["meta"][w] = {
-            "unique_tokens": u,
-            "roofline_s": round(2 * 2.44e9 * u / (bg.PEAK_TFLOPS * 1e12), 3),
-        }
+        RES["meta"][w] = {"unique_tokens": u}
+        for k, a in active.items():
+            RES["meta"][w][f"roofline_{k}_s"] = round(2 * a * u / (bg.PEAK_TFLOPS * 1e12), 3) if a else None
     save()
     for k, name in enumerate(names):
         try:
