@@ -101,15 +101,15 @@ def build_workloads(tok, base: Path, rows_w1=(64, 256), w3_rows=5000) -> dict:
 PRODUCT_PATTERN = "auto"
 
 
-def product(backend, paths, out: Path, pattern: str = "product") -> dict:
+def product(backend, paths, out: Path, pattern: str = "product", **options) -> dict:
     """run_job end to end; `pattern` "today" runs the dense pattern (--request-pattern first-branch: the
-    first branch as the warm-up) on the same engine."""
+    first branch as the warm-up) on the same engine; `options`: documented run options (pipeline_depth=…)."""
     from openjev_batch.config import build_config
     from openjev_batch.pipeline.job import run_job
 
     cfg = build_config(
         input=paths[0], output=out, model="-", backend="sglang", questions_file=paths[1], progress=False,
-        request_pattern="first-branch" if pattern == "today" else PRODUCT_PATTERN,
+        request_pattern="first-branch" if pattern == "today" else PRODUCT_PATTERN, **options,
     )  # fmt: skip
     bg.flush(backend.engine)
     t = time.perf_counter()

@@ -18,6 +18,7 @@ backend) happen when a Classifier is created, not when the package is imported.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -64,7 +65,7 @@ class Classifier:
     # Length (over ~60 lines): the engine and readout options as keyword arguments, validated once.
     def __init__(
         self,
-        model: str,
+        model: str | os.PathLike,
         backend: str | None = None,
         *,
         readout: str = "label-logprobs",
@@ -85,7 +86,12 @@ class Classifier:
         from .models import resolve_model
         from .readouts import NAMES as READOUTS
         from .readouts.label_logprobs import LabelLogprobs
+        from .schema import option_text_problem
 
+        if isinstance(model, os.PathLike):
+            model = os.fspath(model)
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigError(f"model must be a hub id, a folder or a packaged name, got {model!r}")
         self.backend_name = backend or default_backend()
         if self.backend_name not in NAMES:
             raise ConfigError(f"unknown backend {self.backend_name!r}; expected one of {', '.join(NAMES)}")
@@ -96,6 +102,8 @@ class Classifier:
         if system_prompt is not None:
             if not isinstance(system_prompt, str) or not system_prompt.strip():
                 raise ConfigError("system_prompt must be a non-empty string")
+            if (problem := option_text_problem(system_prompt)) is not None:  # the tokenizer would raise
+                raise ConfigError(f"system_prompt: {problem}")
             if readout != "label-logprobs":
                 raise ConfigError(
                     "system_prompt is for the label-logprobs readout, not for a classifier head"

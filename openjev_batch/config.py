@@ -21,12 +21,15 @@ from pydantic import (
 
 from .errors import ConfigError
 from .options import BACKENDS, EngineOptions, output_format
-from .schema import QuestionError, QuestionSpec, no_duplicate_keys, parse_questions
+from .schema import QuestionError, QuestionSpec, no_duplicate_keys, option_text_problem, parse_questions
 
 
 def check_output_path(v: Path, any_format: bool = False) -> Path:
     """A writable .parquet path (with `any_format`: .parquet, .jsonl or .csv) in an existing folder
     (checked before any model loads). Raises ValueError."""
+    # pyarrow's file system takes UTF-8 paths only (the folder's name counts too: it is made absolute)
+    if (problem := option_text_problem(str(v.absolute()))) is not None:
+        raise ValueError(f"output {str(v.absolute())!r}: {problem}")
     if any_format:
         output_format(v)
     elif v.suffix.lower() != ".parquet":
@@ -37,13 +40,57 @@ def check_output_path(v: Path, any_format: bool = False) -> Path:
         raise ValueError(f"folder {v.resolve().parent} does not exist")
     if not os.access(v.resolve().parent, os.W_OK):
         raise ValueError(f"folder {v.resolve().parent} is not writable")
+    if (why := _cannot_write(v)) is not None:
+        raise ValueError(why)
     return v
 
 
-def check_not_input(output: Path, input: Path) -> None:
-    """Raises ValueError when the output would overwrite the input file."""
-    if Path(output).resolve() == Path(input).resolve():
-        raise ValueError(f"output {output} is the input file; writing it would destroy the input")
+def _cannot_write(v: Path) -> str | None:
+    """Why the job could not put its output at `v`, found by trying before it runs: os.access says yes to
+    root for a read-only folder, and an immutable file (`chattr +i`) or a read-only file system let the
+    whole job run, then failed at the final rename (hostile trial). None when it can."""
+    import errno
+    import tempfile
+
+    folder = v.resolve().parent
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".openjev-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"folder {folder} is not writable ({e.strerror})"
+    try:  # an existing output: opened for writing without truncating (its content stays as it is)
+        os.close(os.open(v, os.O_WRONLY | os.O_NONBLOCK))
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if e.errno in (errno.EPERM, errno.EROFS):  # immutable: the rename onto it would fail the same way
+            return f"{v} cannot be replaced ({e.strerror}); move it away or choose another -o"
+    return None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` name one file: the same path once resolved, or two names of one inode (a hard
+    link, a bind mount)."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def check_not_input(output: Path, input: Path | None, what: str = "the input file") -> None:
+    """Raises ValueError when the output, or a file the job writes beside it (`OUT.partial`, `OUT.lock`),
+    is `input` (`what` names it: the input, the -q file, the --system-prompt file), so the job would
+    destroy its own input (hostile trial, issue 25: `-o` over the questions or system-prompt file)."""
+    if input is None:
+        return
+    out = Path(output)
+    for path in (out, out.with_name(out.name + ".partial"), out.with_name(out.name + ".lock")):
+        if _same_file(path, input):
+            name = "output" if path == out else f"the output's {path.suffix} file"
+            raise ValueError(f"{name} {path} is {what}; writing it would destroy it (choose another -o)")
 
 
 def validation_message(e: ValidationError) -> str:
@@ -65,6 +112,9 @@ def check_keep(v: tuple[str, ...], readout: str = "label-logprobs") -> tuple[str
         raise ValueError(f"{', '.join(clash)} already output column(s); rename the input column")
     if len(set(v)) != len(v):
         raise ValueError(f"a column is named twice in {', '.join(v)}")
+    for k in v:  # an output column name: Arrow and Parquet hold UTF-8 only (a traceback at the write)
+        if (problem := option_text_problem(k)) is not None:
+            raise ValueError(f"column name {k!r}: {problem}")
     return v
 
 
@@ -97,6 +147,8 @@ class RunConfig(EngineOptions):
 
         if v is not None and not v.strip():
             raise ValueError("--system-prompt is empty")
+        if v is not None and (problem := option_text_problem(v)) is not None:  # the tokenizer would raise
+            raise ValueError(f"--system-prompt: {problem}")
         # part of every row's prefix: one too long would fail every row, slowly (hostile trial: 1 MB took
         # 0.5 s a row to turn into row errors), so it is refused at once, at the question text's limit
         if v is not None and (n := text_bytes(v)) > MAX_QUESTION_BYTES:
@@ -112,6 +164,7 @@ class RunConfig(EngineOptions):
     def _not_the_input(self) -> RunConfig:
         if self.output is not None:
             check_not_input(self.output, self.input)
+            check_not_input(self.output, self.questions_file, "the questions file (-q)")
         return self
 
     @field_validator("readout")
@@ -245,9 +298,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
     """Read a `--questions` file (JSON or YAML mapping question_id → question); every question must be
     valid. Raises ConfigError with each question's problem."""
+    from .pipeline.formats import read_at_most
+    from .schema import MAX_QUESTIONS, MAX_QUESTIONS_FILE_BYTES
+
     try:
+        raw = read_at_most(path, MAX_QUESTIONS_FILE_BYTES)  # `-q /dev/zero` was read to its end (issue 25)
+        if len(raw) > MAX_QUESTIONS_FILE_BYTES:
+            raise ConfigError(
+                f"--questions {path}: over {MAX_QUESTIONS_FILE_BYTES:,} bytes, more than "
+                f"{MAX_QUESTIONS} questions at their text limit hold"
+            )
         # utf-8-sig: a byte-order mark at the start is not part of the first key
-        text = Path(path).read_text(encoding="utf-8-sig")
+        text = raw.decode("utf-8-sig")
         try:
             # JSON first: PyYAML (YAML 1.1) refuses valid JSON — an escaped emoji `\ud83d\ude00` (json.dumps'
             # default) becomes two lone surrogates, a tab-indented file and a key over 1,024 characters
@@ -257,6 +319,8 @@ def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
             raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506
     except FileNotFoundError:
         raise ConfigError(f"--questions: no such file {path}") from None
+    except OSError as e:  # a folder, no permission, an I/O error: the job cannot start (no traceback)
+        raise ConfigError(f"--questions {path}: cannot read: {e.strerror or e}") from None
     except RecursionError:  # PyYAML composes and constructs recursively, one frame per level
         raise ConfigError(f"--questions {path}: cannot parse: nested too deeply") from None
     except (yaml.YAMLError, ValueError) as e:  # ValueError: UnicodeDecodeError, a duplicate JSON key

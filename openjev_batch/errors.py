@@ -21,6 +21,11 @@ class InputFileError(OpenjevError):
     """The input file cannot be read at all (missing, wrong extension, unreadable, empty)."""
 
 
+class InputWarning(UserWarning):
+    """Input that is read as written but may not be what its author meant (a CSV quote left open?); the
+    CLI prints it as one `warning:` line naming the file and line."""
+
+
 class LabelError(OpenjevError):
     """The tokenizer cannot provide enough verified single-token labels in the answer context."""
 

@@ -40,18 +40,22 @@ def records_of(data: Any, kind: str, chunk_rows: int) -> Iterator[list[tuple[int
     Parquet reader gives them: numpy scalars and pandas NaN would otherwise reach the row checks)."""
     import pyarrow as pa
 
+    from .pipeline.formats import _batch_records as batch_records
+
     if kind == "polars":
         data = data.to_arrow()
     elif kind == "pandas":
         try:
             data = pa.Table.from_pandas(data, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed object column (str and list states)
+        # a mixed object column (str and list states); a string with a lone surrogate (UTF-8 cannot hold
+        # it): as plain records, whose row checks name the row and field
+        except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeEncodeError):
             data = [{str(k): _py(v) for k, v in rec.items()} for rec in data.to_dict("records")]
             kind = "records"
     if kind in ("polars", "pandas", "arrow"):
         pos = 0
         for batch in data.to_batches(max_chunksize=chunk_rows):
-            recs = batch.to_pylist()
+            recs = batch_records(batch)  # a cell that is not UTF-8 (a Table read from Parquet): a row error
             yield list(enumerate(recs, pos))
             pos += len(recs)
         return

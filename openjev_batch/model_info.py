@@ -50,6 +50,7 @@ class ModelInfo:
     experts: int
     experts_per_token: int
     active_params: int | None
+    state_bytes: int | None = None  # recurrent state of one sequence (Gated DeltaNet sizes), None if unknown
 
     @property
     def recurrent(self) -> bool:
@@ -83,7 +84,15 @@ class ModelInfo:
         }
         if request_pattern in named:
             return named[request_pattern]
-        return prefix_first if self.recurrent else first_branch
+        if not self.recurrent:
+            return first_branch
+        if self.state_bytes:  # the slots themselves are the engine's, known once it starts (run summary)
+            prefix_first += (
+                f"; {self.state_bytes / 2**20:.0f} MiB of recurrent state a sequence (slots and the running "
+                "cap: the run summary; a GPU gets the batch-job memory split, e.g. 807 slots, ≤ 269 running "
+                "for the 35B-A3B shape on an H200)"
+            )
+        return prefix_first
 
     def describe(self) -> str:
         parts = [self.architecture or self.model_type or "unknown architecture"]
@@ -180,7 +189,23 @@ def from_config(cfg: dict[str, Any]) -> ModelInfo:
         experts=experts if experts > 1 else 0,
         experts_per_token=top_k if experts > 1 else 0,
         active_params=_active_params(t, types, experts, top_k),
+        state_bytes=_state_bytes(t, recurrent),
     )
+
+
+def _state_bytes(t: dict[str, Any], recurrent_layers: int) -> int | None:
+    """One sequence's recurrent state over the Gated DeltaNet layers: the SSM state [v heads, k dim, v dim]
+    in `mamba_ssm_dtype` (float32 unless the config says otherwise, as sglang) and the conv state
+    [conv dim, kernel − 1] in bf16. Matches sglang 0.5.17 on the H200 (35B-A3B shape): 61.4 MiB (its log:
+    1,221 slots (+1 padding) of 71.60 GiB ssm + 1.68 GiB conv state). None when the config has no
+    linear-attention sizes."""
+    nk, nv = int(t.get("linear_num_key_heads") or 0), int(t.get("linear_num_value_heads") or 0)
+    dk, dv = int(t.get("linear_key_head_dim") or 0), int(t.get("linear_value_head_dim") or 0)
+    if not (recurrent_layers and nk and nv and dk and dv):
+        return None
+    ssm = nv * dk * dv * (2 if str(t.get("mamba_ssm_dtype", "float32")) in ("bfloat16", "float16") else 4)
+    conv = (2 * nk * dk + nv * dv) * (int(t.get("linear_conv_kernel_dim") or 4) - 1) * 2
+    return recurrent_layers * (ssm + conv)
 
 
 def load_config(model: str) -> dict[str, Any] | None:

@@ -196,28 +196,22 @@ def qwen3_tokenizer_dir() -> Path:
     return fetch("qwen3-tokenizer")
 
 
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-
-
 def check_model_trust(opts) -> None:
-    """Refuse a local checkpoint that would run code on load, before any loader or engine sees it: weights
-    only in pickle files (`pytorch_model.bin`, `*.pt`; unpickling runs code, and sglang retries a legacy-tar
-    file with `weights_only=False`) without --allow-pickle, or its own Python modules (`auto_map` in
-    config.json / tokenizer_config.json) without --trust-remote-code. Hub ids are checked by the loaders
-    themselves: the backends pass `use_safetensors=True` / `load_format="safetensors"` and
-    `trust_remote_code`. Raises BackendError naming the option that allows it."""
+    """Refuse a local checkpoint that would run code on load, or run without its weights, before any loader
+    or engine sees it: weights only in pickle files (`pytorch_model.bin`, `*.pt`; unpickling runs code, and
+    sglang retries a legacy-tar file with `weights_only=False`) without --allow-pickle, safetensors files
+    that are not the model's weights (a decoy beside pickle weights), a corrupt safetensors header
+    (`backends.weights.check_weights`), or its own Python modules (`auto_map` in config.json /
+    tokenizer_config.json) without --trust-remote-code. Hub ids are checked by the loaders themselves: the
+    backends pass `use_safetensors=True` / `load_format="safetensors"` and `trust_remote_code`. Raises
+    BackendError naming the option that allows it."""
+    from .backends.weights import check_weights
     from .errors import BackendError
 
     folder = Path(opts.model)
     if not folder.is_dir():
         return
-    if not opts.allow_pickle and not any(folder.glob("*.safetensors")):
-        pickles = sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix in PICKLE_SUFFIXES)
-        if pickles:
-            raise BackendError(
-                f"{opts.model}: the weights are pickle files ({', '.join(pickles[:3])}), which can run code when "
-                "loaded; convert them to safetensors, or pass --allow-pickle if you trust this checkpoint"
-            )
+    check_weights(folder, opts.allow_pickle)
     if not opts.trust_remote_code:
         for name in ("config.json", "tokenizer_config.json"):
             try:

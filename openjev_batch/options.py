@@ -123,7 +123,7 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
                  choices=("auto", "prefix-first", "first-branch", "multi-item")),
     EngineOption("groups_per_window", int, 8, "sglang first-branch pattern: groups a window is cut into.",
                  engine_only=True, commands=("run", "eval"), constraints={"gt": 0}),
-    EngineOption("pipeline_depth", int, 2, "sglang first-branch / multi-item: groups in flight at once.",
+    EngineOption("pipeline_depth", int, 2, "sglang: groups in flight at once (first-branch, multi-item; prefix-first: request steps in flight).",
                  engine_only=True, commands=("run", "eval"), constraints={"gt": 0}),
     EngineOption("skip_prefix_warmup", bool, False,
                  "sglang classify: no warm-up request per shared prefix (a benchmark baseline).",

@@ -28,6 +28,12 @@ MAX_ROW_TOKENS = 262_144
 # limit admits of English text; 256 KiB of question text ~2× a 32,768-token branch.
 MAX_STATE_BYTES = 2 * 2**20
 MAX_QUESTION_BYTES = 256 * 2**10
+# One input line (JSONL) or record (CSV) is refused unread past this (a 300 MB line peaked at 2.1 GB RSS
+# read and decoded whole): 8× the state limit leaves room for JSON's escapes (\uXXXX: up to 6 bytes a
+# character) and a row's questions and kept columns.
+MAX_LINE_BYTES = 8 * MAX_STATE_BYTES
+# A --questions file: all MAX_QUESTIONS questions at their text limit, twice over for markup and escapes.
+MAX_QUESTIONS_FILE_BYTES = 2 * MAX_QUESTIONS * MAX_QUESTION_BYTES
 MAX_ID_CHARS = 4096  # row and question ids (they are repeated in every output row and error)
 MAX_DEPTH = 64  # nesting of any input value (JSON objects/lists); deeper is a row error, not a RecursionError
 INT64 = (-(2**63), 2**63 - 1)
@@ -74,6 +80,20 @@ def value_problem(value: Any, ints: bool = False) -> str | None:
             return v.why
         elif ints and isinstance(v, int) and not isinstance(v, bool) and not INT64[0] <= v <= INT64[1]:
             return f"integer {str(v)[:30]}{'…' if len(str(v)) > 30 else ''} is outside int64"
+    return None
+
+
+def option_text_problem(v: str) -> str | None:
+    """`value_problem` of an option's text (a path, --system-prompt, --template): on the command line a byte
+    that is not UTF-8 arrives as a surrogate escape (U+DC80–U+DCFF: Python decodes argv with
+    surrogateescape), so it is named as the byte the user typed (a Latin-1 `Café`), not as a surrogate."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        c = ord(v[e.start])
+        if 0xDC80 <= c <= 0xDCFF:
+            return f"not valid UTF-8 (byte {c - 0xDC00:#04x} at character {e.start})"
+        return value_problem(v)
     return None
 
 
@@ -193,9 +213,11 @@ class _Question(BaseModel):
 
 
 def _pairs_to_dict(v: Any, what: str) -> dict:
-    """Accept a dict, a JSON string of one, or an Arrow map (list of (key, value) pairs)."""
+    """Accept a dict, a JSON string of one, or an Arrow map (list of (key, value) pairs). A key given twice
+    is a ValueError: plain json.loads kept the last question of one id silently (CSV / Parquet cells),
+    where a JSONL line with it is refused."""
     if isinstance(v, str):
-        v = json.loads(v)
+        v = json.loads(v, object_pairs_hook=no_duplicate_keys)
     if isinstance(v, list) and all(isinstance(p, tuple | list) and len(p) == 2 for p in v):
         keys = [p[0] for p in v]
         if len(set(keys)) != len(keys):
@@ -240,13 +262,18 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     where = f"questions.{qid}"
     try:
         if isinstance(raw, str):
-            raw = json.loads(raw)
+            raw = json.loads(raw, object_pairs_hook=no_duplicate_keys)
         if isinstance(raw, list) and raw and all(isinstance(p, tuple) for p in raw):
             raw = dict(raw)  # an Arrow map column
         if isinstance(raw, dict) and "criteria" in raw:
             c = raw["criteria"]
             if isinstance(c, str) and c[:1] in "[{":
-                c = json.loads(c)
+                try:
+                    c = json.loads(c, object_pairs_hook=no_duplicate_keys)
+                except json.JSONDecodeError:
+                    raise
+                except ValueError as e:  # an option name twice
+                    return QuestionError(qid, raw.get("type"), f"{where}.criteria: {e}")
             if isinstance(c, list) and c and all(isinstance(p, tuple) for p in c):  # an Arrow map column
                 names = [p[0] for p in c]
                 if len(set(names)) != len(names):
@@ -270,6 +297,8 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     except ValidationError as e:
         t = raw.get("type") if isinstance(raw, dict) else None
         return QuestionError(qid, t if t in QUESTION_TYPES else None, _error_text(where, e))
+    except ValueError as e:  # a key twice in the question's JSON text
+        return QuestionError(qid, None, f"{where}: {e}")
     examples_texts = [
         e["text"] for e in q.examples or () if isinstance(e, dict) and isinstance(e.get("text"), str)
     ]
@@ -354,10 +383,14 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
         s = raw.strip()
         if s[:1] in "[{":
             try:
-                parsed = json.loads(s)
+                parsed = json.loads(s, object_pairs_hook=no_duplicate_keys)
             except json.JSONDecodeError as e:
                 if _JSON_CONVERSATION.match(s):
                     raise ValueError(f"malformed JSON ({e.msg} at char {e.pos})") from None
+                parsed = None
+            except ValueError:  # a key twice: a conversation's message would keep its last role/content
+                if _JSON_CONVERSATION.match(s):
+                    raise
                 parsed = None
             is_conversation = (isinstance(parsed, dict) and "messages" in parsed) or (
                 isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed)
@@ -413,6 +446,44 @@ def row_id(raw: Any, pos: int) -> tuple[str, str | None]:
     return "", f"expected a string or an integer, got {type(raw).__name__} {raw!r}"
 
 
+def checked_row_id(raw: Any, pos: int) -> tuple[str, str | None]:
+    """`row_id` after the value checks every readout applies to an id: a lone surrogate or an undecodable
+    cell (the id is written to every output row and error), a string over MAX_ID_CHARS."""
+    problem = value_problem(raw)
+    if problem is None and isinstance(raw, str) and len(raw) > MAX_ID_CHARS:
+        problem = f"longer than {MAX_ID_CHARS:,} characters"
+    return ("", problem) if problem else row_id(raw, pos)
+
+
+def kept_values(rec: dict[str, Any], keep: tuple[str, ...]) -> tuple[dict[str, Any], str | None]:
+    """The `--keep` values of a record and the first problem among them (`<column>: why`), or None. A kept
+    value that Arrow cannot hold (value_problem) is the row's error and is written as null."""
+    kept = {k: rec.get(k) for k in keep}
+    problems = {k: p for k, v in kept.items() if (p := value_problem(v, ints=True)) is not None}
+    if not problems:
+        return kept, None
+    k, p = next(iter(problems.items()))
+    return {k: (None if k in problems else v) for k, v in kept.items()}, f"{k}: {p}"
+
+
+def text_field(rec: dict[str, Any], name: str) -> str:
+    """The string field `name` of a record (not empty, encodable, at most MAX_STATE_BYTES as `state`);
+    raises ValueError `name: why`, with the type named as the user wrote it (an undecodable cell says why,
+    not which class stands in for it)."""
+    v = rec.get(name)
+    if v is None:
+        raise ValueError(f"{name}: missing")
+    if (problem := value_problem(v)) is not None:
+        raise ValueError(f"{name}: {problem}")
+    if not isinstance(v, str):
+        raise ValueError(f"{name}: expected a string, got {type(v).__name__}")
+    if (n := text_bytes(v)) > MAX_STATE_BYTES:  # refused before the tokenizer: 3 MB took 1.2 GB there
+        raise ValueError(f"{name}: {n:,} bytes of text, limit {MAX_STATE_BYTES:,}")
+    if not v.strip():
+        raise ValueError(f"{name}: empty")
+    return v
+
+
 def ids_and_types(questions: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
     """(question ids, question types) of parsed questions (specs or errors), aligned; () for None."""
     qs = tuple(questions or ())
@@ -459,19 +530,8 @@ def parse_row(
 
     Length (over ~60 lines): every check of one row in the order its error message names them.
     """
-    kept = {k: rec.get(k) for k in keep}
-    # A kept value that Arrow cannot hold is the row's error and is written as null.
-    kept_problem = next(
-        (f"{k}: {p}" for k, v in kept.items() if (p := value_problem(v, ints=True)) is not None), None
-    )
-    kept = (
-        {k: (None if value_problem(v, ints=True) else v) for k, v in kept.items()} if kept_problem else kept
-    )
-    raw_id = rec.get("id")
-    id_problem = value_problem(raw_id)
-    if id_problem is None and isinstance(raw_id, str) and len(raw_id) > MAX_ID_CHARS:
-        id_problem = f"longer than {MAX_ID_CHARS:,} characters"
-    rid, id_problem = ("", id_problem) if id_problem else row_id(raw_id, pos)
+    kept, kept_problem = kept_values(rec, keep)
+    rid, id_problem = checked_row_id(rec.get("id"), pos)
     if id_problem:
         return unidentified_row_error(pos, f"id: {id_problem}", shared_questions, kept)
     qids: tuple[str, ...] = ()

@@ -77,7 +77,9 @@ def test_refusals(clf):
         clf.run([{"state": "x"}], {"bad": {"type": "rank", "instructions": "?"}})
     with pytest.raises(ConfigError, match="keep column.*not in the data: nope"):
         clf.run(pl.DataFrame({"state": ["x"]}), Q, keep="nope")
-    with pytest.raises(ConfigError, match="keep column.*not in the data: nope"):  # a list: its first rows' keys
+    with pytest.raises(
+        ConfigError, match="keep column.*not in the data: nope"
+    ):  # a list: its first rows' keys
         clf.run([{"state": "x", "c": 1}, {"state": "y"}], Q, keep="c,nope")
     with pytest.raises(ConfigError, match="data has column\\(s\\) 'state' twice"):  # hostile trial
         clf.run(pa.table([["a"], ["b"]], names=["state", "state"]), Q)

@@ -78,22 +78,24 @@ def test_json_questions_file_with_a_repeated_key_is_refused(tmp_path):
 
 def test_second_job_on_the_same_output_is_refused(tmp_path, tiny_model):
     """Two jobs on one -o: the second deleted the first's partial folder and both wrote each other's parts.
-    The first job holds `<out>.lock`; here the test holds it, as a running job does."""
-    import fcntl
+    The first job holds `<out>.lock` and has written a part; here the test is that job (an OutputStore)."""
+    from openjev_batch.pipeline.store import OutputStore
+    from openjev_batch.readouts.label_logprobs import OUTPUT_SCHEMA
 
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps({"id": f"r{i}", "state": f"ticket {i}"}) + "\n" for i in range(3)))
     out = tmp_path / "o.parquet"
     args = ("run", inp, "-q", _questions(tmp_path), "-m", tiny_model, "-b", "hf", "-o", out, "--no-progress")
     partial = tmp_path / "o.parquet.partial"
-    partial.mkdir()
-    (partial / "part-000000.parquet").write_bytes(b"the running job's part")
-    with open(tmp_path / "o.parquet.lock", "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        r = cli(*args)
+    running = OutputStore(out)
+    running.begin_chunk(0, 1, 1, "h0")
+    running.write(0, [{**dict.fromkeys(OUTPUT_SCHEMA.names), "id": "first", "error": "x"}])
+    part = running.part(0).read_bytes()
+    r = cli(*args)
     assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
     assert "another job is writing" in " ".join(r.stderr.split()), r.stderr
-    assert (partial / "part-000000.parquet").read_bytes() == b"the running job's part" and not out.exists()
+    assert running.part(0).read_bytes() == part and not out.exists()
+    running.release()  # the first job stopped: the next run starts afresh over its partial
     r = cli(*args)  # the lock released: the job runs and leaves no lock file behind
     assert r.returncode == 0, r.stderr
     assert out.exists() and not partial.exists() and not (tmp_path / "o.parquet.lock").exists()

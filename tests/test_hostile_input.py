@@ -214,3 +214,305 @@ def test_terminal_escapes_in_rows_are_printed_escaped(tmp_path, tiny_model):
     )  # the id, escaped, markup as text
     assert runs[1].returncode == 3 and "\\x1b[2J" in runs[1].stderr
     assert runs[2].returncode == 0 and "text \\x1b[2J" in runs[2].stdout
+
+
+# classify: the same value checks as `run` (schema.checked_row_id / kept_values / text_field), issue 25
+CLS_HOSTILE = [  # (record, the row's error: None when the row is unidentified and found by index)
+    ({"id": "ok", "text": "fine", "gold": "a"}, None),
+    ({"id": "s1", "text": "bad \ud800"}, r"row s1: text: not valid Unicode text \(lone surrogate '\\ud800' at character 4\)"),
+    ({"id": "p1", "premise": "x \udc00", "hypothesis": "y"}, r"row p1: premise: not valid Unicode text"),
+    ({"id": "h1", "premise": "x", "hypothesis": "\udfff"}, r"row h1: hypothesis: not valid Unicode text"),
+    ({"id": "i\ud800", "text": "fine"}, r"row at index 4: id: not valid Unicode text \(lone surrogate"),
+    ({"id": "k1", "text": "fine", "gold": "\ud800"}, r"row k1: gold: not valid Unicode text"),
+    ({"id": "k2", "text": "fine", "gold": 2**70}, r"row k2: gold: integer 1180591620717411303424 is outside int64"),
+    ({"id": "n5", "text": 5}, r"row n5: text: expected a string, got int"),
+    ({"id": "big", "text": "x" * (MAX_STATE_BYTES + 1)}, rf"row big: text: {MAX_STATE_BYTES + 1:,} bytes of text, limit {MAX_STATE_BYTES:,}"),
+    ({"id": "pair", "premise": "p" * 2**20, "hypothesis": "h" * 2**20}, r"row pair: premise \+ hypothesis: 2,097,1\d\d bytes of text, limit"),
+]  # fmt: skip
+
+
+def test_classify_and_validate_report_hostile_values(tmp_path, tiny_classifier):
+    """classify ended in a traceback (rc 1: the tokenizer's TypeError on a surrogate, the Parquet write's
+    UnicodeEncodeError on an id or kept value) and `validate --readout classifier-head` called the file
+    clean; a 3 MB text went to the tokenizer (1.2 GB). Now each is a row error naming row and field, exit 3,
+    and validate lists the same errors."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(rec) + "\n" for rec, _ in CLS_HOSTILE), encoding="utf-8")
+    before = inp.read_bytes()
+    out = tmp_path / "out.parquet"
+    r = cli("classify", inp, "-o", out, "-m", tiny_classifier, "-b", "hf", "--keep", "gold", "--no-progress")
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+    rows = pq.read_table(out).to_pylist()
+    assert [x["error"] is None for x in rows] == [p is None for _, p in CLS_HOSTILE]
+    for x, (_, pattern) in zip(rows, CLS_HOSTILE, strict=True):
+        assert pattern is None or re.match(pattern, x["error"]), x["error"]
+    assert rows[0]["label"] is not None and rows[0]["gold"] == "a" and rows[5]["gold"] is None
+    v = cli("validate", inp, "--readout", "classifier-head", "--keep", "gold")
+    assert v.returncode == 3 and "Traceback" not in v.stderr
+    assert sorted(re.findall(r"✗ (.*)", v.stderr)) == sorted(x["error"] for x in rows if x["error"])
+    assert inp.read_bytes() == before
+
+
+def test_classify_names_invalid_utf8_not_a_class(tmp_path):
+    """`text: expected a string, got InvalidText` named the stand-in class of an undecodable cell."""
+    path = tmp_path / "in.parquet"
+    text = pa.array([b"fine", b"bad \xc3\x28"], pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"id": ["a", "b"], "text": text}), path)
+    v = cli("validate", path, "--readout", "classifier-head")
+    assert v.returncode == 3 and "Traceback" not in v.stderr
+    assert "✗ row b: text: not valid UTF-8 (byte 0xc3 at 4)" in v.stderr and "InvalidText" not in v.stderr
+
+
+# The Python API: a row error cell where the CLI writes one, ConfigError for a bad argument (issue 25)
+@pytest.fixture(scope="module")
+def clf(tiny_model):
+    import openjev_batch as ob
+
+    with ob.Classifier(str(tiny_model), backend="hf", device="cpu") as c:
+        yield c
+
+
+def _errors(table) -> dict:
+    return {r["id"]: r["error"] for r in table.to_pylist()}
+
+
+def test_api_pandas_frame_with_a_surrogate_gives_error_cells(clf):
+    """pyarrow's from_pandas raised UnicodeEncodeError (frames.py caught only Arrow's errors); an object
+    column holds the lone surrogate as pandas read it from JSON."""
+    import pandas as pd
+
+    df = pd.DataFrame(
+        {"id": ["a", "b"], "state": ["fine", "bad \ud800"], "gold": ["\udc00", "x"]}, dtype=object
+    )
+    got = _errors(clf.run(df, Q, keep="gold", output="arrow"))
+    assert got["a"] == "row a: gold: not valid Unicode text (lone surrogate '\\udc00' at character 0)"
+    assert got["b"].startswith("row b: state: not valid Unicode text (lone surrogate '\\ud800'")
+
+
+def test_api_table_from_an_invalid_utf8_parquet_gives_error_cells(clf, tmp_path):
+    """An Arrow Table read from Parquet holds bytes that are not UTF-8: `run` and `show_prompt` raised
+    UnicodeDecodeError; the file reader made them row errors already."""
+    table = pq.read_table(invalid_utf8_parquet(tmp_path / "in.parquet"))
+    got = clf.run(table, keep="channel", output="arrow").to_pylist()
+    assert [r["error"] for r in got] == [
+        None,
+        "row at index 1: id: not valid UTF-8 (byte 0xff at 1)",
+        "row c: state: not valid UTF-8 (byte 0xc3 at 4)",
+        "row d: channel: not valid UTF-8 (byte 0xe2 at 0)",
+    ]
+    shown = clf.show_prompt(table, n=3)
+    assert "═══ row a" in shown and "not valid UTF-8 (byte 0xff at 1)" in shown
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda ob, m: ob.Classifier(None, "hf"),
+            "model must be a hub id, a folder or a packaged name, got None",
+        ),
+        (
+            lambda ob, m: ob.Classifier(m, "hf", system_prompt="\ud800"),
+            "system_prompt: not valid Unicode text (lone surrogate '\\ud800' at character 0)",
+        ),
+        (
+            lambda ob, m: ob.run([{"state": "x"}], m.parent, model=m, backend="hf"),
+            "cannot read: Is a directory",
+        ),
+    ],
+    ids=["model-None", "system-prompt-surrogate", "questions-folder"],
+)
+def test_api_bad_arguments_are_config_errors(tiny_model, call, message):
+    """Classifier(None) and a surrogate system prompt raised TypeError, questions=<a folder>
+    IsADirectoryError; each is a ConfigError naming the argument."""
+    import openjev_batch as ob
+    from openjev_batch.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        call(ob, tiny_model)
+    assert message in str(e.value)
+
+
+# Arguments with a byte that is not UTF-8 (argv decodes with surrogateescape: a Latin-1 `Café`), issue 25
+LATIN1 = "Caf\udce9"  # what Python makes of the bytes `Caf\xe9` on the command line
+
+
+@pytest.mark.parametrize(
+    "command, args, message",
+    [
+        ("run", ["--system-prompt", LATIN1, "-o", "{out}"], "--system-prompt: not valid UTF-8 (byte 0xe9 at character 3)"),
+        ("run", ["--system-prompt", LATIN1, "--show-prompt", "1"], "--system-prompt: not valid UTF-8 (byte 0xe9"),
+        ("run", ["-o", "{tmp}/" + LATIN1 + ".parquet"], "output: output '{tmp}/Caf\\udce9.parquet': not valid UTF-8 (byte 0xe9"),
+        ("classify", ["--template", LATIN1 + " {{premise}} {{hypothesis}}", "-o", "{out}"], "--template: not valid UTF-8 (byte 0xe9 at character 3)"),
+        # a JSON key `"Caf\udce9"` matches the argument: the kept column's name failed at the Parquet write
+        ("run", ["--keep", LATIN1, "-o", "{out}"], "keep: column name 'Caf\\udce9': not valid UTF-8 (byte 0xe9"),
+        ("classify", ["--keep", LATIN1, "-o", "{out}"], "keep: column name 'Caf\\udce9': not valid UTF-8 (byte 0xe9"),
+    ],
+    ids=["system-prompt", "show-prompt", "output-name", "template", "keep-run", "keep-classify"],
+)  # fmt: skip
+def test_non_utf8_arguments_are_one_line_job_errors(
+    tmp_path, tiny_model, tiny_classifier, command, args, message
+):
+    """--system-prompt (also with --show-prompt) and --template raised in the tokenizer, an output name in
+    pyarrow's file system after the whole job ran: each is refused up front, one line, exit 4."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "state": "x", "text": "x", "questions": Q, LATIN1: 1}) + "\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    fill = {"out": tmp_path / "o.parquet", "tmp": tmp_path}
+    model = tiny_model if command == "run" else tiny_classifier
+    r = cli(command, inp, "-m", model, "-b", "hf", "--no-progress", *(a.format(**fill) for a in args))
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error: invalid options: ") and len(r.stderr.splitlines()) == 1, r.stderr
+    assert message.format(**fill) in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written: no output, lock, partial
+    assert (
+        inp.read_text()
+        == json.dumps({"id": "a", "state": "x", "text": "x", "questions": Q, LATIN1: 1}) + "\n"
+    )
+
+
+def test_validate_refuses_the_keep_names_run_refuses(tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "state": "x", "questions": Q, LATIN1: 1}) + "\n")
+    r = cli("validate", inp, "--keep", LATIN1)
+    assert r.returncode == 4 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: --keep: column name 'Caf\\udce9': not valid UTF-8 (byte 0xe9"), (
+        r.stderr
+    )
+
+
+# sglang where it cannot run: one line with the hint, exit 4 (issue 25: a 221-line traceback, rc 1)
+def _without_sgl_kernel() -> dict:
+    """The environment of a machine without sglang's kernels: the tests' sgl_kernel shim off PYTHONPATH."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import SHIMS
+
+    pp = os.pathsep.join(
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(SHIMS)
+    )
+    env = {**os.environ, "PYTHONPATH": pp, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+    env.pop("SGLANG_USE_CPU_ENGINE", None)
+    if (
+        subprocess.run([sys.executable, "-c", "import sgl_kernel"], env=env, capture_output=True).returncode
+        == 0
+    ):
+        pytest.skip("sgl_kernel is installed here (a GPU machine): sglang can start")
+    return env
+
+
+@pytest.mark.parametrize("command", ["run", "classify"])
+def test_sglang_without_its_kernels_is_one_line_with_the_hint(tmp_path, tiny_model, tiny_classifier, command):
+    """`run -b sglang` imported sglang's Engine while start_engine's arguments were evaluated, outside the
+    `try` that names a missing sgl_kernel; `classify -b sglang` printed the raw ModuleNotFoundError without
+    "use --backend hf", under four lines of sglang's import warnings."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = _without_sgl_kernel()
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "state": "x", "premise": "p", "hypothesis": "h"}) + "\n")
+    model, extra = (
+        (tiny_model, ["-q", ROOT / "examples" / "ticket_questions.yaml"])
+        if command == "run"
+        else (tiny_classifier, [])
+    )
+    out = tmp_path / "o.parquet"
+    args = [command, inp, *extra, "-m", model, "-b", "sglang", "-o", out, "--no-progress"]
+    r = subprocess.run(
+        [sys.executable, "-m", "openjev_batch", *map(str, args)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert (
+        r.stderr.startswith("error: sglang's kernels (sgl_kernel) are missing") and "--backend hf" in r.stderr
+    )
+    assert len(r.stderr.splitlines()) < 5, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]  # no output, lock or partial left
+
+
+# What reaches the terminal, and an output that cannot be written (issue 25, smaller items)
+def test_printable_escapes_invisible_and_line_breaking_characters():
+    """U+2028 (a line break to terminals and log viewers) and U+200B (a character no one sees) were printed
+    raw; a lone surrogate (a path's non-UTF-8 byte) is escaped too. Ordinary text stays as it is."""
+    from openjev_batch.cli import printable
+
+    assert printable("a\u2028b\u2029c\u200bd\ufeffe\u2060f\ud800g\U000e0041") == (
+        "a\\u2028b\\u2029c\\u200bd\\ufeffe\\u2060f\\ud800g\\U000e0041"
+    )
+    assert printable("Café 😀 日本 tab\tnewline\n") == "Café 😀 日本 tab\tnewline\n"
+
+
+def test_the_summary_prints_the_output_path_as_text(tmp_path, tiny_model):
+    """The end-of-run table and the errors line printed the output path raw: rich read its `[red]` as
+    markup, a terminal its ESC and U+2028."""
+    folder = tmp_path / "[red]x\u2028y"
+    folder.mkdir()
+    out = folder / "o\u001b[2J.parquet"
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(line(id="a", state="fine") + "\n" + line(id="b", state="") + "\n")
+    r = cli("run", inp, "-o", out, "-m", tiny_model, "-b", "hf", "--no-progress")
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+    assert "\u2028" not in r.stderr and "\u001b" not in r.stderr
+    shown = str(out).replace("\u2028", "\\u2028").replace("\u001b", "\\x1b")
+    assert r.stderr.count(shown) == 2, r.stderr  # the table's output row and "see the `error` column of"
+    assert out.exists()
+
+
+def _chattr(flag: str, path) -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("chattr") is None:
+        pytest.skip("no chattr here")
+    if subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i needs root and a file system with attributes")
+
+
+def test_an_immutable_output_is_refused_before_the_job(tmp_path, tiny_model):
+    """An immutable OUT (`chattr +i`) ran the whole job, then failed at the rename, leaving OUT.lock and a
+    `.join-*.tmp` (os.access says yes to root). It is refused up front: exit 4, one line, nothing written."""
+    out = tmp_path / "o.parquet"
+    out.write_bytes(b"the user's file")
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(line(id="a", state="fine") + "\n")
+    _chattr("+i", out)
+    try:
+        r = cli("run", inp, "-o", out, "-m", tiny_model, "-b", "hf", "--no-progress")
+    finally:
+        _chattr("-i", out)
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(
+        f"error: invalid options: output: {out} cannot be replaced (Operation not permitted)"
+    )
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "o.parquet"]
+    assert out.read_bytes() == b"the user's file"
+
+
+def test_a_join_that_cannot_be_renamed_leaves_no_temporary_file(tmp_path):
+    """The final rename failing (here: a folder took the output's name after the job began) left the
+    half-joined `.join-*.tmp` in the partial; the parts stay for --resume."""
+    from openjev_batch.pipeline.store import OutputStore
+    from openjev_batch.readouts.label_logprobs import OUTPUT_SCHEMA
+
+    out = tmp_path / "o.parquet"
+    s = OutputStore(out)
+    s.begin_chunk(0, 1, 1, "h0")
+    s.write(0, [{**dict.fromkeys(OUTPUT_SCHEMA.names), "id": "a", "error": "x"}])
+    (out / "taken").mkdir(parents=True)
+    with pytest.raises(OSError):
+        s.close()
+    s.abandon()
+    assert sorted(p.name for p in (tmp_path / "o.parquet.partial").iterdir()) == [
+        "chunks.jsonl",
+        "manifest.json",
+        "part-000000.parquet",
+    ]

@@ -55,6 +55,8 @@ def trust_hint(opts: BackendOptions, e: BaseException) -> str:
     """The option to name when a loader refused what `loader_options` keeps out (a hub checkpoint with only
     pickle weights, or one that needs its own code), so the message says how to allow it."""
     msg = str(e)
+    if "deserializing header" in msg or "SafetensorError" in type(e).__name__:  # a corrupt file, not pickle
+        return " (a safetensors file of the checkpoint is corrupt or truncated; copy it again)"
     # sglang's loader with load_format=safetensors: "Cannot find any model weights with `<model>`"
     if not opts.allow_pickle and ("safetensors" in msg or "Cannot find any model weights" in msg):
         return " (only safetensors weights are loaded; pass --allow-pickle for pickle weights you trust)"

@@ -8,11 +8,12 @@ Exit codes: 0 every question answered · 3 output written, some rows/questions h
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 from rich.console import Console
 
-from ..errors import OpenjevError
+from ..errors import InputWarning, OpenjevError
 
 EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM: both keep the partial
@@ -48,16 +49,39 @@ def _main(
     ),
 ) -> None:
     """Offline batch classification with LLMs: answers read from next-token label logprobs."""
+    warnings.showwarning = _show_warning
+
+
+_python_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """An InputWarning (a CSV quote left open?) as one `warning:` line naming the file and line, not
+    Python's `path:lineno: InputWarning:` and source-line form; other warnings as Python shows them."""
+    from .options import stdin_name
+
+    if not issubclass(category, InputWarning):
+        return _python_showwarning(message, category, filename, lineno, file, line)
+    err.print("[yellow]warning:[/] ", end="")
+    err.print(printable(stdin_name(str(message))), markup=False, highlight=False)
 
 
 _UNSAFE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
-_UNSAFE.update({c: f"\\u{c:04x}" for c in (0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+_INVISIBLE = (
+    0x061C, 0x200B, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2060, 0x2065),
+    *range(0x2066, 0x206A), 0xFEFF, *range(0xD800, 0xE000),
+)  # fmt: skip
+_UNSAFE.update({c: f"\\u{c:04x}" for c in _INVISIBLE})
+_UNSAFE.update({c: f"\\U{c:08x}" for c in range(0xE0000, 0xE0080)})
 
 
 def printable(text: str) -> str:
-    """Text from the input (row ids, messages, error texts quoting them) made safe for a terminal: control
-    characters (ESC sequences that clear the screen or set the title, BEL) and bidirectional overrides are
-    shown escaped, as `\\x1b` / `\\u202e` (hostile trial: a row id's ESC sequences reached the terminal)."""
+    """Text from the input (row ids, messages, error texts quoting them, paths) made safe for a terminal:
+    control characters (ESC sequences that clear the screen or set the title, BEL), bidirectional overrides,
+    line and paragraph separators (U+2028: a terminal or log viewer breaks the line there), zero-width and
+    tag characters (text that is there but not seen) and lone surrogates (a non-UTF-8 byte of a path) are
+    shown escaped, as `\\x1b` / `\\u202e` / `\\u200b` (hostile trials: a row id's ESC sequences reached the
+    terminal; U+2028 and U+200B were printed raw)."""
     return text.translate(_UNSAFE)
 
 

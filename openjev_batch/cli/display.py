@@ -18,6 +18,14 @@ from rich.table import Table
 from . import err, out, printable
 
 
+def _cell(value: str):
+    """A value the user named (the output path, the model's folder) as plain text in a table or line: rich
+    would read its `[...]` as markup, and a terminal its control characters."""
+    from rich.text import Text
+
+    return Text(printable(str(value)))
+
+
 def _print_top_errors(s) -> None:
     """The most frequent distinct errors with their counts (row names taken off; one example row each)."""
     shown = sum(c for c, _, _ in s.top_errors)
@@ -53,7 +61,7 @@ def _print_plan(p, command: str = "run") -> None:
         ("wall time", f"{p.wall_s:.1f} s"),
         ("peak RSS", f"{p.peak_rss_mb:,.0f} MiB"),
     ]:
-        t.add_row(k, v)
+        t.add_row(k, _cell(v))
     out.print(t)
 
 
@@ -109,16 +117,19 @@ def _print_summary(command: str, readout, s) -> None:
     for k, v in [
         *([("model", s.model)] if s.model else []),
         *([("request pattern", s.pattern)] if s.pattern else []),
+        *([("start-up (in the wall time)", s.startup)] if s.startup else []),
         *readout.summary_rows(s),
     ]:
-        t.add_row(k, v)
+        t.add_row(k, _cell(v))
     if s.resumed_chunks:
         t.add_row("resumed chunks (counted above)", f"{len(s.resumed_chunks):,}: {_ranges(s.resumed_chunks)}")
     err.print(t)
     _print_answers(s.answers)
     if s.errors:
         err.print(
-            f"[yellow]{s.errors} {readout.noun}(s) have errors[/]: see the `error` column of {s.output}"
+            f"[yellow]{s.errors} {readout.noun}(s) have errors[/]: see the `error` column of ",
+            _cell(s.output),
+            sep="",
         )
         _print_top_errors(s)
 

@@ -70,9 +70,16 @@ def _spool_stdin(stack: contextlib.ExitStack) -> Path:
     Messages name it `-` (`stdin_name`), not the temporary path the user never gave."""
     import tempfile
 
+    from ..errors import InputFileError
     from ..pipeline.formats import spool_stdin
 
-    path = spool_stdin(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-")))
+    try:
+        path = spool_stdin(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-")))
+    except OSError as e:  # a full or unwritable TMPDIR: `validate -` ended in a traceback (issue 25)
+        raise InputFileError(
+            f"-: cannot copy standard input to a temporary file in {tempfile.gettempdir()}: "
+            f"{e.strerror or e} (set TMPDIR to a folder with room)"
+        ) from None
     _SPOOLED.extend({str(path), str(path.resolve())})
     return path
 
@@ -129,10 +136,16 @@ def _text_or_file(value: str, option: str) -> str:
     """An option's text, or with `@PATH` that file's content (UTF-8). Raises ConfigError for a file that
     cannot be read."""
     from ..errors import ConfigError
+    from ..pipeline.formats import read_at_most
+    from ..schema import MAX_QUESTION_BYTES
 
     if not value.startswith("@"):
         return value
     try:
-        return Path(value[1:]).read_text(encoding="utf-8-sig")  # a BOM is not text, as in the input files
+        # read no more than the option's limit allows (`@/dev/zero` was read to its end, issue 25)
+        raw = read_at_most(value[1:], MAX_QUESTION_BYTES + 3)
+        if len(raw) > MAX_QUESTION_BYTES + 3:
+            raise ConfigError(f"{option} {value}: over {MAX_QUESTION_BYTES:,} bytes, its limit")
+        return raw.decode("utf-8-sig")  # a BOM is not text, as in the input files
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{option} {value}: cannot read: {getattr(e, 'strerror', None) or e}") from None

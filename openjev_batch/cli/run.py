@@ -123,7 +123,7 @@ def _run_job(
     if threads:
         apply_threads(threads)  # before torch is imported (default_backend, the backends)
     from ..backends import default_backend
-    from ..config import build_config
+    from ..config import build_config, check_not_input
 
     _quiet(progress)
     stack = contextlib.ExitStack()
@@ -133,7 +133,10 @@ def _run_job(
             if resume:
                 raise ConfigError("--resume needs an input file: standard input cannot be read again")
             kw["input"] = _spool_stdin(stack)
+        prompt_file = None
         if kw.get("system_prompt") is not None:
+            if kw["system_prompt"].startswith("@"):
+                prompt_file = Path(kw["system_prompt"][1:])
             kw["system_prompt"] = _text_or_file(kw["system_prompt"], "--system-prompt")
         cfg = build_config(
             **{
@@ -143,6 +146,11 @@ def _run_job(
                 "keep": tuple(k.strip() for k in kw["keep"].split(",") if k.strip()),
             }
         )
+        if output is not None:  # the file the text came from is no part of the config, so checked here
+            try:
+                check_not_input(output, prompt_file, "the --system-prompt file")
+            except ValueError as e:
+                raise ConfigError(f"invalid options: {e}") from None
         if show_prompt:
             from ..pipeline.dry_run import show_prompt as render
 

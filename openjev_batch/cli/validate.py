@@ -79,29 +79,17 @@ def validate(
     raise typer.Exit(EXIT_ROW_ERRORS if errors else EXIT_OK)
 
 
-def _readout(name: str, questions, template):
-    """The readout whose rows are checked (no model: a classifier's labels are not needed for its rows)."""
-    from ..config import load_questions
-    from ..readouts.classifier_head import DEFAULT_TEMPLATE, ClassifierHead, unescape_template
-    from ..readouts.label_logprobs import LabelLogprobs
-
-    if name == "classifier-head":
-        if questions:
-            raise ConfigError("--questions is for run (label logprobs), not for a classifier head")
-        return ClassifierHead(("?",), unescape_template(template) if template else DEFAULT_TEMPLATE)
-    if name == "label-logprobs":
-        if template:
-            raise ConfigError("--template is for classify (a classifier head)")
-        return LabelLogprobs(load_questions(questions) if questions else None)
-    raise ConfigError(f"unknown readout {name!r}; expected label-logprobs or classifier-head")
-
-
 def _readout(name: str, questions, template, keep: tuple[str, ...]):
     """The readout whose rows are checked (no model: a classifier's labels are not needed for its rows)."""
-    from ..config import load_questions
+    from ..config import check_keep, load_questions
     from ..readouts.classifier_head import DEFAULT_TEMPLATE, ClassifierHead, unescape_template
     from ..readouts.label_logprobs import LabelLogprobs
 
+    if name in ("classifier-head", "label-logprobs"):
+        try:  # what run / classify refuse of --keep, validate refuses too
+            check_keep(keep, name)
+        except ValueError as e:
+            raise ConfigError(f"--keep: {e}") from None
     if name == "classifier-head":
         if questions:
             raise ConfigError("--questions is for run (label logprobs), not for a classifier head")

@@ -73,13 +73,42 @@ def build_eval_config(**kw: Any) -> EvalConfig:
         raise ConfigError("invalid options: " + validation_message(e)) from None
 
 
+# what eval writes into its folder (with the store's OUT.partial / OUT.lock and the temporaries)
+QUESTIONS, PREDICTIONS = "questions.jsonl", "predictions.parquet"
+WRITES = (
+    QUESTIONS, f"{QUESTIONS}.tmp", PREDICTIONS, f"{PREDICTIONS}.tmp", f"{PREDICTIONS}.partial",
+    f"{PREDICTIONS}.lock", "report.json", "report.md", "reliability.png",
+)  # fmt: skip
+
+
 def _claim(out_dir: Path, cfg: EvalConfig) -> None:
-    """Refuse a non-empty output folder unless --force (its files are replaced) or --resume."""
+    """Refuse a benchmark or dev file that eval would write over, and a non-empty output folder unless
+    --force (its files are replaced) or --resume of the eval job it holds."""
+    from ..config import check_not_input
+
+    for what, path in (("the benchmark file", cfg.input), ("the --dev file", cfg.dev)):
+        for name in WRITES:  # hostile trial, issue 25: `eval DIR/questions.jsonl -o DIR` wrote over it
+            try:
+                check_not_input(out_dir / name, path, what)
+            except ValueError:
+                raise ConfigError(
+                    f"eval: {what} {path} is {out_dir / name}, a file eval writes; copy it out of {out_dir} "
+                    "or choose another -o"
+                ) from None
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"eval: {out_dir} is a file, not a folder")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (cfg.force or cfg.resume):
+    names = {p.name for p in out_dir.iterdir()} if out_dir.is_dir() else set()
+    if names and not (cfg.force or cfg.resume):
         raise ConfigError(
             f"eval: {out_dir} is not empty; pass --force to overwrite it or --resume to continue its job"
+        )
+    # an eval job: its questions, with its predictions (finished or partial) or nothing else yet (a job
+    # stopped before its first part); --resume elsewhere would write over the folder's reports (issue 25)
+    job = QUESTIONS in names and bool({PREDICTIONS, f"{PREDICTIONS}.partial"} & names or names == {QUESTIONS})
+    if names and cfg.resume and not job:
+        raise ConfigError(
+            f"eval --resume: {out_dir} holds no eval job to continue (no {QUESTIONS} with {PREDICTIONS} or "
+            "its .partial); pass --force to overwrite its files, or use an empty folder"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -125,6 +154,7 @@ def run_eval(
     Returns the report. Raises ConfigError for bad benchmark data, options or a non-empty folder, other
     OpenjevErrors from the job."""
     from ..pipeline.job import run_job
+    from ..pipeline.lock import refuse_if_held
 
     t0 = time.perf_counter()
     code = commit()  # the code that runs, read before a long run (the tree may change meanwhile)
@@ -132,8 +162,9 @@ def run_eval(
     items, chosen, dev_items, fmt = prepare(cfg.input, cfg.format, cfg.shots, cfg.dev, cfg.sample, cfg.seed)
     blocks = fewshot_blocks({it.category for it in chosen}, dev_items, cfg.shots)
     _claim(out_dir, cfg)
-    qpath, ppath = out_dir / "questions.jsonl", out_dir / "predictions.parquet"
+    qpath, ppath = out_dir / QUESTIONS, out_dir / PREDICTIONS
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in build_rows(chosen, blocks))
+    refuse_if_held(ppath)  # a running eval's questions are not rewritten by a second one it refuses
     changed = _write_if_changed(qpath, text)
     job = cfg.job(qpath, ppath)
     partial = ppath.with_name(ppath.name + ".partial")

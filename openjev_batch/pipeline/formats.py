@@ -19,7 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InputFileError
-from ..schema import InvalidText, no_duplicate_keys
+from ..schema import MAX_LINE_BYTES, InvalidText, no_duplicate_keys
+from .csv_records import columns as csv_columns
+from .csv_records import count as csv_count
+from .csv_records import record_chunks as csv_chunks
 
 JSONL_EXT = (".jsonl", ".ndjson")
 
@@ -56,10 +59,16 @@ def input_format(path: str | Path) -> tuple[str, str | None]:
         if (path / "state.json").is_file():
             return "hf-dataset", None
         if (path / "dataset_dict.json").is_file():
-            splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+            splits = _json_file(path / "dataset_dict.json")
+            splits = splits.get("splits") if isinstance(splits, dict) else None
+            if isinstance(splits, list) and splits and all(isinstance(s, str) for s in splits):
+                raise InputFileError(
+                    f"{path}: a datasets DatasetDict folder; pass one split's folder, e.g. "
+                    + ", ".join(str(path / s) for s in splits[:3])
+                )
             raise InputFileError(
-                f"{path}: a datasets DatasetDict folder; pass one split's folder, e.g. "
-                + ", ".join(str(path / s) for s in splits[:3])
+                f"{path}: a datasets DatasetDict folder, but its dataset_dict.json lists no splits; pass "
+                "one split's folder (the one with a state.json)"
             )
         raise InputFileError(
             f"{path}: a folder, but not one written by datasets' save_to_disk (no state.json)"
@@ -104,12 +113,29 @@ def open_binary(path: Path, compression: str | None):
 
 
 def _jsonl_records(f, chunk_rows: int, hasher=None) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:
+    """Reads each line with a bounded readline: a line over MAX_LINE_BYTES is that row's error, skipped
+    unread in pieces (a 300 MB line in a small .gz peaked at 2.1 GB RSS, read and decoded whole)."""
     chunk: list[tuple[int, dict[str, Any] | str]] = []
-    pos = 0
+    pos = lineno = 0
     with f:
-        for lineno, raw in enumerate(f, 1):
+        while raw := f.readline(MAX_LINE_BYTES + 1):
+            lineno += 1
             if hasher is not None:
                 hasher.update(raw)
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                while piece := f.readline(1 << 20):
+                    if hasher is not None:
+                        hasher.update(piece)
+                    if piece.endswith(b"\n"):
+                        break
+                chunk.append(
+                    (pos, f"line {lineno}: over {MAX_LINE_BYTES:,} bytes in one row (the limit), not read")
+                )
+                pos += 1
+                if len(chunk) >= chunk_rows:
+                    yield chunk
+                    chunk = []
+                continue
             if lineno == 1:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark (Windows editors)
             if not raw.strip():
@@ -133,6 +159,17 @@ def _jsonl_records(f, chunk_rows: int, hasher=None) -> Iterator[list[tuple[int, 
                 chunk = []
     if chunk:
         yield chunk
+
+
+def _count_lines(f) -> int:
+    """Non-blank lines, read in bounded pieces (a line is never held whole)."""
+    n, blank = 0, True
+    with f:
+        while piece := f.readline(1 << 20):
+            blank = blank and not piece.strip()
+            if piece.endswith(b"\n"):
+                n, blank = n + (not blank), True
+    return n + (not blank)
 
 
 def _json_records(path: Path, compression: str | None, chunk_rows: int, hasher=None):
@@ -166,28 +203,54 @@ def _json_records(path: Path, compression: str | None, chunk_rows: int, hasher=N
         ]
 
 
-def _csv_reader(path: Path, compression: str | None):
-    """pyarrow's streaming CSV reader with every column read as text (nulls for empty cells): a CSV has no
-    types, and inferring them would turn an id `007` into 7 and could change type between blocks."""
-    import pyarrow.csv as pacsv
+META_BYTES = 1 << 20  # a datasets folder's state.json / dataset_dict.json (a few hundred bytes as written)
 
-    parse = pacsv.ParseOptions(newlines_in_values=True)
-    with open_binary(path, compression) as f:
-        names = pacsv.open_csv(f, parse_options=parse).schema.names
-    # JSONL refuses a duplicate key per row; a CSV header naming a column twice would silently answer
-    # from the last one (hostile trial), so the file is refused
-    if dup := sorted({n for n in names if names.count(n) > 1}):
-        raise InputFileError(f"{path}: the CSV header names column(s) {', '.join(map(repr, dup))} twice")
-    # check_utf8=False: an undecodable cell is that row's error (`_batch_records`), not the whole file's
-    conv = pacsv.ConvertOptions(
-        column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=True, check_utf8=False
-    )
-    return pacsv.open_csv(open_binary(path, compression), parse_options=parse, convert_options=conv)
+
+def read_at_most(path: str | Path, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of `path`: more than `limit` means the file is over it, which the caller
+    reports in its own terms. Every small file is read this way: `-q /dev/zero` was read to its end before
+    any size check (issue 25)."""
+    with open(path, "rb") as f:
+        return f.read(limit + 1)
+
+
+def _json_file(path: Path) -> Any:
+    """A datasets folder's metadata file as JSON. Raises InputFileError naming it."""
+    raw = read_at_most(path, META_BYTES)
+    if len(raw) > META_BYTES:
+        raise InputFileError(f"{path}: over {META_BYTES:,} bytes; not a datasets metadata file")
+    try:
+        return json.loads(raw.decode("utf-8-sig"), object_pairs_hook=no_duplicate_keys)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise InputFileError(f"{path}: not valid JSON ({e})") from None
 
 
 def _hf_dataset_files(path: Path) -> list[Path]:
-    state = json.loads((path / "state.json").read_text())
-    return [path / f["filename"] for f in state.get("_data_files", [])]
+    """The Arrow files a `datasets` folder's state.json lists. Each must be a file name inside the folder:
+    the folder may come from anyone, and `../other/data.arrow` or an absolute path was read as named."""
+    state = _json_file(path / "state.json")
+    entries = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("filename"), str) for e in entries
+    ):
+        raise InputFileError(f'{path}/state.json: expected `_data_files`, a list of {{"filename": ...}}')
+    root = path.resolve()
+    files = []
+    for e in entries:
+        name = e["filename"]
+        p = path / name
+        if Path(name).is_absolute() or ".." in Path(name).parts or not p.resolve().is_relative_to(root):
+            raise InputFileError(f"{path}/state.json: data file {name!r} is outside the folder")
+        files.append(p)
+    return files
+
+
+def _arrow_schema(p: Path) -> pa.Schema:
+    with pa.memory_map(str(p)) as src:
+        try:
+            return pa.ipc.open_stream(src).schema
+        except pa.ArrowInvalid:
+            return pa.ipc.open_file(src).schema
 
 
 def _arrow_batches(files: list[Path]) -> Iterator[pa.RecordBatch]:
@@ -230,10 +293,10 @@ def input_columns(path: Path) -> set[str] | None:
         if fmt == "parquet":
             return set(pq.read_schema(path).names)
         if fmt == "csv":
-            return set(_csv_reader(path, compression).schema.names)
+            return set(csv_columns(open_binary(path, compression), str(path)))
         if fmt == "hf-dataset":
             files = _hf_dataset_files(path)
-            return set(next(_arrow_batches(files[:1])).schema.names) if files else set()
+            return set(_arrow_schema(files[0]).names) if files else set()
     except InputFileError:
         raise
     except Exception as e:
@@ -248,7 +311,7 @@ def record_chunks(
 
     `hasher` (a hashlib object), when given, is fed the input's content as it is read, before each chunk is
     yielded, so `hasher.hexdigest()` then identifies the input up to the end of that chunk (resume by
-    content, store.py): JSONL and JSON their raw (decompressed) bytes; Parquet, CSV and datasets folders
+    content, store.py): JSONL, JSON and CSV their raw (decompressed) bytes; Parquet and datasets folders
     their Arrow schema and record batches in Arrow IPC form."""
     fmt, compression = input_format(path)
     try:
@@ -258,12 +321,13 @@ def record_chunks(
         if fmt == "json":
             yield from _json_records(path, compression, chunk_rows, hasher)
             return
+        if fmt == "csv":
+            yield from csv_chunks(open_binary(path, compression), str(path), chunk_rows, hasher)
+            return
     except OSError as e:  # a corrupt or truncated .gz/.zst stream (pyarrow's codec), or a read error
         raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES[fmt]}: {e}") from e
     try:
-        if fmt == "csv":
-            batches = _csv_reader(path, compression)
-        elif fmt == "hf-dataset":
+        if fmt == "hf-dataset":
             batches = _arrow_batches(_hf_dataset_files(path))
         else:
             batches = pq.ParquetFile(path).iter_batches(batch_size=chunk_rows)
@@ -298,8 +362,10 @@ def _batch_records(batch: pa.RecordBatch) -> list[dict[str, Any]]:
 
 def spool_stdin(folder: str | Path, stream=None) -> Path:
     """Copy standard input (`-`) into `folder` under a name whose extension is its sniffed format
-    (Parquet magic → .parquet, `[` → .json, `{` → .jsonl, anything else → .csv), so every reader works on
-    it unchanged. Returns the path. Raises InputFileError for empty input."""
+    (Parquet magic → .parquet, `[` → .json, `{` → .jsonl, anything else → .csv; a UTF-8 byte-order mark
+    skipped; gzip / zstd magic → the same, of the decompressed head, with .gz / .zst), so every reader works
+    on it unchanged. Returns the path. Raises InputFileError for empty input; OSError when `folder` cannot
+    take the copy."""
     import sys
 
     src = stream if stream is not None else sys.stdin.buffer
@@ -308,19 +374,35 @@ def spool_stdin(folder: str | Path, stream=None) -> Path:
         shutil.copyfileobj(src, f, 1 << 20)
     with open(tmp, "rb") as f:
         head = f.read(4096)
+    magic = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
+    compression = next((c for m, c in magic.items() if head.startswith(m)), None)
+    if compression is not None:  # gzip on stdin was parsed as CSV (issue 25)
+        try:
+            with pa.input_stream(str(tmp), compression=compression) as z:
+                head = z.read(4096)
+        except (OSError, pa.ArrowException) as e:
+            raise InputFileError(
+                f"-: standard input starts like {compression} but does not decompress: {e}"
+            ) from None
+    head = head.removeprefix(b"\xef\xbb\xbf")  # a BOM was sniffed as CSV (issue 25)
     if not head.strip():
         raise InputFileError("-: standard input is empty")
-    first = head.lstrip()[:1]
-    ext = ".parquet" if head[:4] == b"PAR1" else {b"[": ".json", b"{": ".jsonl"}.get(first, ".csv")
-    return tmp.rename(tmp.with_name("stdin" + ext))
+    if head[:4] == b"PAR1":
+        if compression:
+            raise InputFileError(f"-: a {compression}-compressed Parquet file; pipe it decompressed")
+        return tmp.rename(tmp.with_name("stdin.parquet"))
+    ext = {b"[": ".json", b"{": ".jsonl"}.get(head.lstrip()[:1], ".csv")
+    return tmp.rename(tmp.with_name("stdin" + ext + {"gzip": ".gz", "zstd": ".zst", None: ""}[compression]))
 
 
 def has_rows(path: Path) -> bool:
     """Whether the input holds at least one row (blank lines, a header only or 0 rows do not count)."""
-    fmt, _ = input_format(path)
+    fmt, compression = input_format(path)
     try:
         if fmt == "parquet":
             return pq.ParquetFile(path).metadata.num_rows > 0
+        if fmt == "csv":  # the whole file: a quote never closed fails the job before the model loads
+            return csv_count(open_binary(path, compression), str(path)) > 0
         return next(record_chunks(path, 1), None) is not None
     except InputFileError:
         raise
@@ -339,16 +421,42 @@ def kept_types(path: str | Path, keep: tuple[str, ...]) -> dict[str, pa.DataType
     elif fmt == "csv":
         return dict.fromkeys(keep, pa.string())
     elif fmt == "hf-dataset":
-        files = _hf_dataset_files(path)
-        schema = next(_arrow_batches(files[:1])).schema if files else pa.schema([])
+        return _hf_kept_types(path, keep)
     else:
         return None
     return {k: schema.field(k).type for k in keep}
 
 
+def _hf_kept_types(path: Path, keep: tuple[str, ...]) -> dict[str, pa.DataType]:
+    """The `--keep` columns' types over every Arrow file of a datasets folder: one file's column may be
+    null-typed (all its values null) or int where another's is float, so the types are unified (the write
+    failed with ArrowInvalid on a later file's values); types that do not unify are a job error."""
+    try:
+        schemas = [_arrow_schema(p) for p in _hf_dataset_files(path)]
+    except InputFileError:
+        raise
+    except Exception as e:
+        raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES['hf-dataset']}: {e}") from e
+    types: dict[str, pa.DataType] = {}
+    for k in keep:
+        fields = [s.field(k) for s in schemas if k in s.names]
+        if not fields:
+            types[k] = pa.null()
+            continue
+        try:
+            unified = pa.unify_schemas([pa.schema([f]) for f in fields], promote_options="permissive")
+            types[k] = unified.field(k).type
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            kinds = ", ".join(sorted({str(f.type) for f in fields}))
+            raise InputFileError(
+                f"{path}: --keep column {k!r} has different types in the folder's Arrow files ({kinds})"
+            ) from None
+    return types
+
+
 def count_rows(path: str | Path, limit: int | None = None) -> int | None:
     """The input's rows, counted before a job for its progress total (Parquet and `datasets` metadata, JSONL
-    non-blank lines, CSV batches), at most `limit`; None for JSON (read whole anyway) or when counting
+    non-blank lines, CSV records), at most `limit`; None for JSON (read whole anyway) or when counting
     fails (progress then has no total; the reader reports the real problem)."""
     path = Path(path)
     try:
@@ -358,10 +466,9 @@ def count_rows(path: str | Path, limit: int | None = None) -> int | None:
         elif fmt == "hf-dataset":
             n = sum(b.num_rows for b in _arrow_batches(_hf_dataset_files(path)))
         elif fmt == "jsonl":
-            with open_binary(path, compression) as f:
-                n = sum(1 for line in f if line.strip())
+            n = _count_lines(open_binary(path, compression))
         elif fmt == "csv":
-            n = sum(b.num_rows for b in _csv_reader(path, compression))
+            n = csv_count(open_binary(path, compression), str(path))
         else:
             return None
     except Exception:  # noqa: BLE001 - a progress total is optional

@@ -55,7 +55,7 @@ def make_readout(cfg: RunConfig, labels: tuple[str, ...] | None = None) -> Reado
 def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, Any]:
     """What identifies a job's partial output; `--resume` continues only a partial with the same manifest
     (single-machine and Ray runs write the same one, so either can resume the other). It holds everything
-    that changes the numbers (model, backend, dtype, device, context length, engine settings) so one output
+    that changes the numbers (the model by content, backend, dtype, device, context length, engine settings) so one output
     never mixes precisions, and the readout's own key (the questions by content, or template and labels).
     The input is identified by content too, chunk by chunk as it is read (`store.OutputStore.begin_chunk`),
     not by its path, size or mtime."""
@@ -69,8 +69,12 @@ def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, An
         )
         readout = LabelLogprobs(None, cfg.keep, sha, cfg.system_prompt)
     readout = readout or make_readout(cfg)
+    from ..backends.weights import model_fingerprint
+
     return {
-        "model": cfg.model,
+        # by content, not path: weights swapped under the same path between a crash and --resume must not
+        # continue the old model's partial (hostile trial, issue 25: 300 rows of one model, 900 of another)
+        "model content": model_fingerprint(cfg.model),
         "backend": cfg.backend,
         **cfg.resume_key(),  # the engine options that change the numbers (config.ENGINE_OPTIONS)
         "chunk_rows": cfg.chunk_rows,
@@ -131,11 +135,12 @@ def run_job(
     check_input(cfg.input, cfg.keep)
     own = backend is None
     readout = make_readout(cfg, None if own else backend.labels)
+    manifest = job_manifest(cfg, readout)
     # The output is locked before the model loads: a second job on the same -o is refused at once.
     with OutputStore(
         cfg.output,
         cfg.keep,
-        job_manifest(cfg, readout),
+        manifest,
         cfg.resume,
         kept_types(cfg.input, cfg.keep),
         schema=readout.schema,
@@ -146,13 +151,21 @@ def run_job(
             backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
         else:
             backend.configure(cfg)  # this job's request options (--request-pattern, …) on a started backend
+        if manifest["model content"].get("revision", "") is None:  # a hub id the loader has just downloaded
+            from ..backends.weights import model_fingerprint
+
+            store.amend("model content", model_fingerprint(cfg.model))
         try:
             # Branches longer than the model's (sglang: the engine's) limit are refused in the prompt stage,
             # before any model call.
             prompter = readout.prompter(backend.tokenizer, backend.context_length)
             budget = cfg.kv_budget_tokens or backend.kv_budget_tokens()
-            tracker = FailureTracker(backend.name, partial=f"{cfg.output}.partial")
             totals = Totals()
+            tracker = FailureTracker(
+                backend.name,
+                partial=f"{cfg.output}.partial",
+                kept=lambda: store.rows_written > 0 or bool(totals.resumed),  # a part on disk to resume
+            )
             chunks, digest = job_rows(cfg, readout)  # digest: the input's content as read (resume)
 
             stages = _host_stage(chunks, prompter, lambda i: cfg.resume and store.is_done(i), digest)
@@ -200,4 +213,5 @@ def run_job(
         str(out),
         model=describe_model(getattr(backend, "model_info", None) or model_info(cfg.model)),
         pattern=getattr(backend, "pattern", ""),
+        startup=getattr(backend, "startup", "") if own else "",
     )

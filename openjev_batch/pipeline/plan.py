@@ -81,6 +81,15 @@ class StateBudget:
             running = min(running, self.max_running)
         return prefixes + self.per_request * running
 
+    def pipelined_cost(self, prefixes: int, requests: int, lead: int) -> int:
+        """Peak slots of the pipelined schedule (`lead` steps in flight; step k = group k-lead's branches
+        and group k's prefix-only requests), all groups this size: the prefix states of lead + 1 groups
+        (computed, waiting or in use) and the running requests of `lead` steps, at most the running cap."""
+        running = lead * (requests + prefixes)
+        if self.max_running:
+            running = min(running, self.max_running)
+        return (lead + 1) * prefixes + self.per_request * running
+
     def fits(self, prefixes: int, requests: int, depth: int = 1, ahead: int = 0) -> bool:
         """Whether `depth` groups of this size in flight fit the pool (and the running-request cap)."""
         cap_ok = not self.max_running or (requests + ahead) * max(1, depth) <= self.max_running
@@ -88,7 +97,7 @@ class StateBudget:
 
 
 def state_groups(
-    rows: Sequence[RowPrompt], budget: StateBudget, depth: int = 1, overlap: bool = False
+    rows: Sequence[RowPrompt], budget: StateBudget, depth: int = 1, overlap: bool = False, lead: int = 1
 ) -> list[tuple[int, int]]:
     """Cut prefix-sorted rows into [start, end) groups whose distinct prefixes and requests fit the state
     budget with `depth` groups in flight, never splitting a run of rows that share a prefix. A group's peak
@@ -97,13 +106,18 @@ def state_groups(
     (the sglang backend sends both at once): a group also fits with as many prefix-only requests again
     running beside it (the next group is not cut yet), and the previous group fits with this one's.
     A prefix run too big for the budget on its own still forms one group (its state is then reused as far as
-    the engine can). Pure: the sglang backend runs each group as prefix-only requests, then its branches."""
+    the engine can). With `lead` > 1 (the pipelined schedule, `StateBudget.pipelined_cost`), `lead` steps are
+    in flight, so the scheduler always has the next batch queued: groups are sized so that the prefix states
+    of lead + 1 groups survive beside `lead` steps of running requests.
+    Pure: the sglang backend runs each group as prefix-only requests, then its branches."""
     groups: list[tuple[int, int]] = []
     start = 0
     prefixes = requests = 0
     prev: tuple[int, int] | None = None  # the previous group's (prefixes, requests)
 
     def ok(p: int, r: int) -> bool:
+        if lead > 1:
+            return budget.pipelined_cost(p, r, lead) <= budget.usable()
         if not overlap:
             return budget.fits(p, r, depth)
         before = prev is None or budget.fits(prev[0], prev[1], depth, ahead=p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 from ..backends import Backend, BranchResult
 from ..core import Window
@@ -27,9 +28,12 @@ def _signature(e: BaseException) -> str:
 class FailureTracker:
     """Tells a broken backend from bad rows across a job's windows (see BROKEN_AFTER_ROWS)."""
 
-    def __init__(self, backend_name: str, partial: str | None = None):
+    def __init__(self, backend_name: str, partial: str | None = None, kept: Callable[[], bool] | None = None):
+        """`partial`: the job's partial output folder; `kept()`: whether it holds a finished chunk now (the
+        message offers --resume only then: a backend broken from the first window leaves none)."""
         self.backend_name = backend_name
-        self.resume_hint = f" (finished chunks are kept in {partial}: rerun with --resume)" if partial else ""
+        self.partial = partial
+        self.kept = kept or (lambda: False)
         # (prefix, signature, message) of the single-row failures since the last successful call; text
         # only: an exception's traceback holds the failed call's frames (and on a GPU their tensors)
         self.streak: list[tuple[tuple[int, ...], str, str]] = []
@@ -46,8 +50,13 @@ class FailureTracker:
             raise BackendError(
                 f"the {self.backend_name} backend failed the same way on {len(self.streak)} rows in a row, "
                 f"each run alone, with no call succeeding between them, so the backend itself is broken, "
-                f"not the rows: {self.streak[0][2]}{self.resume_hint}"
+                f"not the rows: {self.streak[0][2]}{self.resume_hint()}"
             )
+
+    def resume_hint(self) -> str:
+        if self.partial and self.kept():
+            return f" (finished chunks are kept in {self.partial}: rerun with --resume)"
+        return ""
 
 
 def prefill_window(

@@ -11,9 +11,7 @@
       ray/               `run --ray` staging (scaleout.py)
 
 - One job owns the folder: the lock is taken before anything in it is read or deleted, and a second job
-  on the same output is refused at start, naming the holder. The kernel drops a flock when its process
-  dies (SIGKILL included), so a crashed job never leaves it stuck. flock works on local filesystems and on
-  NFSv4 (Linux emulates it with POSIX locks there).
+  on the same output is refused at start, naming the holder (lock.py: a crashed job never leaves it stuck).
 - Resume identifies the input by content: each chunk's entry in chunks.jsonl carries the sha256 of the
   input read so far (computed while reading, `read.read_rows(hasher=…)`), and a resumed run refuses as soon
   as the input it reads differs from what an earlier run of this job read. Size and mtime are not used
@@ -21,25 +19,27 @@
 - The join checks that the parts are exactly chunks 0…n−1 of this run, each made by this job (the job id in
   its metadata) with the number of records this run expects for it, then concatenates them into `<out>`
   (a unique temporary name inside the folder, then an atomic rename).
-- Only files the store creates are deleted or overwritten: it removes its own names above, never the
-  folder wholesale, so a user's file inside `<out>.partial/` or a user's `<out>.tmp` survives.
+- Only files the store creates are deleted or overwritten: it removes the parts whose metadata names a job
+  of this output's manifest, and that job's ledger and temporaries, never the folder wholesale, so a user's
+  file inside `<out>.partial/` or a user's `<out>.tmp` survives. A file with one of the store's names that
+  no manifest accounts for (a user's `manifest.json`, `part-000000.parquet`), a user's own `<out>.lock`,
+  and a symlink at `<out>.lock`, `<out>.partial` or `<out>.partial/ray` are refused, never deleted or
+  written through (hostile trial, issue 25).
 - Kept columns have one type whatever the chunking: a Parquet input's own column types; for JSONL (no
   schema) the type every value agrees on (ints and floats → double, structs merged field by field, lists
   by element), computed over all parts at the join, else JSON text.
 
 Size (over the house's ~300 lines): everything that decides whether an output on disk is trustworthy —
-the lock, the ledger, the manifest diff, the join's checks and the kept columns' types — is in one file, so
+the ledger, the manifest diff, the join's checks and the kept columns' types — is in one file, so
 "change how resume works" is one place; each piece is a short function or method of `OutputStore`.
 """
 
 from __future__ import annotations
 
 import base64
-import fcntl
+import contextlib
 import json
 import os
-import socket
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -47,15 +47,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import ConfigError, OutputBusyError, OutputCheckError
+from ..errors import ConfigError, OutputCheckError
 from ..options import output_format
+from .lock import acquire, lock_path, same_file
 from .write import TableWriter
 
 MANIFEST, LEDGER = "manifest.json", "chunks.jsonl"
 STAGE_DIR = "ray"  # `run --ray` staging, under <out>.partial/
 _META_JOB, _META_CHUNK, _META_TYPES = b"openjev.job", b"openjev.chunk", b"openjev.kept_types"
 _META_INFO = b"openjev.info"
-_OWN_GLOBS = ("part-[0-9]*.parquet", ".part-*.tmp", ".join-*.tmp", MANIFEST, LEDGER)
 _OWN_STAGE_GLOBS = ("r[0-9]*-[0-9]*.parquet", "r[0-9]*-[0-9]*.tmp")
 
 
@@ -115,52 +115,6 @@ def part_info(part: pa.Table) -> dict[str, int]:
 
 
 # -- the lock --------------------------------------------------------------------------------------------
-def _holder(fd: int) -> str:
-    try:
-        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
-        return f"pid {info['pid']} on host {info['host']}, started {info['started']}"
-    except Exception:  # a holder that has not written its record yet
-        return "another process"
-
-
-def lock_path(output: Path) -> Path:
-    return output.with_name(output.name + ".lock")
-
-
-def _acquire(output: Path) -> int:
-    """An exclusive non-blocking flock on `<out>.lock`; returns the fd that holds it. Raises OutputBusyError
-    naming the holder. A job that finished removes the lock file while holding it, so a lock taken on a
-    file that has just been unlinked is dropped and taken again on the new file."""
-    lock = lock_path(output)
-    for _ in range(100):
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            who = _holder(fd)
-            os.close(fd)
-            raise OutputBusyError(
-                f"another job is writing {output} ({who}; it holds {lock}); wait for it to finish, "
-                "or write to another -o"
-            ) from None
-        try:
-            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if not same:
-            os.close(fd)
-            continue
-        info = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
-        return fd
-    raise OutputBusyError(f"{output}: could not lock {lock} (it keeps being removed)")
-
-
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".part-{path.name}-{uuid.uuid4().hex[:8]}.tmp")
     tmp.write_bytes(data)
@@ -194,13 +148,24 @@ class OutputStore:
         self.keep = keep
         self.kept_types = kept_types  # None: JSONL (types decided at the join)
         self.rows_written = 0
+        if self.partial.is_symlink() or (self.partial / STAGE_DIR).is_symlink():
+            link = self.partial if self.partial.is_symlink() else self.partial / STAGE_DIR
+            # the store deletes its own names inside it: through a link they would be another folder's files
+            raise ConfigError(
+                f"{link} is a symbolic link; remove it (the store writes only into a folder of its own)"
+            )
         if self.partial.exists() and not self.partial.is_dir():
             raise ConfigError(f"{self.partial} exists and is not a folder; move it away")
-        self._fd: int | None = _acquire(self.path)
+        self._fd: int | None = acquire(self.path)
+        made = not self.partial.exists()
         try:
             self.partial.mkdir(parents=True, exist_ok=True)
             self._open({**(manifest or {}), "keep": list(keep)}, resume)
         except BaseException:
+            if same_file(lock := lock_path(self.path), self._fd):  # refused: leave nothing behind
+                lock.unlink(missing_ok=True)
+            if made:
+                _rmdir_if_empty(self.partial)
             self.release()
             raise
 
@@ -213,8 +178,9 @@ class OutputStore:
                 old = json.loads(mpath.read_text())
             except (OSError, ValueError):
                 old = {}
-            job = old.pop("job_id", None)
+            job = old.pop("job_id", None) if isinstance(old, dict) else None
             if old != manifest or not job:
+                old = old if isinstance(old, dict) else {}
                 diff = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
                 raise ConfigError(
                     f"--resume: {self.partial} was made by a different job (differs in: "
@@ -222,14 +188,72 @@ class OutputStore:
                 )
             self.job_id = job
             self.ledger = self._read_ledger()
+            self._remove_temporaries()  # left by a killed run of this job
         else:
-            self._remove_own_files()
+            old_job = self._manifest_job()
+            self._refuse_foreign(old_job)  # before anything is deleted
+            self._remove_own_files(old_job, manifest=False)  # the manifest is replaced, atomically
             self.job_id = uuid.uuid4().hex
             _atomic_write(mpath, json.dumps({**manifest, "job_id": self.job_id}).encode())
-        for pattern in (".part-*.tmp", ".join-*.tmp"):  # left by a killed run of this job
+        self._seen = 0
+
+    def _manifest_job(self) -> str | None:
+        """The job id of the folder's manifest.json (None when there is none). Raises ConfigError for a
+        manifest.json this store did not write (it writes it atomically, so its own is never torn)."""
+        mpath = self.partial / MANIFEST
+        if not mpath.exists() and not mpath.is_symlink():
+            return None
+        try:
+            job = json.loads(mpath.read_bytes()).get("job_id") if not mpath.is_symlink() else None
+        except (OSError, ValueError, AttributeError):
+            job = None
+        if not isinstance(job, str) or not job:
+            raise ConfigError(
+                f"{mpath} was not written by openjev-batch; move it away, or write to another -o "
+                "(it is left as it is)"
+            )
+        return job
+
+    def _part_job(self, p: Path) -> str | None:
+        """The job id in part `p`'s metadata (None: not a part of this store)."""
+        try:
+            return self._part_meta(p).get(_META_JOB, b"").decode() or None
+        except Exception:  # not Parquet, unreadable: a file the store did not write
+            return None
+
+    def _refuse_foreign(self, job: str | None) -> None:
+        """Raise ConfigError naming the files with the store's names (parts, ledger, Ray staging) that job
+        `job` did not make: a fresh run would have to delete or overwrite them (hostile trial, issue 25:
+        a user's files named so were deleted)."""
+        foreign = [
+            p.name
+            for p in sorted(self.partial.glob("part-[0-9]*.parquet"))
+            if job is None or self._part_job(p) != job
+        ]
+        stage = self.partial / STAGE_DIR
+        if job is None:
+            led = self.partial / LEDGER
+            foreign += [LEDGER] if led.exists() or led.is_symlink() else []
+            if stage.is_dir():
+                foreign += [f"{STAGE_DIR}/{p.name}" for g in _OWN_STAGE_GLOBS for p in sorted(stage.glob(g))]
+        if foreign:
+            raise ConfigError(
+                f"{self.partial} holds {', '.join(foreign[:3])}{' …' if len(foreign) > 3 else ''}, which no "
+                "earlier run of this output wrote; move them away, or write to another -o (nothing was changed)"
+            )
+
+    def _remove_temporaries(self) -> None:
+        for pattern in (".part-*.tmp", ".join-*.tmp"):
             for tmp in self.partial.glob(pattern):
                 tmp.unlink(missing_ok=True)
-        self._seen = 0
+
+    def amend(self, key: str, value: Any) -> None:
+        """Set one entry of this job's manifest, atomically: a value known only once the model loaded (a
+        hub id's revision, downloaded by the loader), so the key a resume computes matches it."""
+        mpath = self.partial / MANIFEST
+        m = json.loads(mpath.read_bytes())
+        if m.get(key) != value:
+            _atomic_write(mpath, json.dumps({**m, key: value}).encode())
 
     def _read_ledger(self) -> dict[int, dict]:
         out: dict[int, dict] = {}
@@ -243,16 +267,26 @@ class OutputStore:
                     continue
         return out
 
-    def _remove_own_files(self) -> None:
-        for pattern in _OWN_GLOBS:
-            for p in self.partial.glob(pattern):
+    def _remove_own_files(self, job: str | None, manifest: bool = True) -> None:
+        """Delete what job `job` wrote here: its parts (by the job id in their metadata) and, as the folder
+        is then its (its manifest names it), the ledger, temporaries and Ray staging; the manifest last, so
+        a kill midway leaves a folder that still says whose files it holds. Nothing for `job` None."""
+        if job is None:
+            return
+        for p in self.partial.glob("part-[0-9]*.parquet"):
+            if self._part_job(p) == job:
                 p.unlink(missing_ok=True)
         stage = self.partial / STAGE_DIR
-        if stage.is_dir():
+        if stage.is_dir() and not stage.is_symlink():
             for pattern in _OWN_STAGE_GLOBS:
                 for p in stage.glob(pattern):
                     p.unlink(missing_ok=True)
             _rmdir_if_empty(stage)
+        self._remove_temporaries()
+        (self.partial / LEDGER).unlink(missing_ok=True)
+        with contextlib.suppress(ConfigError):  # a manifest that is no longer this job's stays
+            if manifest and self._manifest_job() == job:
+                (self.partial / MANIFEST).unlink(missing_ok=True)
 
     # -- per chunk -----------------------------------------------------------------------------------
     def begin_chunk(self, chunk: int, rows: int, records: int, input_sha256: str) -> None:
@@ -271,7 +305,8 @@ class OutputStore:
                 f"{input_sha256[:12]}… now); delete it or rerun without --resume"
             )
         self.ledger[chunk] = entry
-        with open(self.partial / LEDGER, "a") as f:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # never through a link
+        with os.fdopen(os.open(self.partial / LEDGER, flags, 0o644), "a") as f:
             f.write(json.dumps(entry) + "\n")
 
     def part(self, chunk: int) -> Path:
@@ -384,6 +419,17 @@ class OutputStore:
             fields.append(pa.field(k, pa.string() if t is None or pa.types.is_null(t) else t))
         schema = pa.schema(fields)
         tmp = self.partial / f".join-{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            self._join(parts, tmp, schema, final)
+            os.replace(tmp, self.path)
+        except BaseException:  # a full disk, an output that cannot be replaced: no half-joined file left
+            tmp.unlink(missing_ok=True)
+            raise
+        self._remove_own_files(self.job_id)
+        self.release(remove=True)
+        return self.path
+
+    def _join(self, parts: list[Path], tmp: Path, schema: pa.Schema, final: dict) -> None:
         with TableWriter(tmp, schema, output_format(self.path)) as w:
             for p in parts:
                 t = pq.read_table(p)
@@ -398,16 +444,12 @@ class OutputStore:
                             c = pa.array(vals, type=schema.field(k).type)
                     cols.append(c)
                 w.write_table(pa.Table.from_arrays(cols, schema=schema))
-        os.replace(tmp, self.path)
-        self._remove_own_files()
-        self.release(remove=True)
-        return self.path
 
     def abandon(self) -> None:
         """The job ends without output: keep the partial for `--resume` if it holds a part, else remove the
         store's files and folder (nothing to resume, e.g. the model did not load) and release the lock."""
         if self._fd is not None and not any(self.partial.glob("part-[0-9]*.parquet")):
-            self._remove_own_files()
+            self._remove_own_files(self.job_id)
             self.release(remove=True)
         self.release()
 
@@ -417,8 +459,8 @@ class OutputStore:
         fd, self._fd = self._fd, None
         if fd is None:
             return
-        if remove:
-            lock_path(self.path).unlink(missing_ok=True)
+        if remove and same_file(lock := lock_path(self.path), fd):  # only the lock this job holds
+            lock.unlink(missing_ok=True)
             _rmdir_if_empty(self.partial)
         os.close(fd)  # closing the last fd drops the flock
 

@@ -36,6 +36,9 @@ class Summary:
     unique_tokens: int = 0
     model: str = ""  # model_info.describe(): architecture, hybrid/recurrent layers, MoE
     pattern: str = ""  # the request pattern the backend chose for it
+    startup: str = (
+        ""  # the backend's start-up (engine start, kernel warm-up), part of wall_s when it ran here
+    )
     # the most frequent distinct errors: (count, error without its row name, one row it came from)
     top_errors: tuple[tuple[int, str, str], ...] = ()
     # per question id, in first-seen order: ((option, rows answered with it, their mean confidence or None

@@ -30,7 +30,16 @@ import pyarrow.compute as pc
 
 from ..core import BranchSpec, RowPrompt, lcp
 from ..errors import ConfigError
-from ..schema import RowError, row_id, unidentified_row_error
+from ..schema import (
+    MAX_STATE_BYTES,
+    RowError,
+    checked_row_id,
+    kept_values,
+    option_text_problem,
+    text_bytes,
+    text_field,
+    unidentified_row_error,
+)
 from .base import Readout, RowFailures, RowResults
 from .label_logprobs.answer import softmax
 
@@ -47,6 +56,8 @@ class Template:
     an unknown field, a format spec, or a template without exactly one ``{hypothesis}``."""
 
     def __init__(self, text: str):
+        if (problem := option_text_problem(text)) is not None:  # the tokenizer raises on a surrogate
+            raise ConfigError(f"--template: {problem}")
         try:
             parsed = list(string.Formatter().parse(text))
         except ValueError as e:
@@ -104,23 +115,20 @@ class ClsRow:
 
 
 def _str_field(rec: dict[str, Any], name: str, rid: str) -> str:
-    v = rec.get(name)
-    if v is None:
-        raise ValueError(f"row {rid}: {name}: missing")
-    if not isinstance(v, str):
-        raise ValueError(f"row {rid}: {name}: expected a string, got {type(v).__name__}")
-    if not v.strip():
-        raise ValueError(f"row {rid}: {name}: empty")
-    return v
+    try:
+        return text_field(rec, name)
+    except ValueError as e:
+        raise ValueError(f"row {rid}: {e}") from None
 
 
 def parse_cls_row(
     pos: int, rec: dict[str, Any], template: Template, keep: tuple[str, ...] = ()
 ) -> ClsRow | RowError:
     """One input record → ClsRow or RowError (never raises). A row has `text`, or the template's
-    fields (`premise` + `hypothesis`), not both."""
-    kept = {k: rec.get(k) for k in keep}
-    rid, id_problem = row_id(rec.get("id"), pos)
+    fields (`premise` + `hypothesis`), not both. The values get `run`'s checks (schema.py): a lone
+    surrogate or an undecodable cell in the id, a text field or a kept column is the row's error."""
+    kept, kept_problem = kept_values(rec, keep)
+    rid, id_problem = checked_row_id(rec.get("id"), pos)
     if id_problem:
         return unidentified_row_error(pos, f"id: {id_problem}", kept=kept)
     try:
@@ -128,11 +136,18 @@ def parse_cls_row(
         if rec.get("text") is not None:
             if has_pair:
                 raise ValueError(f"row {rid}: text: give either text or premise + hypothesis, not both")
-            return ClsRow(pos, rid, _str_field(rec, "text", rid), None, kept)
-        if not has_pair:
+            text, prefix = _str_field(rec, "text", rid), None
+        elif not has_pair:
             raise ValueError(f"row {rid}: text: missing (give text, or premise + hypothesis)")
-        vals = {f: (_str_field(rec, f, rid) if f in template.fields else "") for f in TEMPLATE_FIELDS}
-        text, prefix = template.render(vals["premise"], vals["hypothesis"])
+        else:
+            vals = {f: (_str_field(rec, f, rid) if f in template.fields else "") for f in TEMPLATE_FIELDS}
+            text, prefix = template.render(vals["premise"], vals["hypothesis"])
+            if (n := text_bytes(text)) > MAX_STATE_BYTES:  # each field is within it, the prompt is not
+                raise ValueError(
+                    f"row {rid}: premise + hypothesis: {n:,} bytes of text, limit {MAX_STATE_BYTES:,}"
+                )
+        if kept_problem:  # after the text's own problems, in the order `run` names them
+            raise ValueError(f"row {rid}: {kept_problem}")
         return ClsRow(pos, rid, text, prefix, kept)
     except ValueError as e:
         return RowError(pos, rid, str(e), kept=kept)

@@ -272,20 +272,25 @@ def test_sglang_prefix_first_pattern_matches_hf_and_reuses_prefixes(sglang_backe
     rows = [RowPrompt(i, str(i), r.prefix, r.branches) for i, r in enumerate(rows)]
     sglang_backend.engine.flush_cache()
     (w,) = plan(rows, 100_000)
-    groups = state_groups(w.rows, budget, sglang_backend.hybrid_depth, overlap=sglang_backend.hybrid_overlap)
+    groups = state_groups(
+        w.rows, budget, sglang_backend.hybrid_depth, overlap=sglang_backend.hybrid_overlap,
+        lead=sglang_backend.hybrid_lead,
+    )  # fmt: skip
     assert len(groups) >= 3
     warm0 = sglang_backend.warm_tokens
     a, b = hf_backend.prefill(w), sglang_backend.prefill(w)
     prefix_set = {r.prefix for r in w.rows}
     kinds = [["p" if tuple(x) in prefix_set else "b" for x in kw["input_ids"]] for kw in calls]
-    # the overlapped schedule: the first group's prefixes alone, then per group its branches with the next
-    # group's prefix-only requests behind them in ONE call (one scheduler message), the last branches alone
-    assert sglang_backend.hybrid_overlap and len(calls) == len(groups) + 1
-    assert set(kinds[0]) == {"p"} and set(kinds[-1]) == {"b"}
+    # the pipelined schedule: the first `lead` groups' prefixes alone, then per group its branches with the
+    # prefix-only requests of the group `lead` ahead behind them in ONE call (one scheduler message), the
+    # last branches alone
+    lead = sglang_backend.hybrid_lead
+    assert sglang_backend.hybrid_overlap and lead == 2 and len(calls) == len(groups) + lead
+    assert all(set(k) == {"p"} for k in kinds[:lead]) and set(kinds[-1]) == {"b"}
     for k in kinds:
         assert k == sorted(k)  # "b" < "p": branches first, so the scheduler admits them first
     assert sum(k.count("p") for k in kinds) == len(prefix_set)
-    for (a_, b_), k in zip(groups, kinds[1:], strict=True):
+    for (a_, b_), k in zip(groups, kinds[lead:], strict=True):
         assert k.count("b") == sum(len(r.branches) for r in w.rows[a_:b_])
     for kw in calls:
         assert len(kw["token_ids_logprob"]) == len(kw["input_ids"]) and all(kw["token_ids_logprob"])
@@ -492,3 +497,22 @@ def test_request_pattern_per_job_on_one_engine(sglang_backend, tmp_path):
     s, again = job("again")
     assert s.pattern.endswith("8 groups, 2 in flight") and sglang_backend.state_budget is None
     assert sglang_backend.kv_capacity_tokens and sglang_backend.kv_capacity_tokens > 0
+
+
+def test_batch_job_memory_for_recurrent_models_on_a_gpu_only_where_the_user_left_it():
+    """A batch job owns its GPU: a recurrent-state model on CUDA gets mem_fraction_static 0.9 and a 4:1
+    state share (run 5: 807 instead of 207 slots on the H200); a value the user gave wins, a dense model or
+    a CPU engine keeps sglang's sizing, and a key this sglang lacks is not set."""
+    from openjev_batch.backends.sglang.kwargs import HYBRID_BATCH_MEMORY, hybrid_batch_memory
+
+    fields = set(HYBRID_BATCH_MEMORY)
+    kw = {"device": "cuda"}
+    assert hybrid_batch_memory(kw, True, fields) == HYBRID_BATCH_MEMORY and kw["mem_fraction_static"] == 0.9
+    kw = {"device": "cuda", "mem_fraction_static": 0.7}
+    assert hybrid_batch_memory(kw, True, fields) == {"mamba_full_memory_ratio": 4.0}
+    assert kw["mem_fraction_static"] == 0.7
+    assert hybrid_batch_memory({"device": "cuda"}, False, fields) == {}
+    assert hybrid_batch_memory({"device": "cpu"}, True, fields) == {}
+    assert hybrid_batch_memory({"device": "cuda"}, True, {"mem_fraction_static"}) == {
+        "mem_fraction_static": 0.9
+    }

@@ -83,6 +83,10 @@ def test_an_engine_that_cannot_start_ends_the_job_exit_4_naming_the_cause(tiny_m
     assert r.returncode == 4, r.stderr[-3000:]
     msg = " ".join(r.stderr.split("error:")[-1].split())
     assert "sglang.Engine could not start with" in msg and "the sglang scheduler failed:" in msg, msg
+    # its traceback is not printed above the message (issue 25): the cause is in the message, and
+    # --engine-arg log_level=info shows the traceback
+    assert "Traceback" not in r.stderr and "Scheduler hit an exception" not in r.stderr, r.stderr[-3000:]
+    assert "(its traceback: --engine-arg log_level=info)" in msg
     assert not out.exists() and not (tmp_path / "o.parquet.partial").exists()
 
 

@@ -199,3 +199,25 @@ def test_sglang_patches_option_is_validated():
         build_config(**base, backend="sglang", sglang_patches="fast")
     with pytest.raises(BackendError, match="drop --sglang-patches"):
         build_config(**base, backend="hf", sglang_patches="none")
+
+
+def test_idle_tree_check_runs_at_most_once_per_interval(monkeypatch):
+    """The idle radix-tree sanity check (20 % of the scheduler's samples on the H200 W3 run) is wrapped on
+    sglang's real SchedulerInvariantChecker: the check itself still runs, once per interval, with its
+    arguments; and the patch is in the product's default set."""
+    pytest.importorskip("sglang")
+    from sglang.srt.managers.scheduler_components import invariant_checker as ic
+
+    calls = []
+    monkeypatch.setattr(ic.SchedulerInvariantChecker, "_check_tree_cache", lambda self: calls.append(self))
+    clock = [1000.0]
+    monkeypatch.setattr("time.monotonic", lambda: clock[0])
+    assert scheduler_patch.apply_idle_check(interval_s=30.0)
+    assert scheduler_patch.apply_idle_check(interval_s=30.0)  # idempotent: wrapped once
+    checker = object.__new__(ic.SchedulerInvariantChecker)
+    for t in (1000.0, 1010.0, 1029.9, 1030.0, 1031.0, 1100.0):
+        clock[0] = t
+        checker._check_tree_cache()
+    assert calls == [checker, checker, checker]  # at 1000, 1030 and 1100
+    assert "idle-check" in scheduler_patch.PATCH_SETS["all"]
+    assert "idle-check" not in scheduler_patch.PATCH_SETS["gather"]

@@ -319,5 +319,5 @@ def test_refusals_found_by_a_hostile_input_trial(tmp_path):
     cmd = [sys.executable, "-m", "openjev_batch", "run", "-", "-o", str(tmp_path / "o.parquet"), "-m", "M", "-b",
            "hf", "--dry-run", "-q", str(EXAMPLES / "ticket_questions.yaml")]  # fmt: skip
     r = subprocess.run(cmd, input="not json, not csv", capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert r.returncode == 4 and "error: -: cannot read as CSV" in r.stderr, r.stderr
+    assert r.returncode == 4 and "error: -: no rows" in r.stderr, r.stderr  # a CSV header, no rows
     assert "openjev-stdin-" not in r.stderr and "stdin.csv" not in r.stderr

@@ -66,17 +66,43 @@ def test_broken_backend_ends_the_job_in_the_first_window_and_resumes(monkeypatch
     assert r.exit_code == 4, r.output
     msg = " ".join(r.output.split())  # rich wraps at the runner's 80 columns
     assert msg.count("error:") == 1 and "backend itself is broken" in msg
-    assert "ValueError: Calling crop with a positive value (" in msg and "rerun with --resume" in msg
+    assert "ValueError: Calling crop with a positive value (" in msg
+    assert "--resume" not in msg  # no chunk was finished: nothing to resume (issue 25)
     first = set(Broken.seen[0])
     assert len(first) == 8 and all(set(w) <= first for w in Broken.seen)  # never left the first window
     assert sum(len(w) == 1 for w in Broken.seen) == BROKEN_AFTER_ROWS  # stopped at the third single row
     assert not out.exists()  # nothing claimed answered
-    assert not list((tmp_path / "o.parquet.partial").glob("part-*"))
-    # the partial is a valid start for --resume: with a working backend the same job completes
+    assert not (tmp_path / "o.parquet.partial").exists()
+    # --resume with nothing to resume runs the whole job: with a working backend it completes
     ok = _run(monkeypatch, HFBackend, *args, "--resume")
     assert ok.exit_code == 0, ok.output
     df = pl.read_parquet(out)
     assert df.height == 48 and df["error"].null_count() == 48
+
+
+class BrokenAfterFirstChunk(HFBackend):
+    """The real hf backend that breaks (the same way on every row) once the first chunk, r0–r7, is done."""
+
+    def prefill(self, window):
+        if any(int(r.row_id[1:]) >= 8 for r in window.rows):
+            raise ValueError(f"Calling crop with a positive value ({len(window.rows[0].prefix)})")
+        return super().prefill(window)
+
+
+def test_broken_backend_offers_resume_only_with_a_finished_chunk(monkeypatch, tiny_model, tmp_path):
+    """The message said "finished chunks are kept in X.partial: rerun with --resume" also when no chunk was
+    written and no partial exists (the test above); it says so when a chunk is in the partial."""
+    inp = write_jsonl(tmp_path / "in.jsonl", _rows(24))
+    out = tmp_path / "o.parquet"
+    r = _run(
+        monkeypatch, BrokenAfterFirstChunk, inp, "-m", tiny_model, "-b", "hf", "-o", out, "--chunk-rows", "8"
+    )
+    assert r.exit_code == 4, r.output
+    msg = " ".join(r.output.split())
+    assert "backend itself is broken" in msg
+    squeezed = "".join(r.output.split())  # rich wraps at the runner's 80 columns, also inside the path
+    assert f"(finishedchunksarekeptin{out}.partial:rerunwith--resume)" in squeezed
+    assert [p.name for p in (tmp_path / "o.parquet.partial").glob("part-*")] == ["part-000000.parquet"]
 
 
 def test_one_bad_row_stays_a_row_error(monkeypatch, tiny_model, tmp_path):

@@ -137,3 +137,21 @@ def test_state_budget_refuses_more_running_requests_than_the_engine_runs():
     assert b.group_cost(1, 1000) == 1 + 3 * 140  # queued requests wait: only 140 hold states
     assert b.fits(7, 56, depth=2) and b.fits(8, 64, depth=2) and not b.fits(9, 72, depth=2)
     assert b.fits(9, 72, depth=1) and not b.fits(9, 72, depth=1, ahead=70)  # 142 running > 140
+
+
+def test_pipelined_state_groups_keep_three_groups_of_prefix_states_beside_two_steps():
+    """lead 2 (two request steps in flight): a group's prefix states wait two steps for their branches, so
+    3 groups of prefix states and 2 steps of running requests (≤ the running cap) must fit the slots. The
+    batch-job engine of run 5b (807 slots, 3 a request, ≤ 269 running), W3-like rows: 29 rows a group,
+    against 60 with one step in flight."""
+    b = StateBudget(slots=807, per_request=3, max_running=269)
+    w3 = [row(i, [i] * 50, n_q=3) for i in range(300)]
+    groups = state_groups(w3, b, overlap=True, lead=2)
+    sizes = [y - x for x, y in groups]
+    assert max(sizes) == 29 and sum(sizes) == 300  # 3·29 + 3·min(2·4·29, 269) = 87 + 696 = 783 ≤ 791
+    assert b.pipelined_cost(29, 87, 2) <= b.usable() < b.pipelined_cost(30, 90, 2)
+    one = state_groups(w3, b, overlap=True)
+    assert max(y - x for x, y in one) > 2 * 29  # one step in flight: twice as large, half the steps
+    # the running cap bounds the running part: beyond it, requests wait in the queue holding no slot
+    assert b.pipelined_cost(100, 300, 2) == 3 * 100 + 3 * 269
+    assert state_groups(w3, b, overlap=True, lead=1) == one  # lead 1 is the one-step schedule

@@ -191,7 +191,10 @@ def test_sglang_reports_each_request_batch(sglang_backend, monkeypatch):
     run(2 * len(sglang_backend._groups(w)))  # per group: its first branches, then the rest
     budget = StateBudget(slots=20, per_request=3)
     monkeypatch.setattr(sglang_backend, "state_budget", budget)
-    groups = state_groups(w.rows, budget, sglang_backend.hybrid_depth, overlap=sglang_backend.hybrid_overlap)
+    groups = state_groups(
+        w.rows, budget, sglang_backend.hybrid_depth, overlap=sglang_backend.hybrid_overlap,
+        lead=sglang_backend.hybrid_lead,
+    )  # fmt: skip
     run(len(groups))  # per group its branches (the prefix-only step before the first reports none)
 
 

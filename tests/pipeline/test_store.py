@@ -220,9 +220,12 @@ def test_unify_types_is_the_type_every_value_agrees_on():
 def test_a_run_deletes_and_overwrites_only_files_it_created(hf_backend, tmp_path):
     out = tmp_path / "o.parquet"
     partial = tmp_path / "o.parquet.partial"
-    partial.mkdir()
+    earlier = OutputStore(out)  # an earlier job on this output, stopped: its manifest, ledger and part
+    earlier.begin_chunk(7, 1, 1, "h7")
+    earlier.write(7, [_record("old")])
+    earlier.release()
     inp = write_jsonl(partial / "in.jsonl", _rows(3))  # the user's input inside OUT.partial/
-    (partial / "part-000007.parquet").write_bytes(b"stale part of an earlier job")  # the store's name
+    # (a file with the store's name that no earlier job wrote is refused: test_store_safety.py)
     user_tmp = tmp_path / "o.parquet.tmp"
     user_tmp.write_text("the user's file")
     s = run_job(_cfg(inp, out, chunk_rows=2), backend=hf_backend)

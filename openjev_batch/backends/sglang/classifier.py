@@ -32,6 +32,7 @@ from . import signals as sglang_signals
 from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE, TEXT_ONLY
 from .kwargs import engine_kwargs as engine_kwargs_base
 from .kwargs import import_sglang
+from .scheduler_patch import engine_class
 
 ENV = "SGLANG_EXTERNAL_MODEL_PACKAGE"
 
@@ -85,7 +86,7 @@ class SGLangClassifier(Backend):
 
     def __init__(self, opts: BackendOptions):
         ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before the engine starts
-        sglang = import_sglang()
+        import_sglang()  # says how to get sglang when it is missing
         from transformers import AutoTokenizer
 
         self.labels = ckpt.labels
@@ -107,7 +108,11 @@ class SGLangClassifier(Backend):
         if override:
             os.environ[ENV] = PACKAGE
         try:  # the same signal handling as the causal engine (signals.py): SIGQUIT, SIGTERM, error file
-            self.engine, self._error_file = sglang_signals.start_engine(sglang.Engine, kw, opts)
+            # engine_class("none"): sglang's Engine whose scheduler reports its failure to the error file
+            # (the parent's one-line message names it) and installs none of the label-logprob patches
+            self.engine, self._error_file = sglang_signals.start_engine(
+                lambda **kw: engine_class("none")(**kw), kw, opts
+            )
         finally:
             if override:
                 if prev is None:

@@ -32,7 +32,9 @@ its group scheduler and the readout by token id; the engine arguments are kwargs
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
+import time
 from typing import Any
 
 from ... import mis
@@ -43,7 +45,13 @@ from ...pipeline.plan import StateBudget, state_groups
 from ..base import Backend, BackendOptions, BranchResult, loader_options, trust_hint
 from . import request_options
 from . import signals as sglang_signals
-from .kwargs import NO_SGL_KERNEL, _version_tuple, choose_multi_item, engine_kwargs, import_sglang
+from .kwargs import (
+    _version_tuple,
+    choose_multi_item,
+    engine_kwargs,
+    hybrid_batch_memory,
+    import_sglang,
+)
 from .scheduler_patch import engine_class
 
 
@@ -104,6 +112,11 @@ class SGLangBackend(Backend):
         kw = engine_kwargs(opts)
         self.multi_item_off_reason = choose_multi_item(opts, kw, sglang.__version__)
         self.model_info: ModelInfo = model_info(opts.model)
+        from sglang.srt.server_args import ServerArgs
+
+        self.batch_memory = hybrid_batch_memory(
+            kw, self.model_info.recurrent, {f.name for f in dataclasses.fields(ServerArgs)}
+        )
         self.moe_config_dir = None
         if self.model_info.moe and kw.get("device") != "cpu":
             from . import moe_configs
@@ -117,10 +130,13 @@ class SGLangBackend(Backend):
                 f"cannot load the tokenizer of {opts.model!r}: {e}{trust_hint(opts, e)}"
             ) from e
         self.engine = None
+        t_start = time.perf_counter()
         # sglang's SIGQUIT handlers SIGKILL this process when an engine process fails: the product handles
         # it instead (sglang_signals), at start-up through sglang's own `custom_sigquit_handler` hook.
+        # `engine_class` imports sglang's Engine (and sgl_kernel): inside start_engine's `try`, so a missing
+        # kernel is its one-line message, not a traceback raised while the call's arguments are evaluated
         self.engine, self._error_file = sglang_signals.start_engine(
-            engine_class(opts.sglang_patches), kw, opts, NO_SGL_KERNEL
+            lambda **kw: engine_class(opts.sglang_patches)(**kw), kw, opts
         )
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         info = self.engine.get_server_info()
@@ -148,6 +164,38 @@ class SGLangBackend(Backend):
         ]
         self.context_length = min((n for n in limits if n > 0), default=None)
         self.pattern = self._describe_pattern()
+        self.start_s = round(time.perf_counter() - t_start, 1)
+        self.warmup_s = self._warm_up() if kw.get("device") == "cuda" and not self.multi_item else 0.0
+        self.startup = f"engine {self.start_s:.1f} s, kernel warm-up {self.warmup_s:.1f} s" + (
+            f"; batch-job memory {', '.join(f'{k}={v}' for k, v in self.batch_memory.items())}"
+            if self.batch_memory
+            else ""
+        )
+
+    # Warm-up forwards (requests × tokens): Triton compiles a kernel per config, and fused-MoE and the
+    # linear-attention kernels pick their config by the batch's token count. Measured on the H200 (35B-A3B
+    # shape, docs/benchmarks.md run 5): a cold Triton cache costs ~60 s of compile on the first job's batches;
+    # sizes up to the 32k prefill budget cover a job's shapes, so the compile happens here, before the
+    # user's job, and is reported apart (`startup`). Triton keeps what it compiled on disk
+    # (~/.triton/cache, TRITON_CACHE_DIR), so a second night's engine warms up in seconds.
+    WARMUP_SHAPES = ((4, 64), (64, 128), (32, 500), (16, 2048), (1, 8192), (64, 400))
+
+    def _warm_up(self) -> float:
+        t = time.perf_counter()
+        tok = int(self.tokenizer.eos_token_id or 0)
+        budget = int(self.pack_tokens or 16_384)
+        try:
+            for n, length in self.WARMUP_SHAPES:
+                length = min(length, max(1, (self.context_length or length) - 1))
+                n = max(1, min(n, budget // max(1, length)))
+                self._generate([[tok] * length for _ in range(n)], [[0] for _ in range(n)])
+            self.engine.flush_cache()
+        except BackendError:
+            self.close()  # the engine died during its warm-up: no engine process is left behind
+            raise
+        except Exception:  # noqa: BLE001 - a warm-up is an optimisation: the job then compiles as it goes
+            pass
+        return round(time.perf_counter() - t, 1)
 
     def _describe_pattern(self) -> str:
         if self.multi_item:
@@ -161,7 +209,8 @@ class SGLangBackend(Backend):
             f"prefix-only request per prefix, groups sized by {b.slots} state slots "
             f"({b.per_request} per running request, ≤ {b.max_running or '?'} running), "
             + (
-                "the next group's prefixes beside a group's branches"
+                f"{self.hybrid_lead} steps in flight (group k's branches beside group k+{self.hybrid_lead}'s "
+                "prefixes)"
                 if self.hybrid_overlap
                 else "one group at a time"
             )
@@ -217,6 +266,9 @@ class SGLangBackend(Backend):
     # The next group's prefix-only requests beside a group's branches (one forward pass per group, not two).
     # Measured: see docs/benchmarks.md (issue 17, run 4).
     hybrid_overlap = True
+    # Steps of the overlapped schedule in flight (state_groups' `lead`): 2 keeps the scheduler's queue
+    # non-empty; 1 is the one-step-at-a-time schedule of run 4.
+    hybrid_lead = 2
 
     def _groups(self, window: Window) -> list[tuple[list, list]]:
         """Cut the window's rows into ≤ `groups_per_window` runs of about equal branch count, never splitting
@@ -343,20 +395,31 @@ class SGLangBackend(Backend):
             self._run_groups([make(a, b) for a, b in state_groups(rows, self.state_budget, d)], d)
             return results  # type: ignore[return-value]
 
-        groups = state_groups(rows, self.state_budget, 1, overlap=True)
-        # step k: group k-1's branches with group k's prefix-only requests (the first: prefixes only, the
-        # last: branches only), one after another; a failure stops the steps after it
+        lead = max(1, self.hybrid_lead)
+        groups = state_groups(rows, self.state_budget, 1, overlap=True, lead=lead)
+        # step k: group k-lead's branches with group k's prefix-only requests (the first `lead`: prefixes
+        # only, the last `lead`: branches only). Step k is sent once step k-lead has finished, so its
+        # branches' prefix states are in the radix cache (sglang inserts a finished request before it
+        # answers), and `lead` steps are in flight: the scheduler has the next batch queued while a forward
+        # runs, instead of idling through each round trip (measured on the H200 with lead 1, W3: the GPU
+        # busy 52 % of the traced span, docs/benchmarks.md run 5). A failure stops the steps after it; the
+        # steps in flight finish (or fail) before the window's BackendError is raised.
+        n = len(groups)
         steps = [
-            (groups[k - 1] if k else None, groups[k] if k < len(groups) else None)
-            for k in range(len(groups) + 1)
+            (groups[k - lead] if k >= lead else None, groups[k] if k < n else None) for k in range(n + lead)
         ]
 
         async def pipeline() -> list:
-            for g, nxt in steps:
-                try:
-                    await step(g, nxt)
-                except Exception as e:  # noqa: BLE001 — reported as the window's BackendError below
-                    return [e]
+            tasks: list[asyncio.Future] = []
+            try:
+                for k, (g, nxt) in enumerate(steps):
+                    if k >= lead:
+                        await tasks[k - lead]
+                    tasks.append(asyncio.ensure_future(step(g, nxt)))
+                await asyncio.gather(*tasks)
+            except Exception as e:  # noqa: BLE001 — reported as the window's BackendError below
+                await asyncio.gather(*tasks, return_exceptions=True)
+                return [e]
             return []
 
         errs = self._wait(pipeline())

@@ -99,6 +99,24 @@ def gpu_prefill_defaults(fields: set[str] | frozenset[str] = frozenset()) -> dic
     return kw
 
 
+# A batch job owns its GPU: for recurrent-state (hybrid) models sglang's server sizing leaves most of it unused
+# (0.5.17 on the H200, 35B-A3B shape: mem_fraction_static 0.654, states:KV memory 0.9 → 207 state slots, at most
+# 69 running requests, beside a 727k-token KV pool a prefix-first job never fills). Measured in one run
+# (benchmarks/results/2026-12-01-h200-w3prof*.json): 0.9 and a 4:1 state share give 807 slots, ≤ 269 running,
+# and still 636k KV tokens. `--engine-arg` (and --mem-fraction-static) win.
+HYBRID_BATCH_MEMORY = {"mem_fraction_static": 0.9, "mamba_full_memory_ratio": 4.0}
+
+
+def hybrid_batch_memory(kw: dict[str, Any], recurrent: bool, fields: set[str]) -> dict[str, Any]:
+    """The batch-job memory split for a recurrent-state model on a GPU, for each key the user left unset
+    (and this sglang has). Returns what was set (for the run summary)."""
+    if not recurrent or kw.get("device") != "cuda":
+        return {}
+    chosen = {k: v for k, v in HYBRID_BATCH_MEMORY.items() if k in fields and kw.get(k) is None}
+    kw.update(chosen)
+    return chosen
+
+
 # Multi-item scoring when the user does not choose (`--engine-arg enable_mis=true|false`): on a CUDA GPU, for
 # models where it is exact, when the attention backend is unset or flashinfer. Measured on one H200, same run,
 # against the first-branch pattern (benchmarks/results/2026-12-01-h200-issue19.md): 0.6B W1 2.14–2.38 →

@@ -58,5 +58,6 @@ def apply(backend: Any, opts: Any) -> None:
     backend.request_pattern = name
     backend.groups_per_window = opts.groups_per_window
     backend.depth = opts.pipeline_depth
+    backend.hybrid_lead = opts.pipeline_depth  # prefix-first: steps in flight (engine.py, `hybrid_lead`)
     backend.kv_capacity_tokens = backend._capacity
     backend.pattern = backend._describe_pattern()

@@ -24,6 +24,13 @@ which the result processor waits on), so `.tolist()` reads host memory. Same val
 in tests/backends/test_scheduler_patch.py runs sglang's own gather and consumer on both). Measured effect:
 not yet (benchmarks/gpu.sh issue19b measures it against the stock readback in one run).
 
+The idle tree check (`idle-check`): sglang 0.5.17 runs `SchedulerInvariantChecker._check_tree_cache` (a walk
+of the whole radix tree, `UnifiedRadixCache.sanity_check`) every time the scheduler is fully idle, and for a
+hybrid (mamba) model always. A prefix-first job leaves the scheduler idle between request batches, and the tree
+holds every cached prefix: py-spy on the H200 (35B-A3B shape, W3 5,000 tickets, docs/benchmarks.md run 5) put
+20 % of the scheduler's samples there, on the path between two batches. It is a debug invariant (it only logs
+a leak); the product runs it at most once every `IDLE_CHECK_INTERVAL_S`.
+
 Each patch installs only where sglang has the structure it replaces and is otherwise a no-op (sglang's own
 path runs, only slower); `--sglang-patches` chooses them (all | gather | readback | none) to measure them.
 Which ran is logged once per scheduler process (level info: `--engine-arg log_level=info` shows it; a
@@ -42,7 +49,7 @@ log = logging.getLogger(__name__)
 
 # the --sglang-patches choices (options.py validates against these keys)
 PATCH_SETS: dict[str, tuple[str, ...]] = {
-    "all": ("gather", "readback"),
+    "all": ("gather", "readback", "idle-check"),
     "gather": ("gather",),
     "readback": ("readback",),
     "none": (),
@@ -190,11 +197,23 @@ def apply() -> bool:
     return True
 
 
+class _TracebackAtInfo(logging.Filter):
+    """Drops sglang's "Scheduler hit an exception: <traceback>" record unless its logger shows info
+    (`--engine-arg log_level=info`): the parent's one-line message names the cause from the error file, and
+    the ~40-line traceback printed above it buried that line (issue 25)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Scheduler hit an exception"):
+            return True
+        return logging.getLogger(record.name).getEffectiveLevel() <= logging.INFO
+
+
 def report_failures() -> None:
     """In the scheduler process: also write the last line of the exception sglang's scheduler hits (it logs
     the traceback, then SIGQUITs the parent) to the file named by $OPENJEV_ENGINE_ERROR_FILE, so the
-    parent's message names the cause (sglang_signals). Changes nothing without that variable or when
-    the scheduler module has no `get_exception_traceback`."""
+    parent's message names the cause (sglang_signals); the traceback itself is logged only at level info
+    (`_TracebackAtInfo`). Changes nothing without that variable or when the scheduler module has no
+    `get_exception_traceback`."""
     import os
 
     path = os.environ.get("OPENJEV_ENGINE_ERROR_FILE")
@@ -217,9 +236,44 @@ def report_failures() -> None:
         return tb
 
     sch.get_exception_traceback = traced
+    sch.logger.addFilter(_TracebackAtInfo())
 
 
-INSTALLERS = {"gather": apply, "readback": apply_readback}
+IDLE_CHECK_INTERVAL_S = 30.0
+
+
+def apply_idle_check(interval_s: float = IDLE_CHECK_INTERVAL_S) -> bool:
+    """Run sglang's idle radix-tree sanity check at most once every `interval_s` seconds in this process.
+    Returns False (and changes nothing) where sglang has no `SchedulerInvariantChecker._check_tree_cache`."""
+    import importlib
+    import time
+
+    try:
+        ic = importlib.import_module("sglang.srt.managers.scheduler_components.invariant_checker")
+    except ImportError:
+        return False
+    cls = getattr(ic, "SchedulerInvariantChecker", None)
+    stock = getattr(cls, "_check_tree_cache", None)
+    if not callable(stock):
+        return False
+    if getattr(stock, "_openjev_idle", False):
+        return True
+    last = [float("-inf")]
+
+    @functools.wraps(stock)
+    def _check_tree_cache(self, *args: Any, **kwargs: Any) -> Any:
+        now = time.monotonic()
+        if now - last[0] < interval_s:
+            return None
+        last[0] = now
+        return stock(self, *args, **kwargs)
+
+    _check_tree_cache._openjev_idle = True  # type: ignore[attr-defined]
+    cls._check_tree_cache = _check_tree_cache
+    return True
+
+
+INSTALLERS = {"gather": apply, "readback": apply_readback, "idle-check": apply_idle_check}
 
 
 def install(patches: tuple[str, ...] = PATCH_SETS["all"]) -> dict[str, bool]:

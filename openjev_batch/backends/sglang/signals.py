@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import threading
+import warnings
 import weakref
 from collections.abc import Iterator
 
@@ -42,6 +43,9 @@ class _DropCustomHandlerNotice(logging.Filter):
 
 
 logging.getLogger("sglang.srt.entrypoints.engine").addFilter(_DropCustomHandlerNotice())
+# sglang's quantization modules warn at import on a machine without CUDA ("Only CUDA … support AWQ"), four
+# lines above the one-line "sgl_kernel missing: use --backend hf" (issue 25); nothing here uses them
+warnings.filterwarnings("ignore", r"Only CUDA", UserWarning, r"sglang\.srt\.layers\.quantization")
 
 
 def _signal_name(code: int) -> str:
@@ -59,8 +63,10 @@ def failure_cause() -> str:
         try:
             with open(path) as f:
                 lines = [ln.strip() for ln in f if ln.strip()]
-            if lines:
-                return f"the sglang scheduler failed: {lines[-1]}"
+            if lines:  # the traceback is not printed (scheduler_patch._TracebackAtInfo): say how to see it
+                return (
+                    f"the sglang scheduler failed: {lines[-1]} (its traceback: --engine-arg log_level=info)"
+                )
         except OSError:
             pass
     for engine in list(_engines):
@@ -182,8 +188,9 @@ def children_pids() -> set[int]:
         return set()
 
 
-def start_engine(make, kw: dict, opts, no_kernel: str = "") -> tuple[object, str]:
-    """Start an engine with `make(**kw)` under the product's signal handling, for both sglang backends:
+def start_engine(make, kw: dict, opts) -> tuple[object, str]:
+    """Start an engine with `make(**kw)` under the product's signal handling, for both sglang backends
+    (`make` imports sglang's Engine, so a missing sgl_kernel is raised here and named with its hint):
     SIGQUIT from a failing engine process is recorded (sglang's own handler SIGKILLs this process), the
     scheduler writes its error to a file this process reads, SIGTERM/SIGINT go back to the CLI's handler.
     Returns (engine, error file: the caller unlinks it at close). On failure kills what the half-started
@@ -209,8 +216,10 @@ def start_engine(make, kw: dict, opts, no_kernel: str = "") -> tuple[object, str
         os.unlink(error_file)
         if isinstance(e, JobInterrupted):
             raise
-        if no_kernel and "sgl_kernel" in str(e):
-            raise BackendError(no_kernel) from e
+        if isinstance(e, ImportError) and "sgl_kernel" in str(e):
+            from .kwargs import NO_SGL_KERNEL
+
+            raise BackendError(NO_SGL_KERNEL) from None
         why = str(e) if isinstance(e, EngineDied) else f"{type(e).__name__}: {e}"
         hint = trust_hint(opts, e)  # a hub checkpoint with pickle weights only, or its own code
         raise BackendError(f"sglang.Engine could not start with {opts.model!r}: {why}{hint}") from None
