@@ -165,11 +165,16 @@ class SGLangBackend(Backend):
         self.context_length = min((n for n in limits if n > 0), default=None)
         self.pattern = self._describe_pattern()
         self.start_s = round(time.perf_counter() - t_start, 1)
-        self.warmup_s = self._warm_up() if kw.get("device") == "cuda" and not self.multi_item else 0.0
-        self.startup = f"engine {self.start_s:.1f} s, kernel warm-up {self.warmup_s:.1f} s" + (
-            f"; batch-job memory {', '.join(f'{k}={v}' for k, v in self.batch_memory.items())}"
-            if self.batch_memory
-            else ""
+        warm = kw.get("device") == "cuda" and not self.multi_item  # the CPU engine compiles nothing
+        self.warmup_s = self._warm_up() if warm else 0.0
+        self.startup = (
+            f"engine {self.start_s:.1f} s"
+            + (f", kernel warm-up {self.warmup_s:.1f} s" if warm else "")
+            + (
+                f"; batch-job memory {', '.join(f'{k}={v}' for k, v in self.batch_memory.items())}"
+                if self.batch_memory
+                else ""
+            )
         )
 
     # Warm-up forwards (requests × tokens): Triton compiles a kernel per config, and fused-MoE and the
