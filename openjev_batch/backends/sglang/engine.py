@@ -440,6 +440,8 @@ class SGLangBackend(Backend):
         None) as ONE request batch, branches first: one batch reaches the scheduler as one message, so both
         go into the same forward pass (two `async_generate` calls can land in different scheduler
         iterations). Fills `results` for g's branches; the prefix-only requests count as warm-up tokens."""
+        if g is None and nxt is None:  # a window of fewer groups than steps in flight: nothing to send
+            return
         keys = [(i, j) for i in range(*g) for j in range(len(rows[i].branches))] if g else []
         ids = [list(rows[i].prefix + rows[i].branches[j].suffix) for i, j in keys]
         labels = [list(rows[i].branches[j].label_ids) for i, j in keys]
