@@ -26,10 +26,10 @@ LEAD_Q = {
 
 def test_answer_lead_and_examples_in_the_shared_prefix(qwen3_tok, tiny_model, tmp_path):
     from openjev_batch.core import lcp
-    from openjev_batch.readouts.label_logprobs.prompt import Prompter
+    from openjev_batch.readouts.label_logprobs import LabelLogprobs
     from openjev_batch.schema import parse_row
 
-    p = Prompter(qwen3_tok)
+    p = LabelLogprobs().prompter(qwen3_tok)  # the Prompter wrapped in its per-question variants
     rows = [parse_row(i, {"id": f"r{i}", "state": s, "questions": LEAD_Q}) for i, s in
             enumerate(["I was charged twice", "The app crashes"])]  # fmt: skip
     (a, fa), (b, fb) = p.build_many(rows)

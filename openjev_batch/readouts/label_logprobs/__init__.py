@@ -28,6 +28,7 @@ from ...schema import (
 from ..base import Readout, RowFailures, RowResults
 from .answer import read_out
 from .prompt import INSTRUCTIONS, Prompter
+from .prompt_variants import Variants
 
 SEP = "\x1f"  # as pipeline.summary.SEP: a question's id, type and options joined into one answer key
 
@@ -91,12 +92,14 @@ class LabelLogprobs(Readout):
     def problems(self, row: Row) -> list[str]:
         return [q.error for q in row.questions if isinstance(q, QuestionError)]
 
-    def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> Prompter:
-        return Prompter(
+    def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> Variants:
+        # per-question answer leads and worked examples (prompt_variants) around the default Prompter
+        base = Prompter(
             tokenizer,
             self.system_prompt or INSTRUCTIONS,
             max_branch_tokens=min(MAX_BRANCH_TOKENS, max_branch_tokens or MAX_BRANCH_TOKENS),
         )
+        return Variants(base)
 
     def records(self, row: Row, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
         out = []

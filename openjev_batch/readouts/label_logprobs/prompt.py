@@ -305,18 +305,9 @@ class Prompter:
 
     def build_many(self, rows: list[Row]) -> list[tuple[RowPrompt | None, tuple[Failed, ...]]]:
         """Rows → (RowPrompt of each row's valid questions or None, its failed questions), aligned with
-        `rows`. Never raises for row data. Questions with an answer lead or worked examples go through
-        `prompt_variants` (a Prompter per system text × lead)."""
-        from .prompt_variants import Variants, needs_variants
-
-        if not needs_variants(rows):
-            return self._build_plain(rows)
-        if getattr(self, "_variants", None) is None:
-            self._variants = Variants(self)
-        return self._variants.build_many(rows)
-
-    def _build_plain(self, rows: list[Row]) -> list[tuple[RowPrompt | None, tuple[Failed, ...]]]:
-        """build_many for this Prompter's own instructions and answer lead."""
+        `rows`. Never raises for row data. Every question is asked with this Prompter's own instructions and
+        answer lead: questions with their own lead or worked examples go through `prompt_variants.Variants`,
+        which wraps a Prompter (the readout's `prompter()` returns one)."""
         # Rows often share a whole prefix (a few-shot block, one conversation asked several question sets):
         # tokenize each distinct prefix text once and share its ids.
         texts = [self._prefix_text(self.body(row)) for row in rows]
