@@ -37,12 +37,11 @@ import math
 import time
 from typing import Any
 
-from ... import mis
 from ...core import Window
 from ...errors import BackendError, EngineDied
 from ...model_info import ModelInfo, model_info
 from ..base import Backend, BackendOptions, BranchResult, loader_options, trust_hint
-from . import request_options
+from . import mis, request_options
 from . import signals as sglang_signals
 from .kwargs import (
     _version_tuple,
