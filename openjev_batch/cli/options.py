@@ -102,7 +102,7 @@ def _quiet(progress: bool) -> None:
 
 
 def _resolve(model: str) -> str:
-    from ..models import resolve_model
+    from ..packaged_models import resolve_model
 
     return resolve_model(model)
 

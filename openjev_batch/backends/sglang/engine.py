@@ -40,7 +40,8 @@ from typing import Any
 from ...core import Window
 from ...errors import BackendError, EngineDied
 from ...model_info import ModelInfo, model_info
-from ..base import Backend, BackendOptions, BranchResult, loader_options, trust_hint
+from ..base import Backend, BackendOptions, BranchResult
+from ..trust import loader_options, trust_hint
 from . import mis, request_options
 from . import signals as sglang_signals
 from .kwargs import (
