@@ -23,16 +23,10 @@ from openjev_batch.config import build_config
 from openjev_batch.errors import BackendError, ConfigError, InputFileError
 from openjev_batch.pipeline.job import run_job
 from openjev_batch.pipeline.plan import plan
-from openjev_batch.readouts.classifier_head import (
-    DEFAULT_TEMPLATE,
-    ClsRow,
-    Template,
-    build_prompts,
-    parse_cls_row,
-    prompt_ids,
-    read_out,
-    unescape_template,
-)
+from openjev_batch.readouts.classifier_head import read_out
+from openjev_batch.readouts.classifier_head.prompt import build_prompts, prompt_ids
+from openjev_batch.readouts.classifier_head.rows import ClsRow, parse_cls_row
+from openjev_batch.readouts.classifier_head.template import DEFAULT_TEMPLATE, Template, unescape_template
 from openjev_batch.schema import RowError
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: conftest, tiny
