@@ -86,7 +86,7 @@ class Classifier:
         from .packaged_models import resolve_model
         from .readouts import NAMES as READOUTS
         from .readouts.label_logprobs import LabelLogprobs
-        from .schema import option_text_problem
+        from .values import option_text_problem
 
         if isinstance(model, os.PathLike):
             model = os.fspath(model)

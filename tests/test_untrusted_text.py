@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from openjev_batch.readouts.label_logprobs.prompt import _SYSTEM_SLOT, _USER_SLOT, ANSWER_LEAD, SEP, Prompter
-from openjev_batch.schema import parse_row
+from openjev_batch.readouts.label_logprobs.rows import parse_row
 
 TOKENIZERS = [
     "qwen3-tokenizer",

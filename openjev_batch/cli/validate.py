@@ -36,8 +36,8 @@ def validate(
     show: int = typer.Option(20, min=0, help="Print at most this many errors."),
 ) -> None:
     """Check the schema and limits of an input file without loading a model."""
+    from ..core import RowError
     from ..pipeline.read import read_rows
-    from ..schema import RowError
 
     stack = contextlib.ExitStack()
     try:

@@ -66,7 +66,7 @@ def test_sglang_matches_hf_and_reuses_prefix(sglang_backend, hf_backend):
 def test_sglang_matches_hf_on_64_questions_and_64_options(sglang_backend, hf_backend, qwen3_tok):
     """The limits: a row with 64 questions, a question with 64 options (labels A…Z, AA…), real label ids."""
     from openjev_batch.readouts.label_logprobs.prompt import Prompter
-    from openjev_batch.schema import parse_row
+    from openjev_batch.readouts.label_logprobs.rows import parse_row
 
     pr = Prompter(qwen3_tok)
     many_q = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"} for i in range(64)}

@@ -20,6 +20,7 @@ from openjev_batch.backends import load_backend
 from openjev_batch.backends.base import BackendOptions
 from openjev_batch.backends.checkpoint import Checkpoint, read_checkpoint
 from openjev_batch.config import build_config
+from openjev_batch.core import RowError
 from openjev_batch.errors import BackendError, ConfigError, InputFileError
 from openjev_batch.pipeline.job import run_job
 from openjev_batch.pipeline.plan import plan
@@ -27,7 +28,6 @@ from openjev_batch.readouts.classifier_head import read_out
 from openjev_batch.readouts.classifier_head.prompt import build_prompts, prompt_ids
 from openjev_batch.readouts.classifier_head.rows import ClsRow, parse_cls_row
 from openjev_batch.readouts.classifier_head.template import DEFAULT_TEMPLATE, Template, unescape_template
-from openjev_batch.schema import RowError
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: conftest, tiny
 from conftest import EXAMPLES, SHIMS, cli, sglang_cpu_env, write_jsonl  # noqa: E402

@@ -30,8 +30,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...core import RowError, unidentified_row_error
 from ...errors import ConfigError
-from ...schema import RowError, unidentified_row_error
 from ..base import Readout, RowFailures, RowResults
 from ..label_logprobs.answer import softmax
 from .prompt import ClassifierPrompter

@@ -6,15 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...schema import (
-    MAX_STATE_BYTES,
-    RowError,
-    checked_row_id,
-    kept_values,
-    text_bytes,
-    text_field,
-    unidentified_row_error,
-)
+from ...core import RowError, checked_row_id, unidentified_row_error
+from ...values import MAX_STATE_BYTES, kept_values, text_bytes, text_field
 from .template import TEMPLATE_FIELDS, Template
 
 
@@ -40,7 +33,7 @@ def parse_cls_row(
     pos: int, rec: dict[str, Any], template: Template, keep: tuple[str, ...] = ()
 ) -> ClsRow | RowError:
     """One input record → ClsRow or RowError (never raises). A row has `text`, or the template's
-    fields (`premise` + `hypothesis`), not both. The values get `run`'s checks (schema.py): a lone
+    fields (`premise` + `hypothesis`), not both. The values get `run`'s checks (values.py): a lone
     surrogate or an undecodable cell in the id, a text field or a kept column is the row's error."""
     kept, kept_problem = kept_values(rec, keep)
     rid, id_problem = checked_row_id(rec.get("id"), pos)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import string
 
 from ...errors import ConfigError
-from ...schema import option_text_problem
+from ...values import option_text_problem
 
 DEFAULT_TEMPLATE = "Premise: {premise}\nHypothesis: {hypothesis}"
 TEMPLATE_FIELDS = ("premise", "hypothesis")

@@ -15,20 +15,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...schema import (
-    MAX_BRANCH_TOKENS,
-    QuestionError,
-    QuestionSpec,
-    Row,
-    RowError,
-    ids_and_types,
-    parse_row,
-    unidentified_row_error,
-)
+from ...core import RowError, unidentified_row_error
 from ..base import Readout, RowFailures, RowResults
 from .answer import read_out
 from .prompt import INSTRUCTIONS, Prompter
 from .prompt_variants import Variants
+from .questions import QuestionError, QuestionSpec
+from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
 
 SEP = "\x1f"  # as pipeline.summary.SEP: a question's id, type and options joined into one answer key
 
@@ -76,7 +69,7 @@ class LabelLogprobs(Readout):
         return parse_row(pos, rec, self.questions, self.keep)
 
     def unreadable(self, pos: int, why: str) -> RowError:
-        return unidentified_row_error(pos, why, self.questions, dict.fromkeys(self.keep))
+        return unidentified_row_error(pos, why, dict.fromkeys(self.keep), *ids_and_types(self.questions))
 
     def with_error(self, row: Row | RowError, error: str) -> RowError:
         qids, qtypes = (row.qids, row.qtypes) if isinstance(row, RowError) else ids_and_types(row.questions)

@@ -40,8 +40,9 @@ from dataclasses import dataclass
 
 from ...core import BranchSpec, RowPrompt
 from ...errors import PromptError
-from ...schema import MAX_BRANCH_TOKENS, MAX_ROW_TOKENS, QuestionError, QuestionSpec, Row
 from .labels import Label, select_labels
+from .questions import QuestionError, QuestionSpec
+from .rows import MAX_BRANCH_TOKENS, MAX_ROW_TOKENS, Row
 
 INSTRUCTIONS = (
     "You are a careful annotator. Read the text below, then answer the question about it by choosing "

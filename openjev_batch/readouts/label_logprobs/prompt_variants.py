@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...core import RowPrompt
-from ...schema import QuestionSpec, Row
 from .prompt import ANSWER_LEAD, Failed, Prompter
+from .questions import QuestionSpec
+from .rows import Row
 
 SEP = "\n\n"
 MAX_VARIANTS = 256  # distinct (system text, lead) Prompters kept; rows with per-row questions may make many
