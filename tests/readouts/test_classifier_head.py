@@ -581,7 +581,7 @@ def test_row_text_never_becomes_a_control_token(qwen3_tok, hf_cls):
     """Content is data in `classify` too (the hostile trial: a text ending in `<|endoftext|>` ran that pad/end
     token, which the score head reads): control strings in a row's text or premise/hypothesis are tokenized
     as text, exactly as the same text with the control string spelled out; ordinary rows are unchanged."""
-    from openjev_batch.readouts.label_logprobs.prompt import TextTokenizer
+    from openjev_batch.readouts.text import TextTokenizer
 
     t = Template(DEFAULT_TEMPLATE)
     text = TextTokenizer(qwen3_tok)

@@ -4,6 +4,7 @@ prefix and its one branch."""
 from __future__ import annotations
 
 from ...core import BranchSpec, RowPrompt, lcp
+from ..text import TextTokenizer
 from .rows import ClsRow
 
 
@@ -14,8 +15,6 @@ def build_prompts(rows: list[ClsRow], tokenizer) -> list[RowPrompt]:
     (`TextTokenizer`); only the model's own wrapping (BOS, [CLS] … [SEP]) is added, as its tokenizer does."""
     if not rows:
         return []
-    from ..label_logprobs.prompt import TextTokenizer
-
     text = tokenizer if isinstance(tokenizer, TextTokenizer) else TextTokenizer(tokenizer)
     full = text.encode([r.text for r in rows], specials=True)
     distinct = sorted({r.prefix_text for r in rows if r.prefix_text})
@@ -38,8 +37,6 @@ class ClassifierPrompter:
     backend's row errors, against the model's real input limit)."""
 
     def __init__(self, tokenizer):
-        from ..label_logprobs.prompt import TextTokenizer
-
         self.tokenizer = TextTokenizer(tokenizer)  # built once: content never becomes markup
 
     def build_many(self, rows: list[ClsRow]) -> list[tuple[RowPrompt, tuple]]:
