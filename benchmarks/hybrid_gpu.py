@@ -534,7 +534,7 @@ def cpu_smoke() -> None:
     from transformers import AutoTokenizer
 
     from openjev_batch.backends import BackendOptions, load_backend
-    from openjev_batch.models import qwen3_tokenizer_dir
+    from openjev_batch.packaged_models import qwen3_tokenizer_dir
 
     os.environ.update(sglang_cpu_env())
     sys.path.insert(0, str(SHIMS))

@@ -22,7 +22,7 @@ if [ ! -f $M/.complete ]; then
   log "gguf sha256 $(sha256sum $G/model.gguf | cut -c1-16)"
   python3 - <<'PY' 2>&1 | tail -3 | tee -a "$OUT/log.txt"
 from pathlib import Path
-from openjev_batch.models import KNOWN_MODELS, _convert_gguf, cache_dir
+from openjev_batch.packaged_models import KNOWN_MODELS, _convert_gguf, cache_dir
 d = cache_dir() / "smollm2-135m"; d.mkdir(parents=True, exist_ok=True)
 _convert_gguf(Path("/tmp/evalgpu/model.gguf"), d)
 s = KNOWN_MODELS["smollm2-135m"]

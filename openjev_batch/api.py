@@ -83,10 +83,10 @@ class Classifier:
 
         from .backends import NAMES, default_backend, load_backend
         from .backends.base import refuse_engine_options
-        from .models import resolve_model
+        from .packaged_models import resolve_model
         from .readouts import NAMES as READOUTS
         from .readouts.label_logprobs import LabelLogprobs
-        from .schema import option_text_problem
+        from .values import option_text_problem
 
         if isinstance(model, os.PathLike):
             model = os.fspath(model)

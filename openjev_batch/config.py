@@ -21,7 +21,8 @@ from pydantic import (
 
 from .errors import ConfigError
 from .options import BACKENDS, EngineOptions, output_format
-from .schema import QuestionError, QuestionSpec, no_duplicate_keys, option_text_problem, parse_questions
+from .readouts.label_logprobs.questions import QuestionError, QuestionSpec, parse_questions
+from .values import no_duplicate_keys, option_text_problem
 
 
 def check_output_path(v: Path, any_format: bool = False) -> Path:
@@ -143,7 +144,8 @@ class RunConfig(EngineOptions):
     @field_validator("system_prompt")
     @classmethod
     def _system_prompt(cls, v: str | None) -> str | None:
-        from .schema import MAX_QUESTION_BYTES, text_bytes
+        from .readouts.label_logprobs.questions import MAX_QUESTION_BYTES
+        from .values import text_bytes
 
         if v is not None and not v.strip():
             raise ValueError("--system-prompt is empty")
@@ -299,7 +301,7 @@ def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
     """Read a `--questions` file (JSON or YAML mapping question_id → question); every question must be
     valid. Raises ConfigError with each question's problem."""
     from .pipeline.formats import read_at_most
-    from .schema import MAX_QUESTIONS, MAX_QUESTIONS_FILE_BYTES
+    from .readouts.label_logprobs.questions import MAX_QUESTIONS, MAX_QUESTIONS_FILE_BYTES
 
     try:
         raw = read_at_most(path, MAX_QUESTIONS_FILE_BYTES)  # `-q /dev/zero` was read to its end (issue 25)

@@ -1,13 +1,17 @@
 """The data passed between the stages, shared by every layer: a row ready for prefill (`RowPrompt`,
 its `BranchSpec`s), a `Window` of rows run together, a backend's `BranchResult`; `lcp`, the longest
-common prefix the planner and the classifier prompt split count with."""
+common prefix the planner and the classifier prompt split count with; a row that cannot be answered
+(`RowError`) and the row-id rules every readout applies."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+from .values import value_problem
 
 
 @dataclass(frozen=True)
@@ -85,3 +89,68 @@ def lcp(a: Sequence[int], b: Sequence[int]) -> int:
         return n
     diff = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
     return int(diff[0]) if diff.size else n  # equal values in different sequence types (tuple vs list)
+
+
+# -- rows and their ids, for every readout ------------------------------------------------------------------
+MAX_ID_CHARS = 4096  # row and question ids (they are repeated in every output row and error)
+
+
+@dataclass(frozen=True)
+class RowError:
+    """A row that cannot be answered at all; it still appears in the output with this error."""
+
+    pos: int
+    id: str | None  # None only for a line that could not be parsed at all (its id is unknown)
+    error: str
+    qids: tuple[str, ...] = ()
+    kept: dict[str, Any] = field(default_factory=dict)
+    qtypes: tuple[str | None, ...] = ()  # aligned with qids where the questions were readable
+
+    def type_of(self, i: int) -> str | None:
+        return self.qtypes[i] if i < len(self.qtypes) else None
+
+
+def row_id(raw: Any, pos: int) -> tuple[str, str | None]:
+    """The output id of an input row: a string as given, an integer (or an integral float, as Parquet float
+    columns hold them) as its digits, null → the 0-based index. Returns (id, None) or ("", problem) for an
+    empty string or another type (bool, list, 1.5, …), which would otherwise become Python reprs."""
+    if raw is None:
+        return str(pos), None
+    if isinstance(raw, str):
+        return (raw, None) if raw.strip() else ("", "empty")
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return str(raw), None
+    if isinstance(raw, float) and raw.is_integer():
+        return str(int(raw)), None
+    return "", f"expected a string or an integer, got {type(raw).__name__} {raw!r}"
+
+
+def checked_row_id(raw: Any, pos: int) -> tuple[str, str | None]:
+    """`row_id` after the value checks every readout applies to an id: a lone surrogate or an undecodable
+    cell (the id is written to every output row and error), a string over MAX_ID_CHARS."""
+    problem = value_problem(raw)
+    if problem is None and isinstance(raw, str) and len(raw) > MAX_ID_CHARS:
+        problem = f"longer than {MAX_ID_CHARS:,} characters"
+    return ("", problem) if problem else row_id(raw, pos)
+
+
+def unidentified_row_error(
+    pos: int,
+    why: str,
+    kept: dict[str, Any] | None = None,
+    qids: tuple[str, ...] = (),
+    qtypes: tuple[str | None, ...] = (),
+) -> RowError:
+    """The error row of an input row whose id cannot be used (an unreadable line, a bool/list/empty id):
+    `id` null, since its index could clash with a real id; named by its 0-based index. `qids` / `qtypes`: the
+    readout's records that the row still writes (the label readout's shared `-q` questions: one output row
+    per question)."""
+    return RowError(pos, None, f"row at index {pos}: {why}", qids, kept or {}, qtypes)
+
+
+def duplicate_id_error(rid: str, first: int, pos: int) -> str:
+    """The error of a row whose id an earlier row (0-based index `first`) already used."""
+    return (
+        f"row {rid}: id: duplicate id {rid!r}, first used by the row at index {first}"
+        f" (this row's index: {pos}; a missing or null id is the row's index)"
+    )

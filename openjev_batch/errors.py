@@ -1,6 +1,6 @@
 """Domain errors, in one place. The CLI turns each into a message and an exit code (cli.py).
 
-Row-level problems are never raised past the pipeline: they become `schema.RowError` values and
+Row-level problems are never raised past the pipeline: they become `core.RowError` values and
 an `error` cell in the output. The exceptions below end the whole job (or a command).
 """
 

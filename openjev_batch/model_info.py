@@ -4,7 +4,7 @@ Two properties decide how the product runs a model:
 - **recurrent state** (linear attention / mamba layers: Qwen3.5, Qwen3.6, Qwen3-Next, Jamba, …): such a model
   cannot crop a cache back to the prefix, and on sglang a prefix's state is reusable only where a finished
   request left it (`../shared/research/hybrid-models.md`), so the sglang backend sends a prefix-only request
-  per prefix and keeps few rows in flight (`plan.StateBudget`);
+  per prefix and keeps few rows in flight (`backends/sglang/state.StateBudget`);
 - **MoE** (routed experts): only the active experts count for the roofline; sglang runs them with fused
   Triton kernels whose tuned configs we may ship (`moe_configs`).
 `load_config` reads `config.json` of a local folder or a hub id already in the local cache (no download:

@@ -17,7 +17,7 @@ EXAMPLES = ROOT / "examples"
 
 @pytest.fixture(scope="session")
 def qwen3_tok_dir() -> Path:
-    from openjev_batch.models import qwen3_tokenizer_dir
+    from openjev_batch.packaged_models import qwen3_tokenizer_dir
 
     return qwen3_tokenizer_dir()
 

@@ -12,8 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import cli
 
+from openjev_batch.core import RowError
 from openjev_batch.pipeline.read import read_rows
-from openjev_batch.schema import MAX_DEPTH, MAX_QUESTION_BYTES, MAX_STATE_BYTES, Row, RowError, parse_row
+from openjev_batch.readouts.label_logprobs.questions import MAX_QUESTION_BYTES
+from openjev_batch.readouts.label_logprobs.rows import Row, parse_row
+from openjev_batch.values import MAX_DEPTH, MAX_STATE_BYTES
 
 Q = {"q": {"type": "noul", "instructions": "Is it about money?"}}
 QJ = json.dumps(Q)
@@ -216,7 +219,7 @@ def test_terminal_escapes_in_rows_are_printed_escaped(tmp_path, tiny_model):
     assert runs[2].returncode == 0 and "text \\x1b[2J" in runs[2].stdout
 
 
-# classify: the same value checks as `run` (schema.checked_row_id / kept_values / text_field), issue 25
+# classify: the same value checks as `run` (core.checked_row_id, values.kept_values / text_field), issue 25
 CLS_HOSTILE = [  # (record, the row's error: None when the row is unidentified and found by index)
     ({"id": "ok", "text": "fine", "gold": "a"}, None),
     ({"id": "s1", "text": "bad \ud800"}, r"row s1: text: not valid Unicode text \(lone surrogate '\\ud800' at character 4\)"),

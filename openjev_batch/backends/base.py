@@ -34,35 +34,13 @@ from typing import Any
 from ..core import BranchResult, Window
 from ..errors import BackendError
 from ..options import BackendOptions
+from .trust import trust_hint
 
 
 def refuse_engine_options(opts: BackendOptions, backend: str) -> None:
     """Raise BackendError naming each sglang engine option set for a backend that has no engine (hf); the
     list is derived from config.ENGINE_OPTIONS."""
     opts.refuse_engine_only(backend)
-
-
-def loader_options(opts: BackendOptions, weights: bool = True) -> dict[str, Any]:
-    """transformers `from_pretrained` options that keep a checkpoint from running code: its own modules only
-    with --trust-remote-code, pickle weights only with --allow-pickle (`use_safetensors=True` refuses them)."""
-    kw: dict[str, Any] = {"trust_remote_code": opts.trust_remote_code}
-    if weights and not opts.allow_pickle:
-        kw["use_safetensors"] = True
-    return kw
-
-
-def trust_hint(opts: BackendOptions, e: BaseException) -> str:
-    """The option to name when a loader refused what `loader_options` keeps out (a hub checkpoint with only
-    pickle weights, or one that needs its own code), so the message says how to allow it."""
-    msg = str(e)
-    if "deserializing header" in msg or "SafetensorError" in type(e).__name__:  # a corrupt file, not pickle
-        return " (a safetensors file of the checkpoint is corrupt or truncated; copy it again)"
-    # sglang's loader with load_format=safetensors: "Cannot find any model weights with `<model>`"
-    if not opts.allow_pickle and ("safetensors" in msg or "Cannot find any model weights" in msg):
-        return " (only safetensors weights are loaded; pass --allow-pickle for pickle weights you trust)"
-    if not opts.trust_remote_code and "trust_remote_code" in msg:
-        return " (pass --trust-remote-code to run this checkpoint's own code, if you trust it)"
-    return ""
 
 
 def load_tokenizer(model: str, trust_remote_code: bool = False) -> Any:

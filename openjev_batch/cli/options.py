@@ -102,7 +102,7 @@ def _quiet(progress: bool) -> None:
 
 
 def _resolve(model: str) -> str:
-    from ..models import resolve_model
+    from ..packaged_models import resolve_model
 
     return resolve_model(model)
 
@@ -137,7 +137,7 @@ def _text_or_file(value: str, option: str) -> str:
     cannot be read."""
     from ..errors import ConfigError
     from ..pipeline.formats import read_at_most
-    from ..schema import MAX_QUESTION_BYTES
+    from ..readouts.label_logprobs.questions import MAX_QUESTION_BYTES
 
     if not value.startswith("@"):
         return value

@@ -235,7 +235,7 @@ def classify(
     gpus_per_worker: float = GPUS_PER_WORKER,
 ) -> None:
     """Classify every row with a sequence-classification head (e.g. NLI): logits, probs, label per row."""
-    from ..readouts.classifier_head import DEFAULT_TEMPLATE, unescape_template
+    from ..readouts.classifier_head.template import DEFAULT_TEMPLATE, unescape_template
 
     _run_job(
         "classify",

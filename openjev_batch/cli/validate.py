@@ -36,8 +36,8 @@ def validate(
     show: int = typer.Option(20, min=0, help="Print at most this many errors."),
 ) -> None:
     """Check the schema and limits of an input file without loading a model."""
+    from ..core import RowError
     from ..pipeline.read import read_rows
-    from ..schema import RowError
 
     stack = contextlib.ExitStack()
     try:
@@ -82,7 +82,8 @@ def validate(
 def _readout(name: str, questions, template, keep: tuple[str, ...]):
     """The readout whose rows are checked (no model: a classifier's labels are not needed for its rows)."""
     from ..config import check_keep, load_questions
-    from ..readouts.classifier_head import DEFAULT_TEMPLATE, ClassifierHead, unescape_template
+    from ..readouts.classifier_head import ClassifierHead
+    from ..readouts.classifier_head.template import DEFAULT_TEMPLATE, unescape_template
     from ..readouts.label_logprobs import LabelLogprobs
 
     if name in ("classifier-head", "label-logprobs"):

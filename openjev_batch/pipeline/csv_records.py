@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputFileError, InputWarning
-from ..schema import MAX_LINE_BYTES, InvalidText
+from ..values import MAX_LINE_BYTES, InvalidText
 
 _PIECE = 1 << 20  # bytes per read: a longer line arrives in pieces, so no read is unbounded
 _BOM = b"\xef\xbb\xbf"

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from ..backends.base import load_tokenizer
 from ..config import RunConfig
+from ..core import RowError
 from ..errors import ConfigError
 from ..model_info import model_info
-from ..schema import RowError
 from .job import make_readout
 from .plan import plan
 from .read import check_input, job_rows

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InputFileError
-from ..schema import MAX_LINE_BYTES, InvalidText, no_duplicate_keys
+from ..values import MAX_LINE_BYTES, InvalidText, no_duplicate_keys
 from .csv_records import columns as csv_columns
 from .csv_records import count as csv_count
 from .csv_records import record_chunks as csv_chunks

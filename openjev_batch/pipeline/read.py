@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..core import duplicate_id_error
 from ..errors import InputFileError
-from ..schema import duplicate_id_error
 from .formats import has_rows, input_columns, input_format, record_chunks
 
 KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists

@@ -9,9 +9,8 @@ from typing import Any
 
 from .. import interrupts
 from ..backends import Backend, BranchResult
-from ..core import RowPrompt
+from ..core import RowError, RowPrompt
 from ..readouts.base import Readout
-from ..schema import RowError
 from .plan import plan
 from .prefill import FailureTracker, prefill_window
 from .progress import Progress, WindowReports

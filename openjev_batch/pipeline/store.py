@@ -26,17 +26,16 @@
   and a symlink at `<out>.lock`, `<out>.partial` or `<out>.partial/ray` are refused, never deleted or
   written through (hostile trial, issue 25).
 - Kept columns have one type whatever the chunking: a Parquet input's own column types; for JSONL (no
-  schema) the type every value agrees on (ints and floats → double, structs merged field by field, lists
-  by element), computed over all parts at the join, else JSON text.
+  schema) the type every value agrees on (kept_types.py), computed over all parts at the join, else JSON
+  text.
 
 Size (over the house's ~300 lines): everything that decides whether an output on disk is trustworthy —
-the ledger, the manifest diff, the join's checks and the kept columns' types — is in one file, so
-"change how resume works" is one place; each piece is a short function or method of `OutputStore`.
+the ledger, the manifest diff and the join's checks — is in one file, so "change how resume works" is one
+place; each piece is a short function or method of `OutputStore`.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -49,6 +48,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ConfigError, OutputCheckError
 from ..options import output_format
+from .kept_types import as_text, decode_type, encode_type, unify_types, value_type
 from .lock import acquire, lock_path, same_file
 from .write import TableWriter
 
@@ -57,52 +57,6 @@ STAGE_DIR = "ray"  # `run --ray` staging, under <out>.partial/
 _META_JOB, _META_CHUNK, _META_TYPES = b"openjev.job", b"openjev.chunk", b"openjev.kept_types"
 _META_INFO = b"openjev.info"
 _OWN_STAGE_GLOBS = ("r[0-9]*-[0-9]*.parquet", "r[0-9]*-[0-9]*.tmp")
-
-
-# -- kept column types (JSONL) ---------------------------------------------------------------------------
-def unify_types(a: pa.DataType | None, b: pa.DataType | None) -> pa.DataType | None:
-    """The type both `a` and `b` values fit, or None (no common type: the column is written as text).
-    Associative, with null as identity, so folding it over values gives one answer for any chunking."""
-    if a is None or b is None:
-        return None
-    if a == b or pa.types.is_null(b):
-        return a
-    if pa.types.is_null(a):
-        return b
-    num = (pa.int64(), pa.float64())
-    if a in num and b in num:
-        return pa.float64()
-    if pa.types.is_list(a) and pa.types.is_list(b):
-        t = unify_types(a.value_type, b.value_type)
-        return None if t is None else pa.list_(t)
-    if pa.types.is_struct(a) and pa.types.is_struct(b):
-        fields = {f.name: f.type for f in a}
-        for f in b:
-            fields[f.name] = unify_types(fields[f.name], f.type) if f.name in fields else f.type
-            if fields[f.name] is None:
-                return None
-        return pa.struct(list(fields.items()))
-    return None
-
-
-def value_type(v: Any) -> pa.DataType | None:
-    """Arrow's inferred type of one JSON value (None when Arrow cannot hold it, e.g. an int ≥ 2**63)."""
-    try:
-        return pa.array([v]).type
-    except Exception:
-        return None
-
-
-def _encode_type(t: pa.DataType | None) -> str | None:
-    return None if t is None else base64.b64encode(pa.schema([("t", t)]).serialize().to_pybytes()).decode()
-
-
-def _decode_type(s: str | None) -> pa.DataType | None:
-    return None if s is None else pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s))).field("t").type
-
-
-def _as_text(v: Any) -> str | None:
-    return v if v is None or isinstance(v, str) else json.dumps(v)
 
 
 def part_info(part: pa.Table) -> dict[str, int]:
@@ -347,7 +301,7 @@ class OutputStore:
                 t = unify_types(t, value_type(v))
                 if t is None:
                     break
-            types[k] = _encode_type(t)
+            types[k] = encode_type(t)
             cols[k] = pa.array([None if v is None else json.dumps(v) for v in vals], pa.string())
         meta = {_META_JOB: self.job_id.encode(), _META_CHUNK: str(chunk).encode()}
         if types:
@@ -404,7 +358,7 @@ class OutputStore:
         for p in parts:
             types = json.loads(self._part_meta(p).get(_META_TYPES, b"{}"))
             for k in self.keep:
-                out[k] = unify_types(out[k], _decode_type(types.get(k)))
+                out[k] = unify_types(out[k], decode_type(types.get(k)))
         return out  # None: no common type (text)
 
     def close(self) -> Path:
@@ -439,7 +393,7 @@ class OutputStore:
                     if self.kept_types is None:  # JSON text → the column's type, or text when none
                         vals = [None if s is None else json.loads(s) for s in c.to_pylist()]
                         if final[k] is None:
-                            c = pa.array([_as_text(v) for v in vals], pa.string())
+                            c = pa.array([as_text(v) for v in vals], pa.string())
                         else:
                             c = pa.array(vals, type=schema.field(k).type)
                     cols.append(c)

@@ -19,8 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..core import BranchResult
-from ..schema import RowError
+from ..core import BranchResult, RowError
 
 # One row's prefill results: question id → (its row's prefix length, the branch's result).
 RowResults = dict[str, tuple[int, BranchResult]]

@@ -66,7 +66,7 @@ def test_sglang_matches_hf_and_reuses_prefix(sglang_backend, hf_backend):
 def test_sglang_matches_hf_on_64_questions_and_64_options(sglang_backend, hf_backend, qwen3_tok):
     """The limits: a row with 64 questions, a question with 64 options (labels A…Z, AA…), real label ids."""
     from openjev_batch.readouts.label_logprobs.prompt import Prompter
-    from openjev_batch.schema import parse_row
+    from openjev_batch.readouts.label_logprobs.rows import parse_row
 
     pr = Prompter(qwen3_tok)
     many_q = {f"q{i}": {"type": "noul", "instructions": f"Is statement {i} true?"} for i in range(64)}
@@ -218,43 +218,13 @@ def test_sglang_engine_schedulers_use_the_sync_free_gather(sglang_backend):
     assert type(sglang_backend.engine).run_scheduler_process_func is sglang_patches.run_scheduler_process
 
 
-def test_state_budget_from_engine_info():
-    """What the sglang backend reads from `Engine.get_server_info()` for a hybrid model (no engine needed):
-    the scheduler's resolved `max_mamba_cache_size` (what sglang 0.5.17 reported on the H200), the user's
-    own setting at the top level, else the running cap × 3."""
-    from openjev_batch.backends.sglang.engine import state_budget_from_info
-
-    h200 = {  # the fields as sglang 0.5.17 returned them for the 35B-A3B shape (2026-12-01 run)
-        "max_running_requests": None,
-        "internal_states": [
-            {
-                "max_mamba_cache_size": 207,
-                "mamba_radix_cache_strategy": "auto",
-                "effective_max_running_requests_per_dp": 69,
-            }
-        ],
-    }
-    b = state_budget_from_info(h200)
-    assert (b.slots, b.per_request, b.max_running) == (207, 3, 69)
-    user_set = state_budget_from_info({"max_mamba_cache_size": 100, "max_running_requests": 20})
-    assert (user_set.slots, user_set.per_request, user_set.max_running) == (100, 3, 20)
-    no_buffer = state_budget_from_info(
-        {**user_set.__dict__, "max_mamba_cache_size": 100, "mamba_radix_cache_strategy": "no_buffer"}
-    )
-    assert no_buffer.per_request == 1
-    only_cap = state_budget_from_info({"internal_states": [{"effective_max_running_requests_per_dp": 50}]})
-    assert only_cap.slots == 150 and only_cap.max_running == 50
-    assert state_budget_from_info({"max_total_num_tokens": 1000}) is None
-    assert state_budget_from_info({"max_running_requests": True}) is None  # a bool is not a count
-
-
 @pytest.mark.sglang
 def test_sglang_prefix_first_pattern_matches_hf_and_reuses_prefixes(sglang_backend, hf_backend, monkeypatch):
     """The hybrid models' request pattern, run on the real CPU engine with the tiny dense model (the CPU
     build has no linear-attention kernels): per state-budgeted group, one prefix-only request per distinct
     prefix (carrying token_ids_logprob, sglang#34719), then every branch of the group; answers equal hf's,
     every branch reuses its prefix, the prefix-only requests count as warm-up tokens."""
-    from openjev_batch.pipeline.plan import StateBudget, state_groups
+    from openjev_batch.backends.sglang.state import StateBudget, state_groups
 
     calls = []
     real = sglang_backend.engine.async_generate

@@ -12,9 +12,9 @@ import pytest
 from conftest import EXAMPLES, cli
 
 from openjev_batch.backends.base import BackendOptions
+from openjev_batch.backends.trust import check_model_trust
 from openjev_batch.backends.weights import check_weights, model_fingerprint, safetensors_weights
 from openjev_batch.errors import BackendError
-from openjev_batch.models import check_model_trust
 
 
 def _decoy_folder(tiny_model, dest):

@@ -14,9 +14,10 @@ import pyarrow as pa
 import pytest
 from conftest import EXAMPLES, ROOT, cli, write_jsonl
 
+from openjev_batch.core import RowError
 from openjev_batch.errors import InputFileError
 from openjev_batch.pipeline.read import read_rows
-from openjev_batch.schema import Row, RowError
+from openjev_batch.readouts.label_logprobs.rows import Row
 
 Q = {
     "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},

@@ -15,10 +15,12 @@ import pytest
 from conftest import ROOT, cli
 
 from openjev_batch.config import shared_questions
+from openjev_batch.core import RowError
 from openjev_batch.errors import InputFileError, InputWarning
 from openjev_batch.pipeline.formats import kept_types
 from openjev_batch.pipeline.read import read_rows
-from openjev_batch.schema import MAX_LINE_BYTES, Row, RowError
+from openjev_batch.readouts.label_logprobs.rows import Row
+from openjev_batch.values import MAX_LINE_BYTES
 
 Q = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
 QS = shared_questions(Q, "test")

@@ -10,7 +10,7 @@ import openjev_batch.pipeline.job as pipeline
 from openjev_batch.config import build_config
 from openjev_batch.readouts import label_logprobs
 from openjev_batch.readouts.label_logprobs.prompt import Prompter
-from openjev_batch.schema import Row
+from openjev_batch.readouts.label_logprobs.rows import Row
 
 CHUNK = 2
 N_ROWS = 9  # five chunks, the last one short

@@ -163,8 +163,9 @@ def test_sglang_reports_each_request_batch(sglang_backend, monkeypatch):
     totals are the window's results."""
     from backends.test_backends import make_rows
 
+    from openjev_batch.backends.sglang.state import StateBudget, state_groups
     from openjev_batch.core import RowPrompt
-    from openjev_batch.pipeline.plan import StateBudget, plan, state_groups
+    from openjev_batch.pipeline.plan import plan
     from openjev_batch.pipeline.progress import WindowReports
 
     rows = make_rows(n_rows=8, n_q=3, seed=3)

@@ -17,7 +17,7 @@ from conftest import ROOT, cli, start_cli, wait_parts, write_jsonl
 from openjev_batch.config import build_config
 from openjev_batch.errors import BackendError, ConfigError, OutputBusyError, OutputCheckError
 from openjev_batch.pipeline import run_job
-from openjev_batch.pipeline.store import OutputStore, unify_types, value_type
+from openjev_batch.pipeline.store import OutputStore
 
 Q = {"u": {"type": "noul", "instructions": "Urgent?"}}
 
@@ -204,16 +204,6 @@ def test_parquet_kept_columns_keep_the_input_types(hf_backend, tmp_path):
         run_job(_cfg(inp, out, chunk_rows=n, keep=("n",)), backend=hf_backend)
         assert pq.read_schema(out).field("n").type == pa.int32()
         assert pq.read_table(out).column("n").to_pylist() == [None, None, 3, 4]
-
-
-def test_unify_types_is_the_type_every_value_agrees_on():
-    vals = [1, None, 2.5, [1], {"a": 1}]
-    assert unify_types(value_type(1), value_type(2.5)) == pa.float64()
-    assert unify_types(value_type([]), value_type([2.5])) == pa.list_(pa.float64())
-    assert unify_types(value_type(True), value_type(1)) is None
-    assert unify_types(value_type(2**63), value_type(1)) is None
-    assert unify_types(value_type("a"), value_type(None)) == pa.string()
-    assert value_type(vals[3]) == pa.list_(pa.int64())
 
 
 # -- 7. only the store's own files are deleted or overwritten ---------------------------------------------

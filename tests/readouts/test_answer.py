@@ -3,7 +3,7 @@ import math
 import pytest
 
 from openjev_batch.readouts.label_logprobs.answer import confidence, label_mass, read_out, softmax
-from openjev_batch.schema import QuestionSpec
+from openjev_batch.readouts.label_logprobs.questions import QuestionSpec
 
 
 def q(type_, k):

@@ -20,20 +20,14 @@ from openjev_batch.backends import load_backend
 from openjev_batch.backends.base import BackendOptions
 from openjev_batch.backends.checkpoint import Checkpoint, read_checkpoint
 from openjev_batch.config import build_config
+from openjev_batch.core import RowError
 from openjev_batch.errors import BackendError, ConfigError, InputFileError
 from openjev_batch.pipeline.job import run_job
 from openjev_batch.pipeline.plan import plan
-from openjev_batch.readouts.classifier_head import (
-    DEFAULT_TEMPLATE,
-    ClsRow,
-    Template,
-    build_prompts,
-    parse_cls_row,
-    prompt_ids,
-    read_out,
-    unescape_template,
-)
-from openjev_batch.schema import RowError
+from openjev_batch.readouts.classifier_head import read_out
+from openjev_batch.readouts.classifier_head.prompt import build_prompts, prompt_ids
+from openjev_batch.readouts.classifier_head.rows import ClsRow, parse_cls_row
+from openjev_batch.readouts.classifier_head.template import DEFAULT_TEMPLATE, Template, unescape_template
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: conftest, tiny
 from conftest import EXAMPLES, SHIMS, cli, sglang_cpu_env, write_jsonl  # noqa: E402
@@ -587,7 +581,7 @@ def test_row_text_never_becomes_a_control_token(qwen3_tok, hf_cls):
     """Content is data in `classify` too (the hostile trial: a text ending in `<|endoftext|>` ran that pad/end
     token, which the score head reads): control strings in a row's text or premise/hypothesis are tokenized
     as text, exactly as the same text with the control string spelled out; ordinary rows are unchanged."""
-    from openjev_batch.readouts.label_logprobs.prompt import TextTokenizer
+    from openjev_batch.readouts.text import TextTokenizer
 
     t = Template(DEFAULT_TEMPLATE)
     text = TextTokenizer(qwen3_tok)

@@ -26,10 +26,10 @@ LEAD_Q = {
 
 def test_answer_lead_and_examples_in_the_shared_prefix(qwen3_tok, tiny_model, tmp_path):
     from openjev_batch.core import lcp
-    from openjev_batch.readouts.label_logprobs.prompt import Prompter
-    from openjev_batch.schema import parse_row
+    from openjev_batch.readouts.label_logprobs import LabelLogprobs
+    from openjev_batch.readouts.label_logprobs.rows import parse_row
 
-    p = Prompter(qwen3_tok)
+    p = LabelLogprobs().prompter(qwen3_tok)  # the Prompter wrapped in its per-question variants
     rows = [parse_row(i, {"id": f"r{i}", "state": s, "questions": LEAD_Q}) for i, s in
             enumerate(["I was charged twice", "The app crashes"])]  # fmt: skip
     (a, fa), (b, fb) = p.build_many(rows)
@@ -76,7 +76,7 @@ def _control_ids(tok, ids) -> list[int]:
 
 def test_system_prompt_changes_the_prefix_and_stays_text(qwen3_tok):
     from openjev_batch.readouts.label_logprobs import LabelLogprobs
-    from openjev_batch.schema import parse_row
+    from openjev_batch.readouts.label_logprobs.rows import parse_row
 
     row = parse_row(0, {"id": "a", "state": "The app crashes on start", "questions": Q2})
     ((d, _),) = LabelLogprobs().prompter(qwen3_tok).build_many([row])
@@ -111,7 +111,7 @@ def test_show_prompt_loads_no_weights_and_marks_cut_controls_and_labels(tiny_mod
     import shutil
 
     from openjev_batch.readouts.label_logprobs import LabelLogprobs
-    from openjev_batch.schema import parse_row
+    from openjev_batch.readouts.label_logprobs.rows import parse_row
 
     bare = tmp_path / "tokenizer-only"
     shutil.copytree(tiny_model, bare, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))

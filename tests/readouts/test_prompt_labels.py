@@ -5,7 +5,7 @@ import pytest
 from openjev_batch.errors import LabelError
 from openjev_batch.readouts.label_logprobs.labels import candidates, select_labels
 from openjev_batch.readouts.label_logprobs.prompt import ANSWER_LEAD, Prompter
-from openjev_batch.schema import parse_row
+from openjev_batch.readouts.label_logprobs.rows import parse_row
 
 Q = {
     "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},

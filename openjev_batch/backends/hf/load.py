@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from ...errors import BackendError
-from ..base import BackendOptions, loader_options, trust_hint
+from ..base import BackendOptions
+from ..trust import loader_options, trust_hint
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

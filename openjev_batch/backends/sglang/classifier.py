@@ -26,8 +26,9 @@ from typing import Any
 
 from ...core import BranchResult, Window
 from ...errors import BackendError, EngineDied
-from ..base import Backend, BackendOptions, loader_options, trust_hint
+from ..base import Backend, BackendOptions
 from ..checkpoint import Checkpoint, read_checkpoint
+from ..trust import loader_options, trust_hint
 from . import signals as sglang_signals
 from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE, TEXT_ONLY
 from .kwargs import engine_kwargs as engine_kwargs_base

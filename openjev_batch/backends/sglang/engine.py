@@ -17,7 +17,7 @@ pattern, measured on the H200 (`../shared/research/hybrid-models.md`): sglang ca
 only where a finished request left it, and a finished branch leaves it inside its suffix, so a first branch
 as the warm-up caches nothing its siblings can use (1.8 % radix hit). Per group of rows: one **prefix-only**
 request per distinct prefix (`max_new_tokens=0`, still carrying `token_ids_logprob`: #34719), then the
-group's branches; groups are sized by the engine's recurrent-state slots (`plan.state_groups`), so a cached
+group's branches; groups are sized by the engine's recurrent-state slots (`state.state_groups`), so a cached
 prefix state is not evicted before its branches run.
 
 Multi-item scoring (`scoring == "multi-item"`, sglang `enable_mis`, flashinfer attention): for models where it
@@ -37,13 +37,12 @@ import math
 import time
 from typing import Any
 
-from ... import mis
 from ...core import Window
 from ...errors import BackendError, EngineDied
 from ...model_info import ModelInfo, model_info
-from ...pipeline.plan import StateBudget, state_groups
-from ..base import Backend, BackendOptions, BranchResult, loader_options, trust_hint
-from . import request_options
+from ..base import Backend, BackendOptions, BranchResult
+from ..trust import loader_options, trust_hint
+from . import mis, request_options
 from . import signals as sglang_signals
 from .kwargs import (
     _version_tuple,
@@ -53,6 +52,7 @@ from .kwargs import (
     import_sglang,
 )
 from .scheduler_patch import engine_class
+from .state import StateBudget, state_budget_from_info, state_groups
 
 
 def read_label_logprobs(
@@ -70,36 +70,6 @@ def read_label_logprobs(
     vals = tuple(float(by_id[t]) if by_id.get(t) is not None else math.nan for t in label_ids)
     missing = [t for t, v in zip(label_ids, vals, strict=True) if not math.isfinite(v)]
     return vals, (f"missing or non-finite logprob for label token(s) {missing}" if missing else None)
-
-
-def state_budget_from_info(info: dict[str, Any]) -> StateBudget | None:
-    """The recurrent-state budget from `Engine.get_server_info()`: `max_mamba_cache_size`, which sglang
-    computes in the scheduler process and reports in `internal_states` (0.5.17 on the H200: 207 slots for
-    the 35B-A3B shape at the default memory fraction), or at the top level when the user set it; else
-    `max_running_requests` × 3. The running cap from `effective_max_running_requests_per_dp` /
-    `max_running_requests`. Slots per running request: 3 (its state + the two ping-pong tracking buffers of
-    sglang's default `extra_buffer` strategy with the overlap scheduler; sglang logs the same ratio when it
-    caps running requests), 1 with the `no_buffer` strategy. None when nothing says."""
-    states = info.get("internal_states") or [{}]
-    inner = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
-
-    def get(key: str) -> Any:
-        for d in (inner, info):
-            v = d.get(key)
-            if v is not None:
-                return v
-        return None
-
-    def count(key: str) -> int | None:
-        v = get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
-
-    running = count("effective_max_running_requests_per_dp") or count("max_running_requests")
-    per_request = 1 if get("mamba_radix_cache_strategy") == "no_buffer" else 3
-    slots = count("max_mamba_cache_size") or (running * 3 if running else None)
-    if not slots:
-        return None
-    return StateBudget(slots=slots, per_request=per_request, max_running=running)
 
 
 class SGLangBackend(Backend):
@@ -375,7 +345,7 @@ class SGLangBackend(Backend):
             raise BackendError(f"sglang engine failed: {type(e).__name__}: {e}") from e
 
     def _prefill_prefix_first(self, window: Window) -> list[list[BranchResult]]:
-        """Hybrid models. Per state-budgeted group (`plan.state_groups`): a prefix-only request for each
+        """Hybrid models. Per state-budgeted group (`state.state_groups`): a prefix-only request for each
         distinct prefix (its state is cached at the prefix's end — sglang: at ⌊P/64⌋·64 with the default
         `extra_buffer` strategy), then every branch of the group, which reuses it. With `hybrid_overlap`
         the next group's prefix-only requests are sent with a group's branches (after them, so the

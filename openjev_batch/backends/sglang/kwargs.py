@@ -8,9 +8,9 @@ import dataclasses
 import os
 from typing import Any
 
-from ... import mis
 from ...errors import BackendError
 from ..base import BackendOptions
+from .mis import exactness
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -151,7 +151,7 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: 
         try:
             from transformers import AutoConfig
 
-            why = mis.exactness(AutoConfig.from_pretrained(opts.model))
+            why = exactness(AutoConfig.from_pretrained(opts.model))
         except Exception as e:  # noqa: BLE001 - an unreadable config only means: no multi-item scoring
             why = f"cannot read the model config ({type(e).__name__})"
     if why is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ConfigError
-from ...pipeline.plan import StateBudget
+from .state import StateBudget, state_budget_from_info
 
 FALLBACK_SLOTS = 48  # sglang reported no state or running-request budget: a small, safe guess
 
@@ -29,8 +29,6 @@ def apply(backend: Any, opts: Any) -> None:
     """Set a started SGLangBackend's request pattern and pipeline shape from `opts` (an EngineOptions), and
     its read-only facts (`request_pattern`, `pattern`, `kv_capacity_tokens`). Raises ConfigError when the
     started engine cannot serve the pattern asked for."""
-    from .engine import state_budget_from_info
-
     if not hasattr(backend, "auto_state_budget"):  # first call, at start-up: what auto means here
         backend.auto_state_budget = backend.state_budget
     asked = opts.request_pattern

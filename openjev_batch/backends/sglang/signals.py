@@ -199,7 +199,7 @@ def start_engine(make, kw: dict, opts) -> tuple[object, str]:
     import tempfile
 
     from ...errors import BackendError, JobInterrupted
-    from ..base import trust_hint
+    from ..trust import trust_hint
 
     kw = {**kw}
     kw.setdefault("custom_sigquit_handler", on_sigquit)

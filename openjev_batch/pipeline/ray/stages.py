@@ -14,8 +14,8 @@ import pyarrow as pa
 from ...backends import load_backend
 from ...backends.base import load_tokenizer
 from ...config import RunConfig
+from ...core import RowError
 from ...readouts.base import Readout
-from ...schema import RowError
 from ..stages import Prompted, prompt_chunk, score_chunk
 
 _EXTRA = [("_pos", pa.int64()), ("_qidx", pa.int32()), ("_kept", pa.binary()), ("_warm", pa.int64()),

@@ -15,19 +15,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...schema import (
-    MAX_BRANCH_TOKENS,
-    QuestionError,
-    QuestionSpec,
-    Row,
-    RowError,
-    ids_and_types,
-    parse_row,
-    unidentified_row_error,
-)
+from ...core import RowError, unidentified_row_error
 from ..base import Readout, RowFailures, RowResults
 from .answer import read_out
 from .prompt import INSTRUCTIONS, Prompter
+from .prompt_variants import Variants
+from .questions import QuestionError, QuestionSpec
+from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
 
 SEP = "\x1f"  # as pipeline.summary.SEP: a question's id, type and options joined into one answer key
 
@@ -75,7 +69,7 @@ class LabelLogprobs(Readout):
         return parse_row(pos, rec, self.questions, self.keep)
 
     def unreadable(self, pos: int, why: str) -> RowError:
-        return unidentified_row_error(pos, why, self.questions, dict.fromkeys(self.keep))
+        return unidentified_row_error(pos, why, dict.fromkeys(self.keep), *ids_and_types(self.questions))
 
     def with_error(self, row: Row | RowError, error: str) -> RowError:
         qids, qtypes = (row.qids, row.qtypes) if isinstance(row, RowError) else ids_and_types(row.questions)
@@ -91,12 +85,14 @@ class LabelLogprobs(Readout):
     def problems(self, row: Row) -> list[str]:
         return [q.error for q in row.questions if isinstance(q, QuestionError)]
 
-    def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> Prompter:
-        return Prompter(
+    def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> Variants:
+        # per-question answer leads and worked examples (prompt_variants) around the default Prompter
+        base = Prompter(
             tokenizer,
             self.system_prompt or INSTRUCTIONS,
             max_branch_tokens=min(MAX_BRANCH_TOKENS, max_branch_tokens or MAX_BRANCH_TOKENS),
         )
+        return Variants(base)
 
     def records(self, row: Row, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
         out = []

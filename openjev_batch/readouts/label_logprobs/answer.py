@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...schema import QuestionSpec
+from .questions import QuestionSpec
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,14 @@ together.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ...core import BranchSpec, RowPrompt
 from ...errors import PromptError
-from ...schema import MAX_BRANCH_TOKENS, MAX_ROW_TOKENS, QuestionError, QuestionSpec, Row
+from ..text import TextTokenizer
 from .labels import Label, select_labels
+from .questions import QuestionError, QuestionSpec
+from .rows import MAX_BRANCH_TOKENS, MAX_ROW_TOKENS, Row
 
 INSTRUCTIONS = (
     "You are a careful annotator. Read the text below, then answer the question about it by choosing "
@@ -82,71 +83,6 @@ def quiet_length_warning(tokenizer):
     if isinstance(getattr(tokenizer, "deprecation_warnings", None), dict):
         tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
     return tokenizer
-
-
-class TextTokenizer:
-    """The model's tokenizer without its control tokens, for content; and the control tokens, for markup.
-
-    A control token is every added token whose text is not only whitespace: special ones (`<|im_end|>`,
-    `<|eot_id|>`, `<start_of_turn>`) and added non-special ones that `split_special_tokens` would not split
-    (Qwen3's `<think>`, `</think>`, `<tool_call>`; Gemma's `<unusedN>`). Whitespace-only added tokens (Gemma's
-    newline and indentation runs) are how the model reads ordinary text and stay.
-    Raises PromptError for a tokenizer without a Rust `tokenizer.json` backend.
-    """
-
-    def __init__(self, tokenizer):
-        from tokenizers import Tokenizer
-
-        backend = getattr(tokenizer, "backend_tokenizer", None)
-        if backend is None:
-            raise PromptError(
-                f"{type(tokenizer).__name__} is not a fast tokenizer: the prompt stage needs the model's "
-                "tokenizer.json to keep control tokens out of content"
-            )
-        added = backend.get_added_tokens_decoder()  # id → AddedToken
-        self.control: dict[str, int] = {a.content: i for i, a in added.items() if a.content.strip()}
-        self.control_ids = frozenset(self.control.values())
-        # The same model, normalizer and pre-tokenizer objects (shared, not copied: a 33 MB Gemma
-        # tokenizer.json would take seconds to serialise and parse), without the control tokens.
-        text = Tokenizer(backend.model)
-        text.normalizer, text.pre_tokenizer = backend.normalizer, backend.pre_tokenizer
-        # the model's own wrapping (BOS / [CLS] … [SEP]: inserted by id), for `encode(…, specials=True)`
-        text.post_processor = backend.post_processor
-        keep = {i: a for i, a in added.items() if not a.content.strip()}
-        text.add_tokens(list(keep.values()))
-        if any(text.token_to_id(a.content) != i for i, a in keep.items()):
-            raise PromptError(
-                "the tokenizer's whitespace added tokens do not keep their ids without control tokens"
-            )
-        self._text = text
-        # longest first: the alternation then matches like the tokenizer's own leftmost-longest scan
-        alts = sorted(self.control, key=len, reverse=True)
-        self._control_re = re.compile("|".join(map(re.escape, alts))) if alts else None
-
-    def encode(self, texts: list[str], specials: bool = False) -> list[tuple[int, ...]]:
-        """Texts → ids, no control token recognised in them; `specials`: wrapped as the model's tokenizer
-        wraps an input (its post-processor's BOS, [CLS] … [SEP]), for a whole classifier input. Batched: the
-        Rust tokenizer spreads a batch over all cores; slices of 1,000 bound the intermediate encodings."""
-        out: list[tuple[int, ...]] = []
-        for i in range(0, len(texts), 1000):
-            enc = self._text.encode_batch(texts[i : i + 1000], add_special_tokens=specials)
-            out.extend(tuple(e.ids) for e in enc)
-        return out
-
-    def without_controls(self, text: str) -> str:
-        return self._control_re.sub("", text) if self._control_re else text
-
-    def markup(self, text: str) -> list[str | int]:
-        """Template markup → text pieces and control ids, in order (how the tokenizer cuts it)."""
-        if self._control_re is None:
-            return [text]
-        out: list[str | int] = []
-        pos = 0
-        for m in self._control_re.finditer(text):
-            out.extend([text[pos : m.start()], self.control[m.group()]])
-            pos = m.end()
-        out.append(text[pos:])
-        return out
 
 
 class Prompter:
@@ -305,18 +241,9 @@ class Prompter:
 
     def build_many(self, rows: list[Row]) -> list[tuple[RowPrompt | None, tuple[Failed, ...]]]:
         """Rows → (RowPrompt of each row's valid questions or None, its failed questions), aligned with
-        `rows`. Never raises for row data. Questions with an answer lead or worked examples go through
-        `prompt_variants` (a Prompter per system text × lead)."""
-        from .prompt_variants import Variants, needs_variants
-
-        if not needs_variants(rows):
-            return self._build_plain(rows)
-        if getattr(self, "_variants", None) is None:
-            self._variants = Variants(self)
-        return self._variants.build_many(rows)
-
-    def _build_plain(self, rows: list[Row]) -> list[tuple[RowPrompt | None, tuple[Failed, ...]]]:
-        """build_many for this Prompter's own instructions and answer lead."""
+        `rows`. Never raises for row data. Every question is asked with this Prompter's own instructions and
+        answer lead: questions with their own lead or worked examples go through `prompt_variants.Variants`,
+        which wraps a Prompter (the readout's `prompter()` returns one)."""
         # Rows often share a whole prefix (a few-shot block, one conversation asked several question sets):
         # tokenize each distinct prefix text once and share its ids.
         texts = [self._prefix_text(self.body(row)) for row in rows]

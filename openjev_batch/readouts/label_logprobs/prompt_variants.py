@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...schema import QuestionSpec, Row
+from ...core import RowPrompt
+from .prompt import ANSWER_LEAD, Failed, Prompter
+from .questions import QuestionSpec
+from .rows import Row
 
 SEP = "\n\n"
 MAX_VARIANTS = 256  # distinct (system text, lead) Prompters kept; rows with per-row questions may make many
@@ -31,8 +34,6 @@ def needs_variants(rows: list[Row]) -> bool:
 def examples_text(prompter, questions) -> str:
     """The worked-examples block of a row's questions ('' when none has examples): per question its text
     and options as the suffix shows them, then each example's text and its answer's label."""
-    from .prompt import ANSWER_LEAD
-
     blocks = []
     for q in questions:
         if not isinstance(q, QuestionSpec) or not q.examples or len(q.options) > len(prompter.labels):
@@ -44,17 +45,17 @@ def examples_text(prompter, questions) -> str:
 
 
 class Variants:
-    """The Prompters of one base Prompter's (system text, answer lead) variants, built on first use."""
+    """The label readout's prompter: a base Prompter, and the Prompters of its (system text, answer lead)
+    variants, built on first use. It wraps the Prompter from outside, so prompt.py knows nothing of it."""
 
-    def __init__(self, base):
+    def __init__(self, base: Prompter):
         self.base = base
+        self.tok, self.text, self.labels = base.tok, base.text, base.labels  # what show.py reads
         self._cache: dict[tuple[str, str | None], object] = {}
 
     def get(self, system: str, lead: str | None):
         """The Prompter for this system text and lead, or the exception its construction raised (a lead
         whose context gives no single-token labels is then an error of the questions that use it)."""
-        from .prompt import Prompter
-
         key = (system, lead)
         if key == (self.base.instructions, None):
             return self.base
@@ -74,12 +75,15 @@ class Variants:
                 self._cache[key] = e
         return self._cache[key]
 
-    def build_many(self, rows: list[Row]):
-        """Like Prompter.build_many, for rows whose questions have answer leads or examples. Rows are
-        batched per (system text, lead), so tokenization stays one batched call per variant."""
-        from ...core import RowPrompt
-        from .prompt import Failed
+    def build(self, row: Row):
+        """One row; see `build_many`."""
+        return self.build_many([row])[0]
 
+    def build_many(self, rows: list[Row]):
+        """Prompter.build_many, each question with its own answer lead and worked examples. Rows are batched
+        per (system text, lead), so tokenization stays one batched call per variant."""
+        if not needs_variants(rows):
+            return self.base.build_many(rows)
         todo: dict[tuple[str, str | None], list[tuple[int, Row]]] = {}
         systems: dict[tuple, str] = {}  # a question set's system text, computed once per distinct set
         for i, row in enumerate(rows):
@@ -102,7 +106,7 @@ class Variants:
                     ]
                     built[i].append((None, tuple(err)))
                 continue
-            for (i, _), res in zip(items, p._build_plain([r for _, r in items]), strict=True):
+            for (i, _), res in zip(items, p.build_many([r for _, r in items]), strict=True):
                 built[i].append(res)
         out = []
         for row, parts in zip(rows, built, strict=True):

@@ -5,7 +5,8 @@ them), and the label tokens whose logprobs are read. Tokenizer only: no weights 
 
 from __future__ import annotations
 
-from ...schema import QuestionSpec, RowError
+from ...core import RowError
+from .questions import QuestionSpec
 
 CUT = "┆"  # printed where the shared prefix ends and a question's suffix begins
 

@@ -70,7 +70,7 @@ def config_dir(cache: Path | None = None) -> Path | None:
     if root is None:
         return None
     if cache is None:
-        from ....models import cache_dir
+        from ....packaged_models import cache_dir
 
         cache = cache_dir().parent  # models/ lives beside it
     key = hashlib.sha256(str(root).encode()).hexdigest()[:12]  # one folder per sglang install

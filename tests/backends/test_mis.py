@@ -1,5 +1,5 @@
-"""Multi-item scoring packing and readout (openjev_batch.mis): pure, plus the packed request run through the
-tiny Qwen3 with sglang's multi-item mask and positions (the CPU engine has no flashinfer, so this is the
+"""Multi-item scoring packing and readout (backends/sglang/mis.py): pure, plus the packed request run through
+the tiny Qwen3 with sglang's multi-item mask and positions (the CPU engine has no flashinfer, so this is the
 CI check of the request layout; GPU parity is measured on the H200, docs/benchmarks.md)."""
 
 import math
@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from openjev_batch.core import BranchSpec, RowPrompt, Window
-from openjev_batch.mis import (
+from openjev_batch.backends.sglang.mis import (
     DELIMITER_ID,
     MAX_ITEM_TOKENS,
     build,
@@ -18,6 +17,7 @@ from openjev_batch.mis import (
     read_pack,
     union_labels,
 )
+from openjev_batch.core import BranchSpec, RowPrompt, Window
 from openjev_batch.pipeline.plan import plan
 
 

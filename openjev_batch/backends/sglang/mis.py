@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .core import Window
+from ...core import Window
 
 DELIMITER_ID = 9999  # sglang's MIS_DELIMITER_TOKEN_ID; a placeholder only (positions travel with the request)
 MAX_ITEM_TOKENS = 65_535  # sglang/flashinfer keep an item's positions in uint16

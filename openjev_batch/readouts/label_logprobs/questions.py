@@ -1,0 +1,260 @@
+"""The label readout's questions: a row's `questions` cell or the `--questions` file, validated into
+`QuestionSpec`s; a bad question is a `QuestionError` naming its field, never an exception past the row.
+Every message names the question and the field, e.g. ``questions.urgency.criteria: score needs 2–64 levels,
+got 1`` (rows.py adds the row id)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from ...core import MAX_ID_CHARS
+from ...values import no_duplicate_keys, text_bytes, value_problem
+
+MAX_QUESTIONS = 64
+MIN_OPTIONS, MAX_OPTIONS = 2, 64
+# 256 KiB of question text is ~2× a 32,768-token branch (refused before any tokenization, as the state is).
+MAX_QUESTION_BYTES = 256 * 2**10
+# A --questions file: all MAX_QUESTIONS questions at their text limit, twice over for markup and escapes.
+MAX_QUESTIONS_FILE_BYTES = 2 * MAX_QUESTIONS * MAX_QUESTION_BYTES
+QUESTION_TYPES = ("noul", "choice", "score")
+
+
+@dataclass(frozen=True)
+class QuestionSpec:
+    """One validated question. `options` are the names reported in the output (noul: true/false;
+    score: "0".."K-1"); `descriptions[i]` is what the model reads for option i (None: name only)."""
+
+    qid: str
+    type: Literal["noul", "choice", "score"]
+    instructions: str
+    options: tuple[str, ...]
+    descriptions: tuple[str | None, ...]
+    # what the assistant turn starts with before the label ("Answer:" when None)
+    answer_lead: str | None = None
+    # worked examples shown before the row's text: (example text, index of its option)
+    examples: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class QuestionError:
+    qid: str
+    type: str | None
+    error: str
+
+
+class _Question(BaseModel):
+    """The systemone question schema (`type`, `instructions`, `criteria`); unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str
+    instructions: str
+    criteria: Any = None
+    answer_lead: str | None = None
+    examples: list[Any] | None = None
+
+    @field_validator("answer_lead")
+    @classmethod
+    def _lead(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or len(v) > 200):
+            raise ValueError("must be 1–200 characters, not only whitespace")
+        return v
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, v: str) -> str:
+        if v not in QUESTION_TYPES:
+            raise ValueError(f"unknown question type {v!r}; expected one of {', '.join(QUESTION_TYPES)}")
+        return v
+
+    @field_validator("instructions")
+    @classmethod
+    def _nonempty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+    @model_validator(mode="after")
+    def _criteria(self) -> _Question:
+        c, t = self.criteria, self.type
+        if t == "noul":
+            if c is not None and (not isinstance(c, dict) or set(c) - {"true", "false"}):
+                got = f" (got keys {', '.join(map(repr, c))})" if isinstance(c, dict) else ""
+                raise ValueError(
+                    f"criteria: noul criteria must be an object with keys 'true' and/or 'false'{got}"
+                )
+        elif t == "choice":
+            if not isinstance(c, dict):
+                raise ValueError("criteria: choice needs an object mapping option name → description")
+            if not MIN_OPTIONS <= len(c) <= MAX_OPTIONS:
+                raise ValueError(f"criteria: choice needs 2–64 options, got {len(c)}")
+            for k, v in c.items():
+                if not str(k).strip():
+                    raise ValueError("criteria: option names must not be empty")
+                if v is not None and not isinstance(v, str):
+                    raise ValueError(f"criteria.{k}: description must be a string or null")
+        else:
+            if not isinstance(c, list):
+                raise ValueError("criteria: score needs a list of level descriptions, lowest first")
+            if not MIN_OPTIONS <= len(c) <= MAX_OPTIONS:
+                raise ValueError(f"criteria: score needs 2–64 levels, got {len(c)}")
+            if not all(isinstance(x, str) for x in c):
+                raise ValueError("criteria: score levels must be strings")
+        return self
+
+
+def _pairs_to_dict(v: Any, what: str) -> dict:
+    """Accept a dict, a JSON string of one, or an Arrow map (list of (key, value) pairs). A key given twice
+    is a ValueError: plain json.loads kept the last question of one id silently (CSV / Parquet cells),
+    where a JSONL line with it is refused."""
+    if isinstance(v, str):
+        v = json.loads(v, object_pairs_hook=no_duplicate_keys)
+    if isinstance(v, list) and all(isinstance(p, tuple | list) and len(p) == 2 for p in v):
+        keys = [p[0] for p in v]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"duplicate keys in {what}")
+        v = dict(v)
+    if not isinstance(v, dict):
+        raise ValueError(f"expected an object mapping question_id → question, got {type(v).__name__}")
+    return v
+
+
+def _error_text(where: str, e: ValidationError) -> str:
+    """Each pydantic error as `<where>.<field>: why`; a model-level message already names its field
+    (`criteria: …`); a whole-object error (no field: a number instead of a question) reads `<where>: why`."""
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        msg = msg.replace(
+            "a valid dictionary or instance of _Question", "a question object (type, instructions, criteria)"
+        )
+        if loc and not msg.startswith("criteria"):
+            parts.append(f"{where}.{loc}: {msg}")
+        else:
+            parts.append(f"{where}.{msg}" if msg.startswith("criteria") else f"{where}: {msg}")
+    return "; ".join(parts)
+
+
+def _noul_keys(c: dict) -> dict:
+    """noul criteria keys as `true`/`false`: a Python bool key (a dict built in code, or YAML's unquoted
+    `true:` read by a plain YAML loader) and any case (`True:`) mean the same option."""
+    out = {}
+    for k, v in c.items():
+        name = str(k).lower() if isinstance(k, bool) or str(k).lower() in ("true", "false") else k
+        if name in out:
+            raise ValueError(f"criteria: {name!r} given twice")
+        out[name] = v
+    return out
+
+
+def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
+    """Validate one question. Errors read ``questions.<qid>.<field>: <why>``."""
+    where = f"questions.{qid}"
+    try:
+        if isinstance(raw, str):
+            raw = json.loads(raw, object_pairs_hook=no_duplicate_keys)
+        if isinstance(raw, list) and raw and all(isinstance(p, tuple) for p in raw):
+            raw = dict(raw)  # an Arrow map column
+        if isinstance(raw, dict) and "criteria" in raw:
+            c = raw["criteria"]
+            if isinstance(c, str) and c[:1] in "[{":
+                try:
+                    c = json.loads(c, object_pairs_hook=no_duplicate_keys)
+                except json.JSONDecodeError:
+                    raise
+                except ValueError as e:  # an option name twice
+                    return QuestionError(qid, raw.get("type"), f"{where}.criteria: {e}")
+            if isinstance(c, list) and c and all(isinstance(p, tuple) for p in c):  # an Arrow map column
+                names = [p[0] for p in c]
+                if len(set(names)) != len(names):
+                    dup = next(n for n in names if names.count(n) > 1)
+                    return QuestionError(
+                        qid, raw.get("type"), f"{where}.criteria: duplicate option name {dup!r}"
+                    )
+                c = dict(c)
+            if raw.get("type") == "noul" and isinstance(c, dict):
+                try:
+                    c = _noul_keys(c)
+                except ValueError as e:
+                    return QuestionError(qid, "noul", f"{where}.{e}")
+            raw = {**raw, "criteria": c}
+        if (problem := value_problem(raw)) is not None:
+            t = raw.get("type") if isinstance(raw, dict) else None
+            return QuestionError(qid, t if t in QUESTION_TYPES else None, f"{where}: {problem}")
+        q = _Question.model_validate(raw)
+    except json.JSONDecodeError as e:
+        return QuestionError(qid, None, f"{where}: malformed JSON ({e.msg} at char {e.pos})")
+    except ValidationError as e:
+        t = raw.get("type") if isinstance(raw, dict) else None
+        return QuestionError(qid, t if t in QUESTION_TYPES else None, _error_text(where, e))
+    except ValueError as e:  # a key twice in the question's JSON text
+        return QuestionError(qid, None, f"{where}: {e}")
+    examples_texts = [
+        e["text"] for e in q.examples or () if isinstance(e, dict) and isinstance(e.get("text"), str)
+    ]
+    texts = [q.instructions, *_criteria_texts(q.criteria), q.answer_lead or "", *examples_texts]
+    if (n := sum(map(text_bytes, texts))) > MAX_QUESTION_BYTES:
+        return QuestionError(
+            qid, q.type, f"{where}: question text is {n:,} bytes, limit {MAX_QUESTION_BYTES:,}"
+        )
+    if q.type == "noul":
+        c = q.criteria or {}
+        names, descs = ("true", "false"), (c.get("true") or "Yes", c.get("false") or "No")
+    elif q.type == "choice":
+        names, descs = tuple(str(k) for k in q.criteria), tuple(q.criteria.values())
+    else:
+        names, descs = tuple(str(i) for i in range(len(q.criteria))), tuple(q.criteria)
+    try:
+        examples = _examples(q.examples, names)
+    except ValueError as e:
+        return QuestionError(qid, q.type, f"{where}.examples{e}")
+    return QuestionSpec(qid, q.type, q.instructions, names, descs, q.answer_lead, examples)  # type: ignore[arg-type]
+
+
+MAX_EXAMPLES = 16
+
+
+def _examples(raw: list[Any] | None, names: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """`examples: [{text: ..., answer: <option name>}, …]` → ((text, option index), …). A noul answer may
+    be a boolean, a score answer the level's number. Raises ValueError with `[i].field: why`."""
+    out = []
+    for i, ex in enumerate(raw or ()):
+        if not isinstance(ex, dict) or set(ex) != {"text", "answer"}:
+            raise ValueError(f"[{i}]: expected an object with 'text' and 'answer'")
+        if not isinstance(ex["text"], str) or not ex["text"].strip():
+            raise ValueError(f"[{i}].text: must be a non-empty string")
+        a = ex["answer"]
+        a = str(a).lower() if isinstance(a, bool) else str(a)
+        if a not in names:
+            raise ValueError(f"[{i}].answer: {ex['answer']!r} is not an option ({', '.join(names)})")
+        out.append((ex["text"], names.index(a)))
+    if len(out) > MAX_EXAMPLES:
+        raise ValueError(f": at most {MAX_EXAMPLES} examples a question, got {len(out)}")
+    return tuple(out)
+
+
+def _criteria_texts(c: Any) -> list[str]:
+    if isinstance(c, dict):
+        return [str(x) for kv in c.items() for x in kv if x is not None]
+    return [x for x in c or () if isinstance(x, str)]
+
+
+def parse_questions(raw: Any) -> tuple[QuestionSpec | QuestionError, ...]:
+    """Validate a question map. Raises ValueError (message without the row) when the map itself is bad."""
+    d = _pairs_to_dict(raw, "questions")
+    d = {k: v for k, v in d.items() if v is not None}  # struct columns add null fields of other rows
+    if not d:
+        raise ValueError("no questions")
+    if len(d) > MAX_QUESTIONS:
+        raise ValueError(f"{len(d)} questions; at most {MAX_QUESTIONS} a row")
+    if any(not str(k).strip() for k in d):
+        raise ValueError("a question id is empty")
+    for k in d:
+        if (problem := value_problem(str(k))) is not None or len(str(k)) > MAX_ID_CHARS:
+            shown = repr(str(k)[:40])
+            raise ValueError(f"question id {shown}: {problem or f'longer than {MAX_ID_CHARS:,} characters'}")
+    return tuple(parse_question(str(k), v) for k, v in d.items())

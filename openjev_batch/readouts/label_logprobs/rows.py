@@ -1,0 +1,178 @@
+"""The label readout's input rows: `parse_row` never raises for bad data: it returns a `Row` whose bad
+questions are `QuestionError`s, or a `RowError` when the row as a whole is unusable (no conversation,
+malformed JSON, ...). Every message names the row id and the field, e.g.
+``row T7: questions.urgency.criteria: score needs 2–64 levels, got 1``."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...core import RowError, checked_row_id, unidentified_row_error
+from ...values import MAX_STATE_BYTES, kept_values, no_duplicate_keys, text_bytes, value_problem
+from .questions import QuestionError, QuestionSpec, parse_questions
+
+MAX_BRANCH_TOKENS = 32_768
+MAX_ROW_TOKENS = 262_144
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """A readable row. `pos` is the 0-based input position (output order); `plain` marks a string state."""
+
+    pos: int
+    id: str
+    messages: tuple[Message, ...]
+    plain: bool
+    questions: tuple[QuestionSpec | QuestionError, ...]
+    kept: dict[str, Any] = field(default_factory=dict)
+
+
+_JSON_CONVERSATION = re.compile(r'^(\{\s*"messages"|\[\s*\{\s*")')
+
+
+def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
+    """`state` → (messages, plain). Accepts a string, a JSON string of a message list or of
+    ``{"messages": [...]}``, or those structures. Raises ValueError naming the sub-field.
+
+    A string that starts with `{` or `[` is read as JSON when it parses to a conversation (a list of objects,
+    or an object with `messages`); malformed JSON is an error only when the string starts like one
+    (`{"messages"` or `[{"`). Any other string is the text of one user message, also one that begins with
+    `{` or `[` ("{name} wrote: …", "[URGENT] …", "[1, 2] are my orders")."""
+    if isinstance(raw, str) and (n := text_bytes(raw)) > MAX_STATE_BYTES:
+        raise ValueError(f"{n:,} bytes of text, limit {MAX_STATE_BYTES:,}")
+    if isinstance(raw, str):
+        s = raw.strip()
+        if s[:1] in "[{":
+            try:
+                parsed = json.loads(s, object_pairs_hook=no_duplicate_keys)
+            except json.JSONDecodeError as e:
+                if _JSON_CONVERSATION.match(s):
+                    raise ValueError(f"malformed JSON ({e.msg} at char {e.pos})") from None
+                parsed = None
+            except ValueError:  # a key twice: a conversation's message would keep its last role/content
+                if _JSON_CONVERSATION.match(s):
+                    raise
+                parsed = None
+            is_conversation = (isinstance(parsed, dict) and "messages" in parsed) or (
+                isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed)
+            )
+            if is_conversation:
+                if (problem := value_problem(parsed)) is not None:
+                    raise ValueError(problem)
+                raw = parsed
+        if isinstance(raw, str):
+            if not s:
+                raise ValueError("empty conversation")
+            return (Message("user", raw),), True
+    if isinstance(raw, dict):
+        if set(raw) != {"messages"}:
+            raise ValueError(f"expected an object with only 'messages', got keys {sorted(raw)}")
+        raw = raw["messages"]
+    if not isinstance(raw, list):
+        raise ValueError(
+            f"expected a string, a list of messages or {{'messages': [...]}}, got {type(raw).__name__}"
+        )
+    if not raw:
+        raise ValueError("empty conversation")
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict) or not {"role", "content"} <= set(m):
+            raise ValueError(f"messages[{i}]: needs 'role' and 'content'")
+        if m["role"] not in ROLES:
+            raise ValueError(
+                f"messages[{i}].role: unknown role {m['role']!r}; expected one of {sorted(ROLES)}"
+            )
+        if not isinstance(m["content"], str):
+            raise ValueError(f"messages[{i}].content: expected a string")
+        out.append(Message(m["role"], m["content"]))
+    if not any(m.content.strip() for m in out):
+        raise ValueError("empty conversation")
+    if (n := sum(text_bytes(m.content) for m in out)) > MAX_STATE_BYTES:
+        raise ValueError(f"{n:,} bytes of message text, limit {MAX_STATE_BYTES:,}")
+    return tuple(out), False
+
+
+def ids_and_types(questions: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:
+    """(question ids, question types) of parsed questions (specs or errors), aligned; () for None."""
+    qs = tuple(questions or ())
+    return tuple(q.qid for q in qs), tuple(q.type for q in qs)
+
+
+def _state_hint(rec: dict[str, Any]) -> str:
+    """A hint for a row that carries its conversation under another common name (`text`, `messages`, …)."""
+    if "state" in rec:
+        return ""
+    for name in ("text", "messages", "conversation", "prompt", "content", "input"):
+        if rec.get(name) is not None:
+            return (
+                f" (the row has a {name!r} column: rename it to 'state'; `classify` reads 'text')"
+                if name == "text"
+                else f" (the row has a {name!r} column: rename it to 'state')"
+            )
+    return ""
+
+
+def parse_row(
+    pos: int, rec: dict[str, Any], shared_questions: Any = None, keep: tuple[str, ...] = ()
+) -> Row | RowError:
+    """One input record → Row or RowError (never raises). `shared_questions` is the parsed
+    ``--questions`` file, used when given; otherwise the row's own `questions` field.
+
+    Length (over ~60 lines): every check of one row in the order its error message names them.
+    """
+    kept, kept_problem = kept_values(rec, keep)
+    rid, id_problem = checked_row_id(rec.get("id"), pos)
+    if id_problem:
+        return unidentified_row_error(pos, f"id: {id_problem}", kept, *ids_and_types(shared_questions))
+    qids: tuple[str, ...] = ()
+    try:
+        if shared_questions is not None:
+            questions = shared_questions
+        elif "questions" not in rec or rec["questions"] is None:
+            return RowError(
+                pos,
+                rid,
+                f"row {rid}: questions: missing (give a questions column or --questions FILE)",
+                kept=kept,
+            )
+        else:
+            try:
+                questions = parse_questions(rec["questions"])
+            except RecursionError:
+                return RowError(pos, rid, f"row {rid}: questions: JSON nested too deeply", kept=kept)
+            except json.JSONDecodeError as e:
+                return RowError(
+                    pos, rid, f"row {rid}: questions: malformed JSON ({e.msg} at char {e.pos})", kept=kept
+                )
+            except ValueError as e:
+                return RowError(pos, rid, f"row {rid}: questions: {e}", kept=kept)
+        qids, qtypes = ids_and_types(questions)
+        if "state" not in rec or rec["state"] is None:
+            return RowError(pos, rid, f"row {rid}: state: missing{_state_hint(rec)}", qids, kept, qtypes)
+        if (problem := value_problem(rec["state"])) is not None:
+            return RowError(pos, rid, f"row {rid}: state: {problem}", qids, kept, qtypes)
+        try:
+            messages, plain = parse_state(rec["state"])
+        except RecursionError:
+            return RowError(pos, rid, f"row {rid}: state: JSON nested too deeply", qids, kept, qtypes)
+        except ValueError as e:
+            return RowError(pos, rid, f"row {rid}: state: {e}", qids, kept, qtypes)
+        if kept_problem:
+            return RowError(pos, rid, f"row {rid}: {kept_problem}", qids, kept, qtypes)
+    except Exception as e:  # a bad row never sinks the job
+        return RowError(pos, rid, f"row {rid}: {type(e).__name__}: {e}", qids, kept)
+    qs = tuple(
+        q if isinstance(q, QuestionSpec) else QuestionError(q.qid, q.type, f"row {rid}: {q.error}")
+        for q in questions
+    )
+    return Row(pos, rid, messages, plain, qs, kept)

@@ -1,0 +1,115 @@
+"""Hostile input values, checked wherever input arrives (input files, rows of either readout, questions,
+options): a lone surrogate, an undecodable cell, nesting deeper than MAX_DEPTH, an integer beyond int64, byte
+sizes past the limits, duplicate JSON keys. A problem is returned as text (the caller names the row and the
+field), never raised past a row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Hostile sizes are refused before any tokenization, so one row's memory stays bounded (a 50 MB state
+# string peaked at 6.3 GB RSS in the tokenizer). 2 MiB of conversation is ~2× what the 262,144-token row
+# limit admits of English text (readouts/label_logprobs/questions.py has the question text's limit).
+MAX_STATE_BYTES = 2 * 2**20
+# One input line (JSONL) or record (CSV) is refused unread past this (a 300 MB line peaked at 2.1 GB RSS
+# read and decoded whole): 8× the state limit leaves room for JSON's escapes (\uXXXX: up to 6 bytes a
+# character) and a row's questions and kept columns.
+MAX_LINE_BYTES = 8 * MAX_STATE_BYTES
+MAX_DEPTH = 64  # nesting of any input value (JSON objects/lists); deeper is a row error, not a RecursionError
+INT64 = (-(2**63), 2**63 - 1)
+
+
+@dataclass(frozen=True)
+class InvalidText:
+    """Stands in for an input cell that could not be decoded (invalid UTF-8 in a Parquet string column);
+    `parse_row` turns it into a row error naming the field."""
+
+    why: str
+
+
+def value_problem(value: Any, ints: bool = False) -> str | None:
+    """Why `value` cannot be carried as text/Arrow data, or None: a lone surrogate in a string (JSON `\\ud800`
+    escapes; not encodable as UTF-8), an undecodable cell, nesting deeper than MAX_DEPTH, and with `ints` an
+    integer outside int64 (Arrow's integer type). Iterative: a 100,000-deep value costs no recursion."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    return f"not valid Unicode text (lone surrogate {v[e.start]!r} at character {e.start})"
+        elif isinstance(v, dict | list | tuple):
+            if depth >= MAX_DEPTH:
+                return f"nested deeper than {MAX_DEPTH} levels"
+            items = v.items() if isinstance(v, dict) else v
+            for x in items:
+                stack.extend(
+                    ((x[0], depth + 1), (x[1], depth + 1)) if isinstance(v, dict) else ((x, depth + 1),)
+                )
+        elif isinstance(v, InvalidText):
+            return v.why
+        elif ints and isinstance(v, int) and not isinstance(v, bool) and not INT64[0] <= v <= INT64[1]:
+            return f"integer {str(v)[:30]}{'…' if len(str(v)) > 30 else ''} is outside int64"
+    return None
+
+
+def option_text_problem(v: str) -> str | None:
+    """`value_problem` of an option's text (a path, --system-prompt, --template): on the command line a byte
+    that is not UTF-8 arrives as a surrogate escape (U+DC80–U+DCFF: Python decodes argv with
+    surrogateescape), so it is named as the byte the user typed (a Latin-1 `Café`), not as a surrogate."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        c = ord(v[e.start])
+        if 0xDC80 <= c <= 0xDCFF:
+            return f"not valid UTF-8 (byte {c - 0xDC00:#04x} at character {e.start})"
+        return value_problem(v)
+    return None
+
+
+def text_bytes(s: str) -> int:
+    """UTF-8 size of `s` (4 × its length bounds it, so only strings near a limit are encoded)."""
+    return len(s.encode("utf-8", "surrogatepass")) if not s.isascii() else len(s)
+
+
+def kept_values(rec: dict[str, Any], keep: tuple[str, ...]) -> tuple[dict[str, Any], str | None]:
+    """The `--keep` values of a record and the first problem among them (`<column>: why`), or None. A kept
+    value that Arrow cannot hold (value_problem) is the row's error and is written as null."""
+    kept = {k: rec.get(k) for k in keep}
+    problems = {k: p for k, v in kept.items() if (p := value_problem(v, ints=True)) is not None}
+    if not problems:
+        return kept, None
+    k, p = next(iter(problems.items()))
+    return {k: (None if k in problems else v) for k, v in kept.items()}, f"{k}: {p}"
+
+
+def text_field(rec: dict[str, Any], name: str) -> str:
+    """The string field `name` of a record (not empty, encodable, at most MAX_STATE_BYTES as `state`);
+    raises ValueError `name: why`, with the type named as the user wrote it (an undecodable cell says why,
+    not which class stands in for it)."""
+    v = rec.get(name)
+    if v is None:
+        raise ValueError(f"{name}: missing")
+    if (problem := value_problem(v)) is not None:
+        raise ValueError(f"{name}: {problem}")
+    if not isinstance(v, str):
+        raise ValueError(f"{name}: expected a string, got {type(v).__name__}")
+    if (n := text_bytes(v)) > MAX_STATE_BYTES:  # refused before the tokenizer: 3 MB took 1.2 GB there
+        raise ValueError(f"{name}: {n:,} bytes of text, limit {MAX_STATE_BYTES:,}")
+    if not v.strip():
+        raise ValueError(f"{name}: empty")
+    return v
+
+
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json object hook: plain json.loads keeps the last of two equal keys silently (two options with
+    one name would merge); raise instead, naming the key."""
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {dup!r} in a JSON object")
+    return d
