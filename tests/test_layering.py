@@ -134,3 +134,26 @@ def test_the_check_sees_back_imports_and_circles(tmp_path, files, back, loops):
     (root / "__init__.py").write_text("")
     graph = import_graph(root)
     assert back_imports(graph) == back and circles(graph) == loops
+
+
+def test_every_import_of_a_package_module_names_one_that_exists():
+    """A move leaves no stale import behind, a lazy one inside a function included (`cli/models.py` still
+    imported `..models` after models.py became packaged_models.py: `models list` failed only when run)."""
+    files = {module_name(p, PKG): p for p in PKG.rglob("*.py")}
+    missing = []
+    for mod, path in files.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (
+                node.level or (node.module or "").startswith("openjev_batch")
+            ):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([base] if base else []))
+                if base not in files:
+                    missing.append(f"{mod}: {base}")
+            elif isinstance(node, ast.Import):
+                missing += [f"{mod}: {a.name}" for a in node.names
+                            if a.name.startswith("openjev_batch") and a.name not in files]  # fmt: skip
+    assert not missing, missing
