@@ -245,11 +245,15 @@ def test_head_classes_register_under_the_names_the_engine_is_told():
         classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
         (entry,) = [n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "EntryClass"]
         assert [e.id for e in entry.value.elts] == [key] and key in classes
-        base = classes[key].bases[-1]
+        head, base = classes[key].bases
         assert (base.value.id, base.attr) == ("_upstream", key)  # wraps sglang's own class of that name
-        src = ast.unparse(classes[key])
-        assert "nn.Linear(text.hidden_size, config.num_labels, bias=False)" in src
-        assert "Pooler(pooling_type=PoolingType.LAST, normalize=False)" in src
+        assert head.id == "LastTokenScoreHead"  # in front of it in the MRO: its __init__ and forward win
+    mixin = ast.parse((HEADS / "_qwen3_5.py").read_text())
+    (cls,) = [n for n in mixin.body if isinstance(n, ast.ClassDef) and n.name == "LastTokenScoreHead"]
+    src = ast.unparse(cls)
+    assert "nn.Linear(text.hidden_size, config.num_labels, bias=False)" in src
+    assert "Pooler(pooling_type=PoolingType.LAST, normalize=False)" in src
+    assert not any(isinstance(n, ast.Assign) and n.targets[0].id == "EntryClass" for n in mixin.body)
 
 
 # --------------------------------------------------------------------------- the engine arguments
