@@ -59,7 +59,9 @@ def test_pandas_and_dicts_and_one_engine_across_calls(clf):
     backend = clf.backend
     pdf = pd.DataFrame({"id": [10, 11], "state": ["refund please", "it is broken"], "src": ["a", "b"]})
     got = clf.run(pdf, Q, keep="all")
-    assert isinstance(got, pd.DataFrame) and list(got["id"]) == ["10", "10", "10", "11", "11", "11"]
+    # integer ids come back as integers (issue 26: they came back as strings)
+    assert isinstance(got, pd.DataFrame) and list(got["id"]) == [10, 10, 10, 11, 11, 11]
+    assert got["id"].dtype == pdf["id"].dtype
     assert list(got["src"]) == ["a"] * 3 + ["b"] * 3 and got["error"].isna().all()
     for probs, answer, options in zip(got["probs"], got["answer"], got["options"], strict=True):
         assert abs(sum(probs) - 1) < 1e-9 and answer == options[max(range(len(probs)), key=probs.__getitem__)]

@@ -51,3 +51,8 @@ def base_columns(name: str) -> tuple[str, ...]:
 def input_columns(name: str) -> tuple[str, ...]:
     """The input columns a readout reads (the Python API's keep="all" keeps the others)."""
     return tuple(_module(name).INPUT_COLUMNS)
+
+
+def text_column(name: str) -> str:
+    """The column a bare list of texts fills (the Python API: a Series or a list of strings)."""
+    return _module(name).TEXT_COLUMN
