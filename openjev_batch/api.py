@@ -92,7 +92,9 @@ class Classifier:
         self.backend_name, self.readout = cfg.backend, readout
         self.system_prompt = system_prompt
         self.model = self._options["model"] = resolve_model(model)
-        self.backend = load_backend(cfg.backend, cfg.backend_options(self.model), readouts.build(readout, cfg, ()).backend_kind)
+        self.backend = load_backend(
+            cfg.backend, cfg.backend_options(self.model), readouts.build(readout, cfg, ()).backend_kind
+        )
         try:
             # label-logprobs: the labels are verified in the tokenizer's answer context once, at start-up
             r = readouts.build(readout, cfg, self.backend.labels)
@@ -165,7 +167,13 @@ class Classifier:
         cfg, readout = self._job(questions, template, keep, cols, limit)
         source = FrameSource(data, kind, CHUNK_ROWS, limit)
         self.last_summary, table = loop.run(
-            cfg, source, MemorySink(), self.runner, readout=readout, progress=progress, on_progress=on_progress
+            cfg,
+            source,
+            MemorySink(),
+            self.runner,
+            readout=readout,
+            progress=progress,
+            on_progress=on_progress,
         )
         table = restore_ids(table, data, kind)
         return convert(table, output, input_index(table, data, kind) if output == "pandas" else None)
@@ -212,7 +220,9 @@ class Classifier:
         chunks = parse_records(records_of(data, kind_of(data), n), limit=n, readout=readout)
         return render_rows([r for c in chunks for r in c], self.runner.held_prompter)
 
-    def _keep(self, keep: Iterable[str] | str | None, cols: list[str] | None, skip: set[str]) -> tuple[str, ...]:
+    def _keep(
+        self, keep: Iterable[str] | str | None, cols: list[str] | None, skip: set[str]
+    ) -> tuple[str, ...]:
         if keep is None:
             keep = ()
         if keep == "all":

@@ -192,7 +192,8 @@ def test_integer_ids_keep_their_type(clf):
     pldf = pl.DataFrame({"id": [7, 8], "state": ["x", "y"]}, schema={"id": pl.Int32, "state": pl.String})
     got_pl = clf.run(pldf, ONE_Q)
     assert got_pl["id"].to_list() == [7, 8] and got_pl.schema["id"] == pl.Int32
-    assert clf.run(pl.DataFrame({"id": ["a"], "state": ["x"]}), ONE_Q)["id"].to_list() == ["a"]  # strings stay
+    strings = clf.run(pl.DataFrame({"id": ["a"], "state": ["x"]}), ONE_Q)
+    assert strings["id"].to_list() == ["a"]  # string ids stay strings
 
 
 def test_a_series_or_a_list_of_strings_is_the_texts(clf):

@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from .. import readouts
 from ..backends.base import load_tokenizer
 from ..config import RunConfig
 from ..errors import ConfigError
 from ..model_info import model_info
 from ..schema import RowError
-from .. import readouts
 from .plan import plan
 from .read import check_input, job_rows
 from .stages import prompt_chunk

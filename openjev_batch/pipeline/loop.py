@@ -138,5 +138,3 @@ def _record_downloaded_model(cfg: Any, manifest: dict, out) -> None:
         from ..backends.weights import model_fingerprint
 
         out.amend("model content", model_fingerprint(cfg.model))
-
-

@@ -31,12 +31,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ... import readouts
 from ...backends.base import load_tokenizer
 from ...config import RunConfig
 from ...errors import ConfigError, OpenjevError, OutputCheckError
 from ...readouts.base import Readout
 from ..formats import count_rows, kept_types
-from ... import readouts
 from ..loop import job_manifest
 from ..progress import Progress
 from ..read import check_input, job_rows

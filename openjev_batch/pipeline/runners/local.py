@@ -36,7 +36,9 @@ class LocalRunner:
         if self.own:
             self.backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
         else:
-            self.backend.configure(cfg)  # this job's request options (--request-pattern, …) on a started backend
+            self.backend.configure(
+                cfg
+            )  # this job's request options (--request-pattern, …) on a started backend
         try:
             b = self.backend
             # Branches longer than the model's (sglang: the engine's) limit are refused in the prompt stage,
@@ -89,9 +91,13 @@ class LocalRunner:
                     prompted, self.readout, b, self.budget, self.cfg.max_branches_per_window,
                     on_progress, tracker, progress,
                 )  # fmt: skip
-                yield i, scored.records, {
-                    "warm_tokens": b.warm_tokens - warm0,
-                    "unique_tokens": scored.unique_tokens,
-                }
+                yield (
+                    i,
+                    scored.records,
+                    {
+                        "warm_tokens": b.warm_tokens - warm0,
+                        "unique_tokens": scored.unique_tokens,
+                    },
+                )
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
