@@ -1,7 +1,7 @@
 """Where a job's records go (pipeline/loop.py writes every job through one of these): the output store
-(`StoreSink`: store.OutputStore, its parts, ledger, resume and join), an in-memory table (`MemorySink`: the
-Python API) or nowhere (`NullSink`: `validate`, `--dry-run`). Opened for one job, a sink answers what the
-loop asks of the store: `begin_chunk`, `done(i)` (a finished part, or None), `write`, `amend`, `close`."""
+(`StoreSink`: store.OutputStore, its parts, ledger, resume and join) or an in-memory table (`MemorySink`:
+the Python API). Opened for one job, a sink answers what the loop asks of the store: `begin_chunk`,
+`done(i)` (a finished part, or None), `write`, `amend`, `close`."""
 
 from __future__ import annotations
 
@@ -77,13 +77,3 @@ class MemorySink:
 
     def __exit__(self, *exc) -> None:
         pass
-
-
-class NullSink(MemorySink):
-    """Counts only (`validate`, `--dry-run`): the records are dropped, `close()` gives None."""
-
-    def write(self, chunk: int, records: list[dict[str, Any]], info: dict | None = None) -> None:
-        self.rows_written += len(records)
-
-    def close(self) -> None:
-        return None
