@@ -19,6 +19,56 @@ def kind_of(data: Any) -> str:
     return "records"
 
 
+def as_frame(data: Any, text_column: str) -> Any:
+    """A pandas Series (its index kept), a polars Series or a list of strings as the texts of `text_column` (`state`, or a
+    classifier's `text`); anything else as it is."""
+    if type(data).__module__.split(".")[0] in ("pandas", "polars") and type(data).__name__ == "Series":
+        return data.to_frame(text_column)
+    if isinstance(data, list | tuple) and data and all(isinstance(x, str) for x in data):
+        return [{text_column: x} for x in data]
+    return data
+
+
+def restore_ids(table: Any, data: Any, kind: str) -> Any:
+    """The output's `id` column with the input's integer type, where the input's `id` column is one: each
+    id was read as its digits (schema.row_id), so the digits are turned back (a row without a usable id
+    stays null). Other ids stay strings, as the CLI writes them."""
+    import pyarrow as pa
+
+    if kind == "records" or "id" not in (columns_of(data, kind) or ()):
+        return table
+    if kind == "pandas":
+        try:
+            typ = pa.Array.from_pandas(data["id"]).type
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return table
+    else:
+        typ = (data.column("id") if kind == "arrow" else data["id"].to_arrow()).type
+    if not pa.types.is_integer(typ):
+        return table
+    ids = [None if s is None else _int_or_none(s) for s in table.column("id").to_pylist()]
+    i = table.schema.get_field_index("id")
+    return table.set_column(i, pa.field("id", typ), pa.array(ids, typ))
+
+
+def _int_or_none(s: str) -> int | None:
+    try:
+        return int(s)
+    except ValueError:
+        return None
+
+
+def input_index(table: Any, data: Any, kind: str) -> Any:
+    """For a pandas input without an `id` column: each output row's input index label (the id is the row's
+    position), so the output joins back to the input by index; None otherwise."""
+    if kind != "pandas" or "id" in data.columns:
+        return None
+    pos = table.column("id").to_pylist()
+    if any(p is None for p in pos):
+        return None
+    return data.index.take([int(p) for p in pos])
+
+
 def columns_of(data: Any, kind: str) -> list[str] | None:
     if kind == "pandas":
         return [str(c) for c in data.columns]
@@ -80,12 +130,15 @@ def _py(v: Any) -> Any:
     return v
 
 
-def convert(table: Any, output: str):
-    """The output table as `output`: arrow | pandas | polars."""
+def convert(table: Any, output: str, index: Any = None):
+    """The output table as `output`: arrow | pandas (with `index`, when given) | polars."""
     if output == "arrow":
         return table
     if output == "pandas":
-        return table.to_pandas()
+        df = table.to_pandas()
+        if index is not None:
+            df.index = index
+        return df
     import polars as pl
 
     return pl.from_arrow(table)

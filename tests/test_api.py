@@ -59,7 +59,9 @@ def test_pandas_and_dicts_and_one_engine_across_calls(clf):
     backend = clf.backend
     pdf = pd.DataFrame({"id": [10, 11], "state": ["refund please", "it is broken"], "src": ["a", "b"]})
     got = clf.run(pdf, Q, keep="all")
-    assert isinstance(got, pd.DataFrame) and list(got["id"]) == ["10", "10", "10", "11", "11", "11"]
+    # integer ids come back as integers (issue 26: they came back as strings)
+    assert isinstance(got, pd.DataFrame) and list(got["id"]) == [10, 10, 10, 11, 11, 11]
+    assert got["id"].dtype == pdf["id"].dtype
     assert list(got["src"]) == ["a"] * 3 + ["b"] * 3 and got["error"].isna().all()
     for probs, answer, options in zip(got["probs"], got["answer"], got["options"], strict=True):
         assert abs(sum(probs) - 1) < 1e-9 and answer == options[max(range(len(probs)), key=probs.__getitem__)]
@@ -159,3 +161,57 @@ def test_classifier_head_readout_matches_classify(tiny_classifier, tmp_path):
     assert one["prompt_tokens"][0] == templ["prompt_tokens"][0]
     with pytest.raises(ConfigError, match="unknown readout 'nli'"):
         ob.Classifier(str(tiny_classifier), backend="hf", readout="nli")
+
+
+TICKETS = {"state": ["Refund me now", "Love it", "Where is my parcel"], "channel": ["mail", "chat", "web"]}
+ONE_Q = {"refund": Q["refund"]}
+
+
+def test_output_joins_back_to_the_input(clf):
+    """Issue 26: a filtered frame without `id` comes back joinable to its input (pandas: by the index, each
+    output row with its input row's label; polars, which has no index: by the position in `id`)."""
+    pdf = pd.DataFrame(TICKETS)
+    kept = pdf[pdf.channel != "mail"]  # index 1, 2
+    got = clf.run(kept, ONE_Q, keep="channel")
+    assert list(got.index) == [1, 2]
+    assert list(got["channel"]) == list(pdf.loc[got.index, "channel"])  # the join pairs the right rows
+    pldf = pl.DataFrame(TICKETS).filter(pl.col("channel") != "mail")
+    got_pl = clf.run(pldf, ONE_Q, keep="channel")
+    assert got_pl["id"].to_list() == ["0", "1"]  # positions in the frame given
+    back = pldf.with_row_index("pos").join(got_pl.with_columns(pl.col("id").cast(pl.UInt32)), left_on="pos",
+                                           right_on="id")  # fmt: skip
+    assert back["channel"].to_list() == back["channel_right"].to_list()
+    assert [list(p) for p in got["probs"]] == got_pl["probs"].to_list()
+
+
+def test_integer_ids_keep_their_type(clf):
+    """Issue 26: an integer `id` column comes back with its dtype (it came back as strings)."""
+    pdf = pd.DataFrame({"id": [7, 8], "state": ["x", "y"]})
+    got = clf.run(pdf, ONE_Q)
+    assert list(got["id"]) == [7, 8] and got["id"].dtype == pdf["id"].dtype
+    pldf = pl.DataFrame({"id": [7, 8], "state": ["x", "y"]}, schema={"id": pl.Int32, "state": pl.String})
+    got_pl = clf.run(pldf, ONE_Q)
+    assert got_pl["id"].to_list() == [7, 8] and got_pl.schema["id"] == pl.Int32
+    strings = clf.run(pl.DataFrame({"id": ["a"], "state": ["x"]}), ONE_Q)
+    assert strings["id"].to_list() == ["a"]  # string ids stay strings
+
+
+def test_a_series_or_a_list_of_strings_is_the_texts(clf):
+    """Issue 26: a Series or a list[str] was iterated into one error row each; it is the `state` texts."""
+    ref = clf.run(pd.DataFrame(TICKETS), ONE_Q)
+    series = pd.Series(TICKETS["state"], index=[10, 20, 30])
+    got = clf.run(series, ONE_Q)
+    assert isinstance(got, pd.DataFrame) and list(got.index) == [10, 20, 30]  # the Series' index kept
+    assert got["error"].isna().all() and [list(p) for p in got["probs"]] == [list(p) for p in ref["probs"]]
+    got_pl = clf.run(pl.Series(TICKETS["state"]), ONE_Q)
+    assert isinstance(got_pl, pl.DataFrame) and got_pl["error"].is_null().all()
+    assert got_pl["probs"].to_list() == [list(p) for p in ref["probs"]]
+    texts = clf.run(TICKETS["state"], ONE_Q)
+    assert isinstance(texts, pl.DataFrame) and texts["probs"].to_list() == got_pl["probs"].to_list()
+
+
+def test_system_prompt_has_the_cli_limit(tiny_model):
+    """Issue 26: `Classifier(system_prompt=…)` is validated as `run --system-prompt` (256 KiB), before the
+    model loads."""
+    with pytest.raises(ConfigError, match="--system-prompt is 262,145 bytes, limit 262,144"):
+        ob.Classifier(str(tiny_model), backend="hf", device="cpu", system_prompt="x" * (256 * 1024 + 1))

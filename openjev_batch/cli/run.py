@@ -191,19 +191,20 @@ def _run_job(
 def _execute(cfg, command: str, ray_opts: dict | None):
     """The job, local or on Ray (`ray_opts`), under a progress bar in the readout's unit. Returns the readout
     and the Summary."""
-    from ..pipeline.job import make_readout, run_job
+    from ..pipeline.job import run_job
+    from ..readouts import build
 
     # classify reads its labels here (config.json only): a checkpoint that is no classifier is refused
-    readout = make_readout(cfg) if cfg.readout != "label-logprobs" else None
-    noun = "rows" if readout else "questions"
-    with _progress("prefill" if readout is None else command, noun, cfg.progress) as live:
+    # before the progress bar starts
+    readout = build(cfg.readout, cfg)
+    with _progress("prefill" if command == "run" else command, f"{readout.noun}s", cfg.progress) as live:
         if ray_opts is not None:
             from ..pipeline.ray.run import RayOptions, run_job_ray
 
             s = run_job_ray(cfg, RayOptions(**ray_opts), progress=live)
         else:
             s = run_job(cfg, progress=live)
-    return readout or make_readout(cfg), s
+    return readout, s
 
 
 @app.command()

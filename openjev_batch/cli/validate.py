@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from ..errors import ConfigError, OpenjevError
+from ..errors import OpenjevError
 from . import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
 from .options import _spool_stdin
 
@@ -70,7 +70,7 @@ def validate(
         return f"{k:,} {word}{'' if k == 1 else 's'}"
 
     # questions: those of the rows that parsed (a row refused whole has none to count)
-    counts = f"{n(rows, 'row')}, {n(n_q, 'question')}" if readout == "label-logprobs" else n(rows, "row")
+    counts = n(rows, "row") + (f", {n(n_q, r.noun)}" if r.noun != "row" else "")
     out.print(
         f"{counts}, {n(len(errors), 'error')}"
         + (f" ({', '.join(f'{k}: {v}' for k, v in kinds.most_common(5))})" if errors else ""),
@@ -80,23 +80,15 @@ def validate(
 
 
 def _readout(name: str, questions, template, keep: tuple[str, ...]):
-    """The readout whose rows are checked (no model: a classifier's labels are not needed for its rows)."""
-    from ..config import check_keep, load_questions
-    from ..readouts.classifier_head import ClassifierHead
-    from ..readouts.classifier_head.template import DEFAULT_TEMPLATE, unescape_template
-    from ..readouts.label_logprobs import LabelLogprobs
+    """The readout whose rows are checked, through the config door `run` / `classify` use (the same
+    refusals of --keep, --questions and --template). No model: a classifier's labels are not needed for
+    its rows, and the backend is only a value the config requires."""
+    from ..config import build_config
+    from ..readouts import build
+    from ..readouts.classifier_head.template import unescape_template
 
-    if name in ("classifier-head", "label-logprobs"):
-        try:  # what run / classify refuse of --keep, validate refuses too
-            check_keep(keep, name)
-        except ValueError as e:
-            raise ConfigError(f"--keep: {e}") from None
-    if name == "classifier-head":
-        if questions:
-            raise ConfigError("--questions is for run (label logprobs), not for a classifier head")
-        return ClassifierHead(("?",), unescape_template(template) if template else DEFAULT_TEMPLATE, keep)
-    if name == "label-logprobs":
-        if template:
-            raise ConfigError("--template is for classify (a classifier head)")
-        return LabelLogprobs(load_questions(questions) if questions else None, keep)
-    raise ConfigError(f"unknown readout {name!r}; expected label-logprobs or classifier-head")
+    cfg = build_config(
+        input=Path("-"), model="", backend="hf", readout=name, questions_file=questions or None,
+        template=unescape_template(template) if template else None, keep=keep,
+    )  # fmt: skip
+    return build(name, cfg)

@@ -1,5 +1,6 @@
-"""The pipeline: read (read.py) → prompt + plan (plan.py) → prefill → read out (job.py: the stage
-functions and the one job loop) → write (store.py's OutputStore); dry_run; ray/ the Ray runner.
+"""The pipeline: read (read.py, source.py) → prompt + plan (plan.py) → prefill → read out (stages.py, run
+by runners/) → write (sink.py, store.py's OutputStore), all driven by the one job loop (loop.py; job.py's
+`run_job` is it over a file); dry_run; ray/ the Ray runner.
 `from openjev_batch.pipeline import run_job` and the other public names resolve lazily to job.py."""
 
 from __future__ import annotations

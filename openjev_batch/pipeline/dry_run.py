@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from .. import readouts
 from ..backends.base import load_tokenizer
 from ..config import RunConfig
 from ..core import RowError
 from ..errors import ConfigError
 from ..model_info import model_info
-from .job import make_readout
 from .plan import plan
 from .read import check_input, job_rows
 from .stages import prompt_chunk
@@ -55,7 +55,7 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
 
     t0 = time.perf_counter()
     check_input(cfg.input, cfg.keep)
-    readout = make_readout(cfg)
+    readout = readouts.build(cfg.readout, cfg)
     if tokenizer is None:
         tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
     prompter = readout.prompter(tokenizer)
@@ -99,7 +99,7 @@ def show_prompt(cfg: RunConfig, n: int, tokenizer=None) -> str:
     if cfg.readout != "label-logprobs":
         raise ConfigError("--show-prompt is for run (label logprobs)")
     check_input(cfg.input, cfg.keep)
-    readout = make_readout(cfg)
+    readout = readouts.build(cfg.readout, cfg)
     if tokenizer is None:
         tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
     prompter = readout.prompter(tokenizer)

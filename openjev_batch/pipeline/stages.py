@@ -1,4 +1,4 @@
-"""The stage functions the local loop (job.py) and the Ray actors (ray/) both call: the prompt stage of a
+"""The stage functions the local runner (runners/local.py) and the Ray actors (ray/) both call: the prompt stage of a
 chunk, and its plan → prefill → read-out stage."""
 
 from __future__ import annotations

@@ -172,8 +172,9 @@ class Totals:
         )
 
     def check(self, output: Path, fix: str) -> None:
-        """Raises OutputCheckError unless the output holds exactly the records the input needs."""
-        if self.records != self.expected or not self.rows:
+        """Raises OutputCheckError unless the output holds exactly the records the input needs (an input
+        without rows is the source's to refuse: a file is, an empty DataFrame gives an empty table)."""
+        if self.records != self.expected:
             raise OutputCheckError(
                 f"count check failed: {self.rows} input rows need {self.expected} output rows, "
                 f"the partial output has {self.records}; {fix}"
@@ -187,26 +188,6 @@ class Totals:
             top_errors=top_errors(pa.concat_tables(self.failed)) if self.failed else (),
             answers=self.answers.distribution(), resumed_chunks=tuple(self.resumed), **extra,
         )  # fmt: skip
-
-
-def summarize(
-    table: pa.Table,
-    n_rows: int,
-    warm_tokens: int,
-    wall_s: float,
-    output: str,
-    model: str = "",
-    pattern: str = "",
-    readout: Readout | None = None,
-) -> Summary:
-    """A job's Summary from its whole output table (the Python API, which holds it in memory)."""
-    if readout is None:
-        from ..readouts.label_logprobs import LabelLogprobs
-
-        readout = LabelLogprobs()
-    totals = Totals(rows=n_rows)
-    totals.add(readout, table)
-    return totals.summary(warm_tokens, wall_s, output, model=model, pattern=pattern)
 
 
 def describe_model(info) -> str:

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from openjev_batch.backends.hf.causal import HFBackend
 from openjev_batch.cli import app
 from openjev_batch.errors import BackendError
-from openjev_batch.pipeline import job as pipeline
 from openjev_batch.pipeline.prefill import BROKEN_AFTER_ROWS, FailureTracker
+from openjev_batch.pipeline.runners import local as pipeline  # where the job loads its backend
 from openjev_batch.pipeline.summary import top_errors
 
 QUESTIONS = {

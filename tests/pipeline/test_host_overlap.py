@@ -7,6 +7,7 @@ import pytest
 from conftest import write_jsonl
 
 import openjev_batch.pipeline.job as pipeline
+import openjev_batch.pipeline.read as read
 from openjev_batch.config import build_config
 from openjev_batch.readouts import label_logprobs
 from openjev_batch.readouts.label_logprobs.prompt import Prompter
@@ -86,7 +87,7 @@ def test_an_input_error_in_a_later_chunk_still_ends_the_job(hf_backend, tmp_path
     cfg = build_config(
         input=inp, output=tmp_path / "o.parquet", model="-", backend="hf", chunk_rows=CHUNK, progress=False
     )
-    real = pipeline.job_rows
+    real = read.job_rows
 
     def fails_after_one_chunk(*a, **kw):  # injected fault: the disk goes away after chunk 0
         it, digest = real(*a, **kw)
@@ -97,7 +98,7 @@ def test_an_input_error_in_a_later_chunk_still_ends_the_job(hf_backend, tmp_path
 
         return chunks(), digest
 
-    monkeypatch.setattr(pipeline, "job_rows", fails_after_one_chunk)
+    monkeypatch.setattr(read, "job_rows", fails_after_one_chunk)  # what FileSource reads through
     with pytest.raises(OSError, match="disk gone"):
         pipeline.run_job(cfg, backend=hf_backend)
     assert [p.name for p in (tmp_path / "o.parquet.partial").glob("part-*")] == ["part-000000.parquet"]

@@ -218,11 +218,11 @@ def test_any_jsonl_lines_yield_rows_or_errors(tmp_path, lines):
 def test_job_manifest_names_the_numbers_not_the_paths(tmp_path, monkeypatch):
     """--resume must refuse a different dtype (one file, two precisions) but accept the same questions by
     another path or as a byte-identical copy."""
-    from openjev_batch.pipeline.job import job_manifest
+    from openjev_batch.pipeline.loop import job_manifest
 
     inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}])
     q = tmp_path / "q.yaml"
-    q.write_text("u: {type: noul, instructions: Urgent?}\n")
+    q.write_text('u: {type: noul, instructions: "Urgent?"}\n')  # the manifest holds the parsed readout's key
     copy = tmp_path / "sub" / "q.yaml"
     copy.parent.mkdir()
     copy.write_bytes(q.read_bytes())
@@ -241,5 +241,5 @@ def test_job_manifest_names_the_numbers_not_the_paths(tmp_path, monkeypatch):
     )
     sg = manifest(questions_file=q, backend="sglang")
     assert manifest(questions_file=q, backend="sglang", engine_args={"attention_backend": "triton"}) != sg
-    q.write_text("u: {type: noul, instructions: Angry?}\n")
+    q.write_text('u: {type: noul, instructions: "Angry?"}\n')
     assert manifest(questions_file=q) != same[0]

@@ -31,12 +31,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ... import readouts
 from ...backends.base import load_tokenizer
 from ...config import RunConfig
 from ...errors import ConfigError, OpenjevError, OutputCheckError
 from ...readouts.base import Readout
 from ..formats import count_rows, kept_types
-from ..job import job_manifest, make_readout
+from ..loop import job_manifest
 from ..progress import Progress
 from ..read import check_input, job_rows
 from ..store import OutputStore, part_info
@@ -215,7 +216,7 @@ def run_job_ray(
     if opts.grouping not in ("blocks", "groupby"):
         raise ConfigError(f"grouping must be blocks or groupby, got {opts.grouping!r}")
     check_input(cfg.input, cfg.keep)
-    readout = make_readout(cfg)
+    readout = readouts.build(cfg.readout, cfg)
     # fail here, not in an actor: the tokenizer loads, gives labels
     readout.prompter(load_tokenizer(cfg.model, cfg.trust_remote_code))
     if progress is not None and progress.total_rows is None:

@@ -39,6 +39,22 @@ from .rows import ClsRow, parse_cls_row
 from .template import DEFAULT_TEMPLATE, Template
 
 BASE_COLUMNS = ("id", "logits", "probs", "label", "prompt_tokens", "error")
+INPUT_COLUMNS = ("id", "text", "premise", "hypothesis")
+TEXT_COLUMN = "text"  # the Python API takes a Series or a list of strings as this column
+
+
+def build(cfg: Any, labels: tuple[str, ...] | None = None, questions: Any = None) -> ClassifierHead:
+    """The readout of a job (the registry's factory, readouts/__init__.py): `labels` from a started
+    backend, else read from the checkpoint's config.json (no weights; a checkpoint that is no classifier is
+    refused here, before any model loads); without a model (`validate`) a placeholder label, as a row's
+    checks do not need them. Raises ConfigError / BackendError."""
+    if questions is not None:
+        raise ConfigError("questions are for the label-logprobs readout, not for a classifier head")
+    if labels is None and getattr(cfg, "model", None):
+        from ...backends.checkpoint import read_checkpoint
+
+        labels = read_checkpoint(cfg.model).labels
+    return ClassifierHead(tuple(labels or ("?",)), cfg.template or DEFAULT_TEMPLATE, tuple(cfg.keep))
 
 
 def read_out(logits: tuple[float, ...], labels: tuple[str, ...]) -> tuple[tuple[float, ...], str]:

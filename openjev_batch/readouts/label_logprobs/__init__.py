@@ -23,6 +23,9 @@ from .prompt_variants import Variants
 from .questions import QuestionError, QuestionSpec
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
 
+INPUT_COLUMNS = ("id", "state", "questions")
+TEXT_COLUMN = "state"  # the Python API takes a Series or a list of strings as this column
+
 SEP = "\x1f"  # as pipeline.summary.SEP: a question's id, type and options joined into one answer key
 
 OUTPUT_SCHEMA = pa.schema(
@@ -43,6 +46,26 @@ OUTPUT_SCHEMA = pa.schema(
         ("error", pa.string()),
     ]
 )
+
+
+BASE_COLUMNS = tuple(OUTPUT_SCHEMA.names)
+
+
+def build(cfg: Any, labels: Any = None, questions: Any = None) -> LabelLogprobs:
+    """The readout of a job (the registry's factory, readouts/__init__.py): the questions of
+    `cfg.questions_file`, or `questions` already parsed (the Python API), or each row's own. Raises
+    ConfigError for a missing or bad questions file."""
+    from pathlib import Path
+
+    keep, system_prompt = tuple(cfg.keep), cfg.system_prompt
+    if questions is not None or not cfg.questions_file:
+        return LabelLogprobs(questions, keep, system_prompt=system_prompt)
+    from ...config import load_questions
+
+    parsed = load_questions(cfg.questions_file)  # raises ConfigError for a missing or bad file
+    # the questions' content, not their path: an edited file must not mix old and new answers
+    sha = hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest()
+    return LabelLogprobs(parsed, keep, sha, system_prompt)
 
 
 @dataclass(frozen=True)

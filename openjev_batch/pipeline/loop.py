@@ -1,0 +1,140 @@
+"""The one job loop: every job, whatever reads it, runs it or keeps its output, is
+`run(cfg, source, sink, runner)`.
+
+    source (source.py: a file, a DataFrame) ──chunks of rows──▶ loop ──chunks to do──▶ runner
+    (runners/: a backend in-process) ──(index, records, info)──▶ loop ──▶ sink (sink.py: the output
+    store, an in-memory table)
+
+The loop owns the job's bookkeeping, so it exists once: skip-if-done (`--resume`), the input ledger, live
+progress, the totals of the summary, one FailureTracker for the whole job, the count check and the join. Output
+order is input order (the sink joins parts by chunk index, whatever order a runner finished them in); every
+input row has `readout.n_records(row)` records, answered or with its error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import readouts
+from ..readouts.base import Readout
+from .prefill import FailureTracker
+from .progress import Progress
+from .summary import Summary, Totals
+
+
+def job_manifest(cfg: Any, readout: Readout | None = None) -> dict[str, Any]:
+    """What identifies a job's partial output; `--resume` continues only a partial with the same manifest
+    (single-machine and Ray runs write the same one, so either can resume the other). It holds everything
+    that changes the numbers (the model by content, backend, dtype, device, context length, engine settings)
+    so one output never mixes precisions, and the readout's own key (the questions by content, or template
+    and labels). The input is identified by content too, chunk by chunk as it is read
+    (`store.OutputStore.begin_chunk`), not by its path, size or mtime."""
+    from ..backends.weights import model_fingerprint
+
+    readout = readout or readouts.build(cfg.readout, cfg)
+    return {
+        # by content, not path: weights swapped under the same path between a crash and --resume must not
+        # continue the old model's partial (hostile trial, issue 25: 300 rows of one model, 900 of another)
+        "model content": model_fingerprint(cfg.model),
+        "backend": cfg.backend,
+        **cfg.resume_key(),  # the engine options that change the numbers (options.ENGINE_OPTIONS)
+        "chunk_rows": cfg.chunk_rows,
+        "limit": cfg.limit,
+        "keep": list(cfg.keep),
+        **readout.manifest(),
+    }
+
+
+def run(
+    cfg: Any,
+    source: Any,
+    sink: Any,
+    runner: Any,
+    *,
+    readout: Readout | None = None,
+    progress: Progress | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> tuple[Summary, Any]:
+    """Run one job end to end. Returns its Summary and what the sink's `close()` gave (the output path, the
+    in-memory table). `readout`: the job's, else built from `cfg` by the registry (classifier-head: with the
+    runner's labels). `progress` (a live display's counts) is updated as branches finish, its total rows
+    counted first when not set; `on_progress(branches_done, tokens_done)` is called after each window.
+    With `cfg.resume`, chunks the sink already holds are not run again; the summary still counts the whole
+    job (each part keeps its warm-up and unique tokens) and names them (`resumed_chunks`).
+
+    Raises OpenjevError subclasses for job-level failures (input unreadable, model not loadable, engine
+    dead, count check failed); a store's partial output is then kept for `--resume`.
+    """
+    t0 = time.perf_counter()
+    source.check()  # before any model loads
+    readout = readout or readouts.build(cfg.readout, cfg, runner.labels)
+    manifest = job_manifest(cfg, readout) if cfg.output is not None else {}
+    totals = Totals()
+    lock = threading.Lock()  # the runner's host thread reads (todo) while this one writes
+    # A store is locked before the model loads: a second job on the same -o is refused at once.
+    with sink.open(manifest, readout) as out:
+        if progress is not None and progress.total_rows is None:
+            progress.total_rows = source.count_rows()
+
+        def todo():
+            """The chunks still to do: skip-if-done once, for every runner."""
+            for i, (chunk, sha) in enumerate(source.chunks(readout)):
+                need = sum(readout.n_records(r) for r in chunk)
+                with lock:
+                    totals.rows += len(chunk)
+                    totals.expected += need
+                    out.begin_chunk(i, len(chunk), need, sha)  # resuming: refuses a changed input
+                    if progress is not None:
+                        progress.chunk_read(len(chunk), need)
+                    part = out.done(i) if cfg.resume else None
+                    if part is not None:
+                        totals.resumed.append(i)
+                        totals.add(readout, part, _part_info(part))
+                        if progress is not None:
+                            progress.resumed(len(chunk), need)
+                if part is None:
+                    yield i, chunk
+
+        with runner.open(cfg, readout) as r:
+            _record_downloaded_model(cfg, manifest, out)
+            tracker = FailureTracker(  # one per job: the evidence of a broken backend spans chunks
+                r.name,
+                partial=None if out.partial is None else str(out.partial),
+                kept=lambda: out.rows_written > 0 or bool(totals.resumed),  # a part on disk to resume
+            )
+            chunks = todo()
+            with contextlib.closing(chunks):  # the reader stops with the job, also when it fails
+                for i, records, info in r.score(chunks, tracker, progress, on_progress):
+                    with lock:
+                        out.write(i, records, info)
+                        totals.add(readout, out.done(i), info)
+            totals.check(cfg.output, _fix(out))  # the count check: every row has all its records
+            result = out.close()  # the join (a store also checks its parts on disk)
+            extra = r.describe()
+    where = str(result) if isinstance(result, Path) else ""  # a file's path; an in-memory table has none
+    s = totals.summary(totals.warm, time.perf_counter() - t0, where, **extra)
+    return s, result
+
+
+def _part_info(part) -> dict[str, int]:
+    from .store import part_info
+
+    return part_info(part)
+
+
+def _fix(out) -> str:
+    return "rerun" if out.partial is None else f"delete {Path(out.partial).name} and rerun"
+
+
+def _record_downloaded_model(cfg: Any, manifest: dict, out) -> None:
+    """A hub id the loader has just downloaded: its revision is known now, so the key a resume computes
+    matches the manifest."""
+    if manifest.get("model content", {}).get("revision", "") is None:
+        from ..backends.weights import model_fingerprint
+
+        out.amend("model content", model_fingerprint(cfg.model))

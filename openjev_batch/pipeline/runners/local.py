@@ -1,0 +1,103 @@
+"""The local runner: one backend in this process (loaded for the job, or held open by the caller: tests,
+eval, the Python API's Classifier), the host stage of chunk k+1 running while chunk k is on the engine."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ...backends import Backend, load_backend
+from ...readouts.base import Readout
+from ..prefill import FailureTracker
+from ..progress import Progress
+from ..stages import prompt_chunk, score_chunk
+
+
+class LocalRunner:
+    """`backend`: a started backend, kept open (the job applies its request options to it); None loads one
+    for each job from the config and closes it after. `prompter`: one built at start-up for this backend
+    (the Python API's, its labels verified once), else built per job."""
+
+    def __init__(self, backend: Backend | None = None, prompter: Any = None):
+        self.backend, self.own, self.held_prompter = backend, backend is None, prompter
+
+    @property
+    def labels(self) -> tuple[str, ...] | None:
+        return None if self.backend is None else getattr(self.backend, "labels", None)
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    @contextlib.contextmanager
+    def open(self, cfg: Any, readout: Readout):
+        if self.own:
+            self.backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
+        else:
+            self.backend.configure(
+                cfg
+            )  # this job's request options (--request-pattern, …) on a started backend
+        try:
+            b = self.backend
+            # Branches longer than the model's (sglang: the engine's) limit are refused in the prompt stage,
+            # before any model call.
+            self.prompter = self.held_prompter or readout.prompter(b.tokenizer, b.context_length)
+            self.readout, self.cfg = readout, cfg
+            self.budget = cfg.kv_budget_tokens or b.kv_budget_tokens()
+            yield self
+        finally:
+            if self.own:
+                self.backend.close()
+
+    def describe(self) -> dict[str, Any]:
+        """The Summary's backend facts: the model's kind, the request pattern, the start-up it ran here."""
+        from ...model_info import model_info
+        from ..summary import describe_model
+
+        b = self.backend
+        return {
+            "model": describe_model(getattr(b, "model_info", None) or model_info(self.cfg.model)),
+            "pattern": getattr(b, "pattern", ""),
+            "startup": getattr(b, "startup", "") if self.own else "",
+        }
+
+    def score(
+        self,
+        todo: Iterator[tuple[int, list]],
+        tracker: FailureTracker,
+        progress: Progress | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> Iterator[tuple[int, list[dict[str, Any]], dict[str, int]]]:
+        """Score each chunk of `todo` in order. The host stage (reading the next chunk from `todo` and
+        rendering + tokenizing it) runs in a thread while this chunk is on the engine (the tokenizer's
+        batch calls release the GIL). Only that thread pulls `todo` and uses the prompter; each chunk is
+        planned and prefilled exactly as without it, so the output is the same."""
+        b = self.backend
+
+        def host():
+            item = next(todo, None)
+            return None if item is None else (*item, prompt_chunk(item[1], self.prompter))
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="openjev-host")
+        try:
+            pending = pool.submit(host)
+            while (item := pending.result()) is not None:
+                pending = pool.submit(host)
+                i, _, prompted = item
+                warm0 = b.warm_tokens
+                scored = score_chunk(
+                    prompted, self.readout, b, self.budget, self.cfg.max_branches_per_window,
+                    on_progress, tracker, progress,
+                )  # fmt: skip
+                yield (
+                    i,
+                    scored.records,
+                    {
+                        "warm_tokens": b.warm_tokens - warm0,
+                        "unique_tokens": scored.unique_tokens,
+                    },
+                )
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)

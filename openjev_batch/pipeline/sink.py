@@ -1,0 +1,79 @@
+"""Where a job's records go (pipeline/loop.py writes every job through one of these): the output store
+(`StoreSink`: store.OutputStore, its parts, ledger, resume and join) or an in-memory table (`MemorySink`:
+the Python API). Opened for one job, a sink answers what the loop asks of the store: `begin_chunk`,
+`done(i)` (a finished part, or None), `write`, `amend`, `close`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from ..readouts.base import Readout
+
+
+class StoreSink:
+    """The output store at `cfg.output` (store.py); the kept columns get `source`'s types where it has a
+    schema (a Parquet input's own), read when the store opens (after the source's checks)."""
+
+    def __init__(self, cfg: Any, source: Any):
+        self.cfg, self.source = cfg, source
+
+    def open(self, manifest: dict, readout: Readout):
+        """The job's OutputStore, locked (a context manager: keeps the partial when the job fails)."""
+        from .store import OutputStore
+
+        cfg = self.cfg
+        return OutputStore(
+            cfg.output, cfg.keep, manifest, cfg.resume, self.source.kept_types(), schema=readout.schema
+        )
+
+
+class MemorySink:
+    """The job's output as one Arrow table in memory (the Python API); nothing to resume. Kept columns get
+    their type from all their values at once (write.records_table), as one table of the whole job would."""
+
+    def __init__(self) -> None:
+        self.parts: dict[int, pa.Table] = {}  # the readout's columns, per chunk
+        self.kept: dict[int, list[dict[str, Any]]] = {}  # the kept columns' values, per chunk
+        self.rows_written = 0
+        self.partial = None  # no partial output to offer for --resume
+
+    def open(self, manifest: dict, readout: Readout):
+        self.readout = readout
+        return self
+
+    def begin_chunk(self, chunk: int, rows: int, records: int, input_sha256: str | None) -> None:
+        pass
+
+    def done(self, chunk: int) -> pa.Table | None:
+        return self.parts.get(chunk)
+
+    def write(self, chunk: int, records: list[dict[str, Any]], info: dict | None = None) -> None:
+        from .write import records_table
+
+        self.parts[chunk] = records_table(records, (), self.readout.schema)
+        self.kept[chunk] = [{k: r[k] for k in self.readout.keep} for r in records]
+        self.rows_written += len(records)
+
+    def amend(self, key: str, value: Any) -> None:
+        pass
+
+    def close(self) -> pa.Table:
+        """Every part in chunk order, as one table (the readout's columns, then the kept ones)."""
+        from .write import records_table
+
+        r = self.readout
+        order = sorted(self.parts)
+        table = pa.concat_tables([self.parts[i] for i in order]) if order else r.schema.empty_table()
+        if r.keep:
+            kept = records_table([v for i in order for v in self.kept[i]], r.keep, pa.schema([]))
+            for k in r.keep:
+                table = table.append_column(k, kept.column(k))
+        return table
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass

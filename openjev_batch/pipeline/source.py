@@ -1,0 +1,70 @@
+"""Where a job's rows come from (pipeline/loop.py reads every job through one of these): an input file
+(`FileSource`: formats.py's readers, with the content digest `--resume` keys on) or in-memory data
+(`FrameSource`: frames.py's DataFrames, Arrow tables, iterables of dicts). Both yield chunks of the readout's
+rows, duplicate ids made row errors (read.parse_records)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..readouts.base import Readout
+
+
+class FileSource:
+    """A job's input file (`cfg.input`, read by `cfg.chunk_rows`, the first `cfg.limit` rows)."""
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    def check(self) -> None:
+        """Whole-file checks, before any model loads. Raises InputFileError."""
+        from .read import check_input
+
+        check_input(self.cfg.input, self.cfg.keep)
+
+    def count_rows(self) -> int | None:
+        from .formats import count_rows
+
+        return count_rows(self.cfg.input, self.cfg.limit)
+
+    def kept_types(self):
+        """The kept columns' types where the input has a schema (formats.kept_types), else None."""
+        from .formats import kept_types
+
+        return kept_types(self.cfg.input, self.cfg.keep)
+
+    def chunks(self, readout: Readout) -> Iterator[tuple[list, str | None]]:
+        """(rows, the input's sha256 up to the chunk's end) per input chunk, in input order."""
+        from .read import job_rows
+
+        rows, digest = job_rows(self.cfg, readout)
+        for chunk in rows:
+            yield chunk, digest.hexdigest()  # read here, before the reader moves to the next chunk
+
+
+class FrameSource:
+    """The Python API's data (frames.py: `kind` as `frames.kind_of` names it)."""
+
+    def __init__(self, data: Any, kind: str, chunk_rows: int, limit: int | None = None):
+        self.data, self.kind, self.chunk_rows, self.limit = data, kind, chunk_rows, limit
+
+    def check(self) -> None:
+        pass  # frames.py's checks ran when the data was taken (api.Classifier.run)
+
+    def count_rows(self) -> int | None:
+        if self.kind == "records":  # an iterable may be a generator: it is read once
+            return None
+        n = len(self.data)
+        return min(n, self.limit or n)
+
+    def kept_types(self):
+        return None
+
+    def chunks(self, readout: Readout) -> Iterator[tuple[list, str | None]]:
+        from ..frames import records_of
+        from .read import parse_records
+
+        recs = records_of(self.data, self.kind, self.chunk_rows)
+        for chunk in parse_records(recs, limit=self.limit, readout=readout):
+            yield chunk, None  # no resume: nothing to key on
