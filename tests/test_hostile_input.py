@@ -316,7 +316,7 @@ def test_api_table_from_an_invalid_utf8_parquet_gives_error_cells(clf, tmp_path)
         ),
         (
             lambda ob, m: ob.Classifier(m, "hf", system_prompt="\ud800"),
-            "system_prompt: not valid Unicode text (lone surrogate '\\ud800' at character 0)",
+            "not valid Unicode text (lone surrogate '\\ud800' at character 0)",
         ),
         (
             lambda ob, m: ob.run([{"state": "x"}], m.parent, model=m, backend="hf"),

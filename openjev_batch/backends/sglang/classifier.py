@@ -26,9 +26,8 @@ from typing import Any
 
 from ...core import BranchResult, Window
 from ...errors import BackendError, EngineDied
-from ..base import Backend, BackendOptions
+from ..base import Backend, BackendOptions, load_tokenizer
 from ..checkpoint import Checkpoint, read_checkpoint
-from ..trust import loader_options, trust_hint
 from . import signals as sglang_signals
 from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE, TEXT_ONLY
 from .kwargs import engine_kwargs as engine_kwargs_base
@@ -88,17 +87,10 @@ class SGLangClassifier(Backend):
     def __init__(self, opts: BackendOptions):
         ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before the engine starts
         import_sglang()  # says how to get sglang when it is missing
-        from transformers import AutoTokenizer
-
         self.labels = ckpt.labels
         kw = engine_kwargs(opts, ckpt)
         override = OVERRIDES.get(ckpt.architecture)
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
-        except Exception as e:
-            raise BackendError(
-                f"cannot load the tokenizer of {opts.model!r}: {e}{trust_hint(opts, e)}"
-            ) from e
+        self.tokenizer = load_tokenizer(opts.model, opts.trust_remote_code)  # BackendError naming the option
 
         prev = os.environ.get(ENV)
         if override and prev and prev != PACKAGE:

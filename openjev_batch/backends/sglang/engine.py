@@ -40,8 +40,7 @@ from typing import Any
 from ...core import Window
 from ...errors import BackendError, EngineDied
 from ...model_info import ModelInfo, model_info
-from ..base import Backend, BackendOptions, BranchResult
-from ..trust import loader_options, trust_hint
+from ..base import Backend, BackendOptions, BranchResult, load_tokenizer
 from . import mis, request_options
 from . import signals as sglang_signals
 from .kwargs import (
@@ -77,8 +76,6 @@ class SGLangBackend(Backend):
 
     def __init__(self, opts: BackendOptions):
         sglang = import_sglang()
-        from transformers import AutoTokenizer
-
         kw = engine_kwargs(opts)
         self.multi_item_off_reason = choose_multi_item(opts, kw, sglang.__version__)
         self.model_info: ModelInfo = model_info(opts.model)
@@ -93,12 +90,7 @@ class SGLangBackend(Backend):
 
             # tuned fused-MoE kernel configs sglang 0.5.17 lacks (E=256, N=512 on the H200); see moe_configs
             self.moe_config_dir = moe_configs.use_for_engine()
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
-        except Exception as e:
-            raise BackendError(
-                f"cannot load the tokenizer of {opts.model!r}: {e}{trust_hint(opts, e)}"
-            ) from e
+        self.tokenizer = load_tokenizer(opts.model, opts.trust_remote_code)  # BackendError naming the option
         self.engine = None
         t_start = time.perf_counter()
         # sglang's SIGQUIT handlers SIGKILL this process when an engine process fails: the product handles
