@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from ..options import EngineOptions
 from .build import KEEP, build_rows, fewshot_blocks, prepare
 from .report import commit, hardware, sha256_file, write_reports
+from .samples import log_samples, prompt_texts
 
 
 class EvalConfig(EngineOptions):
@@ -123,26 +124,6 @@ def _write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def log_samples(predictions: Path) -> None:
-    """Add per-sample columns to predictions.parquet (lm-eval's --log_samples): `prediction` (the index of
-    the most probable option, the same indexing as `gold`) and `correct` (null for a question with an error)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    t = pq.read_table(predictions)
-    t = t.drop_columns([c for c in ("prediction", "correct") if c in t.column_names])
-    pred = [None if p is None else int(np.argmax(p)) for p in t.column("probs").to_pylist()]
-    gold = t.column("gold").to_pylist()
-    correct = [None if p is None else p == int(g) for p, g in zip(pred, gold, strict=True)]
-    t = t.append_column("prediction", pa.array(pred, pa.int64())).append_column(
-        "correct", pa.array(correct, pa.bool_())
-    )
-    tmp = predictions.with_name(predictions.name + ".tmp")
-    pq.write_table(t, tmp)
-    os.replace(tmp, predictions)
-
-
 def run_eval(
     cfg: EvalConfig,
     backend=None,
@@ -182,14 +163,15 @@ def run_eval(
         log_samples(ppath)
         return rescore(out_dir, cfg.calibrate)  # nothing left to run: the finished job, scored again
     s = run_job(job, backend=backend, on_progress=on_progress, progress=progress)
-    log_samples(ppath)
+    prompts, tokenization = prompt_texts(job)
+    log_samples(ppath, prompts)
     device = getattr(backend, "device", None) or job.device
     if device == "auto":
         import torch
 
         device = "cuda" if job.backend == "sglang" or torch.cuda.is_available() else "cpu"
     shots_used = {c: sum(d.category == c for d in dev_items or []) for c in blocks} if cfg.shots else {}
-    run = _run_record(cfg, job, s, device, t0, code)
+    run = _run_record(cfg, job, s, device, t0, code, tokenization)
     dataset = {
         "input": str(cfg.input),
         "sha256": sha256_file(Path(cfg.input)),
@@ -205,8 +187,11 @@ def run_eval(
     return write_reports(out_dir, run, dataset)
 
 
-def _run_record(cfg: EvalConfig, job, s, device: str, t0: float, code: str | None) -> dict[str, Any]:
-    """What ran: model, backend, device, dtype, hardware, date, wall times, version, commit, tokens."""
+def _run_record(
+    cfg: EvalConfig, job, s, device: str, t0: float, code: str | None, tokenization: str
+) -> dict[str, Any]:
+    """What ran: model, backend, device, dtype, hardware, date, wall times, version, commit, the prompt's
+    tokenization (a result reproduces only under the same one), tokens."""
     return {
         "model": cfg.model_name or job.model,
         "model_path": job.model,
@@ -219,6 +204,7 @@ def _run_record(cfg: EvalConfig, job, s, device: str, t0: float, code: str | Non
         "total_wall_s": time.perf_counter() - t0,
         "openjev_batch": __version__,
         "commit": code,
+        "tokenization": tokenization,
         "branch_tokens": s.branch_tokens,
         "computed_tokens": s.computed_tokens,
         "cache_hit_rate": s.cache_hit_rate,
