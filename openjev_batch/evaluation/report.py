@@ -153,6 +153,7 @@ def markdown(rep: dict) -> str:
             if d["sample"]
             else f", all {d['rows_in_file']:,} rows"
         )
+        + (f", the first {d['limit']:,} (--limit)" if d.get("limit") else "")
     )
     lines = [
         f"# openjev-batch eval: `{Path(d['input']).name}`",
