@@ -65,6 +65,11 @@ def _engine_options(command: str):
 _SPOOLED: list[str] = []  # the temporary files that stand for `-` in this process
 
 
+# what names standard input: `-`, and the device files a shell user reaches for (a named file there is a
+# pipe or terminal that can be read once and has no extension to tell its format)
+STDIN_NAMES = ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
+
+
 def _spool_stdin(stack: contextlib.ExitStack) -> Path:
     """`-`: standard input copied to a temporary file (removed when the command ends), named by its format.
     Messages name it `-` (`stdin_name`), not the temporary path the user never gave."""

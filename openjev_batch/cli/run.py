@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from .options import (
     PROGRESS,
     RAY,
     RAY_ADDRESS,
+    STDIN_NAMES,
     RESUME,
     THREADS_HELP,
     WORKERS,
@@ -41,7 +43,7 @@ def run(
         help="Input, one row per conversation: .parquet, .jsonl (.gz/.zst), .csv, .json, a datasets folder, or - (stdin).",
     ),
     output: Path = typer.Option(
-        None, "-o", "--output", help="Output .parquet, .jsonl or .csv (by extension; written atomically)."
+        None, "-o", "--output", help="Output .parquet, .jsonl, .jsonl.gz, .json, .csv or .tsv (by extension; written atomically), or - (JSONL on stdout)."
     ),
     model: str = typer.Option(
         ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
@@ -129,7 +131,16 @@ def _run_job(
     stack = contextlib.ExitStack()
     stop_on_signals()  # SIGTERM (schedulers) ends the job like Ctrl-C: message, partial kept, exit 143
     try:
-        if str(kw["input"]) == "-":
+        to_stdout = str(output) == "-"
+        if to_stdout:  # `-o -`: JSONL on standard output, joined in a temporary folder first (atomic, as a file)
+            import tempfile
+
+            if resume:
+                raise ConfigError("--resume needs an output file: standard output cannot be continued")
+            output = kw["output"] = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdout-"))
+            ) / "stdout.jsonl"
+        if str(kw["input"]) in STDIN_NAMES:
             if resume:
                 raise ConfigError("--resume needs an input file: standard input cannot be read again")
             kw["input"] = _spool_stdin(stack)
@@ -174,6 +185,10 @@ def _run_job(
             address=ray_address, workers=1 if workers is None else workers, gpus_per_worker=gpus_per_worker
         )
         readout, s = _execute(cfg, command, ray_opts if ray else None)
+        if to_stdout:  # the summary and progress are on stderr: stdout holds the rows alone
+            with open(output, "rb") as f:
+                shutil.copyfileobj(f, sys.stdout.buffer)
+            sys.stdout.flush()
     except OpenjevError as e:
         _fail(e)
     except OSError as e:  # the output folder vanished or filled up mid-job

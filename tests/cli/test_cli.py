@@ -321,3 +321,40 @@ def test_refusals_found_by_a_hostile_input_trial(tmp_path):
     r = subprocess.run(cmd, input="not json, not csv", capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 4 and "error: -: no rows" in r.stderr, r.stderr  # a CSV header, no rows
     assert "openjev-stdin-" not in r.stderr and "stdin.csv" not in r.stderr
+
+
+def test_stdin_stdout_and_tsv_formats(tiny_model, tmp_path):
+    """Issue 26: `-o -` writes JSONL on stdout (the summary stays on stderr), `/dev/stdin` is read as `-`,
+    a .tsv input is read and a .tsv / .json output written; all give the same answers as a Parquet run."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    src = EXAMPLES / "sst2_sample.jsonl"
+    q = EXAMPLES / "sst2_questions.yaml"
+    base = ["-m", tiny_model, "-b", "hf", "-q", q, "--no-progress"]
+    ref = cli("run", src, "-o", tmp_path / "ref.parquet", *base)
+    assert ref.returncode == 0, ref.stderr
+    want = pl.read_parquet(tmp_path / "ref.parquet").select("id", "question_id", "probs")
+
+    args = [sys.executable, "-m", "openjev_batch", "run", "/dev/stdin", "-o", "-", *map(str, base)]
+    with open(src, "rb") as f:
+        p = subprocess.run(args, stdin=f, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr
+    got = pl.DataFrame([json.loads(x) for x in p.stdout.splitlines()])  # every stdout line is a row
+    assert got.select(want.columns).equals(want) and "questions" in p.stderr  # the summary: stderr
+
+    rows = [json.loads(x) for x in src.read_text().splitlines()]
+    tsv = tmp_path / "in.tsv"
+    tsv.write_text("id\tstate\n" + "".join(f"{r['id']}\t{r['state']}\n" for r in rows), encoding="utf-8")
+    r = cli("run", tsv, "-o", tmp_path / "out.tsv", *base)
+    assert r.returncode == 0, r.stderr
+    out = pl.read_csv(tmp_path / "out.tsv", separator="\t")
+    assert out["id"].to_list() == want["id"].to_list()
+    assert [json.loads(x) for x in out["probs"]] == want["probs"].to_list()
+    r = cli("run", src, "-o", tmp_path / "out.json", *base)
+    assert r.returncode == 0, r.stderr
+    assert [x["probs"] for x in json.loads((tmp_path / "out.json").read_text())] == want["probs"].to_list()
+    refused = cli("run", src, "-o", "-", "--resume", *base)
+    assert refused.returncode == 4 and "standard output cannot be continued" in refused.stderr
