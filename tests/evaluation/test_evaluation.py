@@ -359,3 +359,39 @@ def test_eval_logs_the_exact_prompt_and_takes_lm_eval_options(tiny_model, tmp_pa
     got = df.filter(pl.col("id") == row.id)["prompt"].item()
     assert got == want and got.count("Be brief.") == 1 and got.endswith("Answer:")
     assert "<|im_start|>" in got  # markup decoded with its control tokens, as the model reads it
+
+
+COMMITTED = ROOT / "evals" / "results" / "mmlu-test-s1000-0shot_smollm2-135m_hf-cpu"
+
+
+@pytest.mark.slow
+def test_committed_eval_results_reproduce(tmp_path):
+    """The committed eval runs reproduce (issue 26: after the tokenization change 704445d they differed by
+    up to 0.020): 4 questions of the committed MMLU run (their questions.jsonl rows, as eval built them,
+    in evals/fixtures), re-scored by `run` with the run's model, backend and dtype, give its probabilities
+    within 1e-4 and the very prompt text it logged. A change of the prompt's ids fails here: re-run the
+    evals (evals/run_real.sh) and bump TOKENIZATION."""
+    from openjev_batch.config import build_config
+    from openjev_batch.evaluation.samples import prompt_texts, tokenization
+    from openjev_batch.models import resolve_model
+    from openjev_batch.readouts.label_logprobs.prompt import TOKENIZATION
+
+    ran = json.loads((COMMITTED / "report.json").read_text())["run"]
+    assert ran["tokenization"] == tokenization(1) and ran["tokenization"].startswith(TOKENIZATION)
+    sample = FIX / "mmlu_committed_sample.jsonl"
+    out = tmp_path / "again.parquet"
+    r = cli("run", sample, "-o", out, "-m", ran["model"], "-b", ran["backend"], "--device", ran["device"],
+            "--dtype", ran["dtype"], "--keep", "gold,category", "--no-progress")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    again = pl.read_parquet(out)
+    ids = again["id"].to_list()
+    committed = pl.read_parquet(COMMITTED / "predictions.parquet").filter(pl.col("id").is_in(ids))
+    committed = committed.sort(pl.col("id").map_elements(ids.index, return_dtype=pl.Int64))
+    assert len(ids) == 4 and committed["id"].to_list() == ids
+    assert again["answer"].to_list() == committed["answer"].to_list()
+    for a, b in zip(again["probs"], committed["probs"], strict=True):
+        assert np.allclose(a.to_list(), b.to_list(), rtol=0, atol=1e-4), (a, b)
+    job = build_config(input=sample, output=tmp_path / "p.parquet", model=resolve_model(ran["model"]),
+                       backend="hf", keep=("gold", "category"))  # fmt: skip
+    prompts, _ = prompt_texts(job)
+    assert [prompts[(i, "answer")] for i in ids] == committed["prompt"].to_list()
