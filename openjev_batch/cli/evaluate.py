@@ -79,7 +79,7 @@ def eval_(
         if system_prompt is not None:
             system_prompt = _text_or_file(system_prompt, "--system-prompt")
         cfg = build_eval_config(
-            input=input, output_dir=output_dir or Path("."), model=_resolve(model), model_name=model,
+            input=input, output_dir=output_dir or Path("."), model=_resolve(model, tokenizer_only=bool(show_prompt)), model_name=model,
             limit=limit, system_prompt=system_prompt,
             backend=backend or default_backend(), format=fmt, shots=shots, dev=dev, sample=sample, seed=seed,
             calibrate=calibrate, chunk_rows=chunk_rows, max_branches_per_window=max_branches, progress=progress,

@@ -106,10 +106,12 @@ def _quiet(progress: bool) -> None:
         hf_logging.disable_progress_bar()
 
 
-def _resolve(model: str) -> str:
+def _resolve(model: str, tokenizer_only: bool = False) -> str:
+    """A packaged name → its folder; `tokenizer_only`: the command needs no weights (a packaged tokenizer
+    is then accepted)."""
     from ..models import resolve_model
 
-    return resolve_model(model)
+    return resolve_model(model, tokenizer_only)
 
 
 # Options `run` and `classify` both take, declared once (typer copies an option's info per command).

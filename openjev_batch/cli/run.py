@@ -152,7 +152,7 @@ def _run_job(
         cfg = build_config(
             **{
                 **kw,
-                "model": _resolve(kw["model"]),
+                "model": _resolve(kw["model"], tokenizer_only=dry_run or bool(show_prompt)),
                 "backend": kw["backend"] or default_backend(),
                 "keep": tuple(k.strip() for k in kw["keep"].split(",") if k.strip()),
             }
