@@ -358,3 +358,38 @@ def test_stdin_stdout_and_tsv_formats(tiny_model, tmp_path):
     assert [x["probs"] for x in json.loads((tmp_path / "out.json").read_text())] == want["probs"].to_list()
     refused = cli("run", src, "-o", "-", "--resume", *base)
     assert refused.returncode == 4 and "standard output cannot be continued" in refused.stderr
+
+
+def test_tokenizer_only_entries_refused_at_once_and_listed_by_kind(tmp_path):
+    """Issue 26: `run -m qwen3-tokenizer` failed after 9 s with transformers' "Unrecognized model"; it is
+    refused before anything loads, and `models list` says which entries are tokenizers only."""
+    r = cli("run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-o",
+            tmp_path / "o.parquet", "-m", "qwen3-tokenizer", "-b", "hf")  # fmt: skip
+    assert r.returncode == 4 and "is a tokenizer only (no weights)" in r.stderr, r.stderr
+    assert "smollm2-135m" in r.stderr and "Unrecognized" not in r.stderr and not (tmp_path / "o.parquet").exists()
+    # what needs only the tokenizer still takes it
+    shown = cli("run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-m",
+                "qwen3-tokenizer", "--show-prompt", "1")  # fmt: skip
+    assert shown.returncode == 0 and "═══ row" in shown.stdout, shown.stderr
+    listed = cli("models", "list")
+    assert listed.returncode == 0 and "kind" in listed.stdout
+    lines = {ln.split("│")[1].strip(): ln for ln in listed.stdout.splitlines() if ln.count("│") > 3}
+    assert "tokenizer only" in lines["qwen3-tokenizer"] and "tokenizer only" not in lines["smollm2-135m"]
+
+
+def test_validate_into_a_closed_pipe_exits_0(tmp_path):
+    """`validate … 2>&1 | head` exited 1 (rich's broken-pipe exit): a reader that stops early is no error."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    bad = write_jsonl(tmp_path / "bad.jsonl", [
+        {"id": f"r{i}", "state": "x", "questions": {"q": {"type": "choice", "instructions": "?", "criteria": {}}}}
+        for i in range(3000)
+    ])  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-m", "openjev_batch", "validate", str(bad), "--show", "3000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)  # fmt: skip
+    first = p.stdout.readline()
+    p.stdout.close()  # as `head -1` does
+    assert p.wait(timeout=120) == 0 and b"row r0" in first
