@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -121,9 +122,15 @@ def _run_job(
         )
     from ..config import apply_threads, default_threads
 
-    threads = threads or default_threads()
+    given, threads = threads, threads or default_threads()
     if threads:
         apply_threads(threads)  # before torch is imported (default_backend, the backends)
+    # the summary says what the default picked: a slow run on a busy machine is often its thread count
+    threads_note = (
+        f"{threads} ({'--threads' if given else 'default: the idle cores'})"
+        if threads
+        else f"{os.environ.get('OMP_NUM_THREADS')} (OMP_NUM_THREADS)"
+    )
     from ..backends import default_backend
     from ..config import build_config, check_not_input
 
@@ -198,7 +205,7 @@ def _run_job(
         _stopped(e, f"{output}.partial")
     finally:
         stack.close()
-    _print_summary(command, readout, s)
+    _print_summary(command, readout, s, threads_note)
     if s.errors:
         raise typer.Exit(EXIT_ROW_ERRORS)
 

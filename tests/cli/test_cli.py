@@ -393,3 +393,15 @@ def test_validate_into_a_closed_pipe_exits_0(tmp_path):
     first = p.stdout.readline()
     p.stdout.close()  # as `head -1` does
     assert p.wait(timeout=120) == 0 and b"row r0" in first
+
+
+def test_run_summary_shows_the_thread_count(tiny_model, tmp_path):
+    """Issue 26: the summary did not show the thread count the default picked."""
+    import os
+    import re
+
+    r = cli("run", EXAMPLES / "sst2_sample.jsonl", "-q", EXAMPLES / "sst2_questions.yaml", "--limit", "2",
+            "-o", tmp_path / "o.parquet", "-m", tiny_model, "-b", "hf", "--no-progress")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    how = "OMP_NUM_THREADS" if os.environ.get("OMP_NUM_THREADS") else "default: the idle cores"
+    assert re.search(rf"CPU threads\W+\d+ \({how}\)", r.stderr), r.stderr
