@@ -130,6 +130,9 @@ def _stopped(e: KeyboardInterrupt, partial) -> None:
 
 
 def main() -> None:  # pragma: no cover - entry point for `python -m openjev_batch`
+    from ..backends.sglang.signals import refuse_unguarded_main
+
+    refuse_unguarded_main()  # a script wrapping the CLI without a main guard, re-run by sglang's spawn
     try:
         app()
     except BrokenPipeError:  # a plain write (`-o -`, --show-prompt) to a reader that closed the pipe
