@@ -25,21 +25,30 @@ from .errors import BackendError
 BACKENDS = ("hf", "sglang")  # the --backend choices (backends/__init__.py maps each to its classes)
 
 
-# output format by extension; parts are always Parquet, the joined file is written in this format (io.py)
+# output format by extension; parts are always Parquet, the joined file is written in this format (write.py)
 OUTPUT_FORMATS = {
     ".parquet": "parquet",
     ".pq": "parquet",
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
+    ".jsonl.gz": "jsonl.gz",
+    ".ndjson.gz": "jsonl.gz",
+    ".json": "json",
     ".csv": "csv",
+    ".tsv": "tsv",
 }
 
 
 def output_format(path: str | Path) -> str:
-    """parquet | jsonl | csv, from the output's extension. Raises ValueError for another one."""
-    fmt = OUTPUT_FORMATS.get(Path(path).suffix.lower())
+    """parquet | jsonl | jsonl.gz | json | csv | tsv, from the output's extension (the last two suffixes
+    for .jsonl.gz). Raises ValueError for another one."""
+    suffixes = [x.lower() for x in Path(path).suffixes[-2:]]
+    fmt = OUTPUT_FORMATS.get("".join(suffixes)) or OUTPUT_FORMATS.get(suffixes[-1] if suffixes else "")
     if fmt is None:
-        raise ValueError(f"output must be a .parquet, .jsonl or .csv file, got {path}")
+        raise ValueError(
+            f"output must be a .parquet, .jsonl, .jsonl.gz, .json, .csv or .tsv file (or - for standard "
+            f"output, as JSONL), got {path}"
+        )
     return fmt
 
 

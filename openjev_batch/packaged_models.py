@@ -154,12 +154,23 @@ def fetch(name: str, force: bool = False) -> Path:
     return dest
 
 
-def resolve_model(name_or_path: str) -> str:
+def resolve_model(name_or_path: str, tokenizer_only: bool = True) -> str:
     """A KNOWN_MODELS name becomes its local folder (fetched if needed, may raise ModelFetchError);
     anything else (a hub id or a local path) is returned unchanged. Raises ConfigError for a path-like
-    name (`/…`, `./…`, `~/…`) that is no folder, and for a name close to a packaged one (a typo) that is
-    neither a folder nor a hub id (`org/name`)."""
+    name (`/…`, `./…`, `~/…`) that is no folder, for a name close to a packaged one (a typo) that is
+    neither a folder nor a hub id (`org/name`), and, unless `tokenizer_only` (a use that needs only the
+    tokenizer: --dry-run, --show-prompt), for a packaged tokenizer without weights."""
     if name_or_path in KNOWN_MODELS:
+        spec = KNOWN_MODELS[name_or_path]
+        if spec.kind == "tokenizer" and not tokenizer_only:
+            from .errors import ConfigError
+
+            # before the fetch: transformers failed 9 s later with "Unrecognized model … model_type"
+            models = ", ".join(n for n, m in KNOWN_MODELS.items() if m.kind != "tokenizer")
+            raise ConfigError(
+                f"model {name_or_path!r} is a tokenizer only (no weights): it serves --dry-run and "
+                f"--show-prompt; packaged models: {models} (`openjev-batch models list`)"
+            )
         return str(fetch(name_or_path))
     return check_model_name(name_or_path)
 

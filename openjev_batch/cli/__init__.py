@@ -30,8 +30,29 @@ models_app = typer.Typer(
     no_args_is_help=True, context_settings=HELP, help="Models that install offline from package registries."
 )
 app.add_typer(models_app, name="models")
-err = Console(stderr=True)
-out = Console()
+
+
+class _Console(Console):
+    """rich's Console, but a reader that closed the pipe (`validate … | head`) ends the command with exit 0:
+    it has what it wanted, which is no error (rich exits 1)."""
+
+    def on_broken_pipe(self) -> None:
+        _quiet_exit()
+
+
+def _quiet_exit() -> None:
+    """Exit 0 with both streams on /dev/null, so the interpreter's last flush does not fail again (Python's
+    own advice: the signal module's "Note on SIGPIPE")."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.dup2(devnull, sys.stderr.fileno())
+    raise SystemExit(EXIT_OK)
+
+
+err = _Console(stderr=True)
+out = _Console()
 
 
 def _version(value: bool) -> None:
@@ -111,7 +132,13 @@ def _stopped(e: KeyboardInterrupt, partial) -> None:
 
 
 def main() -> None:  # pragma: no cover - entry point for `python -m openjev_batch`
-    app()
+    from ..backends.sglang.signals import refuse_unguarded_main
+
+    refuse_unguarded_main()  # a script wrapping the CLI without a main guard, re-run by sglang's spawn
+    try:
+        app()
+    except BrokenPipeError:  # a plain write (`-o -`, --show-prompt) to a reader that closed the pipe
+        _quiet_exit()
 
 
 # The commands register themselves on `app` when their modules load (this order is `--help`'s).

@@ -110,12 +110,13 @@ def _progress(label: str, noun: str, enabled: bool):
             bar.stop()
 
 
-def _print_summary(command: str, readout, s) -> None:
-    """The end-of-run table in the readout's vocabulary and, when some rows or questions have errors, how
-    many and the most frequent ones."""
+def _print_summary(command: str, readout, s, threads: str | None = None) -> None:
+    """The end-of-run table in the readout's vocabulary (with the CPU thread count used, `threads`) and,
+    when some rows or questions have errors, how many and the most frequent ones."""
     t = Table(title=f"openjev-batch {command}", show_header=False)
     for k, v in [
         *([("model", s.model)] if s.model else []),
+        *([("CPU threads", threads)] if threads else []),
         *([("request pattern", s.pattern)] if s.pattern else []),
         *([("start-up (in the wall time)", s.startup)] if s.startup else []),
         *readout.summary_rows(s),

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 
 from ..config import MAX_THREADS
-from ..errors import OpenjevError
+from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
-from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out
+from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
 from .display import _progress
-from .options import CHUNK_ROWS_HELP, ENGINE, THREADS_HELP, _engine_options, _quiet, _resolve
+from .options import CHUNK_ROWS_HELP, ENGINE, THREADS_HELP, _engine_options, _quiet, _resolve, _text_or_file
 
 
 # Length (over ~60 lines): mostly its typer options (the docstring is the command's --help).
@@ -22,7 +23,7 @@ def eval_(
         ..., help="Benchmark .parquet/.jsonl: MMLU-Pro, MMLU, BoolQ, or noul input + label."
     ),
     output_dir: Path = typer.Option(
-        ..., "-o", "--output-dir", help="Folder for the predictions and reports."
+        None, "-o", "--output-dir", help="Folder for the predictions and reports (not with --show-prompt)."
     ),
     model: str = typer.Option(..., "--model", "-m", help="Hub id, local path, or a packaged name."),
     backend: str = typer.Option(
@@ -32,6 +33,23 @@ def eval_(
     shots: int = typer.Option(0, help="Worked examples of the same category from --dev (0: zero-shot)."),
     dev: Path = typer.Option(None, help="Dev/validation split (same format) for --shots."),
     sample: int = typer.Option(None, help="Score a reproducible subset of N questions (see --seed)."),
+    limit: int = typer.Option(
+        None,
+        "--limit",
+        min=1,
+        help="Only the first N questions, in file order (lm-eval's --limit; after --sample).",
+    ),
+    system_prompt: str = typer.Option(
+        None,
+        "--system-prompt",
+        help="The system message, replacing the default instructions; @FILE reads it from a file.",
+    ),
+    show_prompt: int = typer.Option(
+        None,
+        "--show-prompt",
+        min=1,
+        help="Print what the model gets for the first N questions and exit; tokenizer only, no -o.",
+    ),
     seed: int = typer.Option(42, help="Seed of --sample and of the --calibrate split."),
     calibrate: float = typer.Option(None, help="Fit one temperature on this share, report the rest scaled."),
     engine: dict = ENGINE,
@@ -56,16 +74,31 @@ def eval_(
     from ..evaluation import build_eval_config, run_eval
     from ..evaluation.report import rich_tables
 
+    if output_dir is None and not show_prompt:
+        raise typer.BadParameter(
+            "missing: -o/--output-dir (only --show-prompt runs without it)", param_hint="'-o'"
+        )
     _quiet(progress)
     stop_on_signals()  # SIGTERM (schedulers) ends the eval like Ctrl-C: message, partial kept, exit 143
     try:
+        if system_prompt is not None:
+            system_prompt = _text_or_file(system_prompt, "--system-prompt")
         cfg = build_eval_config(
-            input=input, output_dir=output_dir, model=_resolve(model), model_name=model,
+            input=input, output_dir=output_dir or Path("."), model=_resolve(model, tokenizer_only=bool(show_prompt)), model_name=model,
+            limit=limit, system_prompt=system_prompt,
             backend=backend or default_backend(), format=fmt, shots=shots, dev=dev, sample=sample, seed=seed,
             calibrate=calibrate, chunk_rows=chunk_rows, max_branches_per_window=max_branches, progress=progress,
             force=force,
             resume=resume, **engine,
         )  # fmt: skip
+        if show_prompt:
+            from ..evaluation.run import show_prompt as render
+
+            if resume or force:
+                raise ConfigError("--show-prompt prints the first questions and exits: drop --resume/--force")
+            # as it is (no markup or wrapping), but no raw control characters: a benchmark's ESC codes
+            sys.stdout.write(printable(render(cfg, show_prompt)))
+            return
         with _progress("prefill", "questions", progress) as live:
             rep = run_eval(cfg, progress=live)
     except OpenjevError as e:

@@ -14,10 +14,12 @@ def models_list() -> None:
     """List the packaged models `--model` accepts by name."""
     from ..packaged_models import KNOWN_MODELS, cache_dir
 
-    t = Table("name", "source", "cached")
+    t = Table("name", "kind", "source", "cached")
     for name, spec in KNOWN_MODELS.items():
         t.add_row(
             name,
+            # a tokenizer-only entry serves --dry-run / --show-prompt and tests; `run` refuses it
+            "tokenizer only" if spec.kind == "tokenizer" else "model",
             str(getattr(spec, "source", getattr(spec, "package", ""))),
             "yes" if (cache_dir() / name / ".complete").exists() else "no",
         )

@@ -65,6 +65,11 @@ def _engine_options(command: str):
 _SPOOLED: list[str] = []  # the temporary files that stand for `-` in this process
 
 
+# what names standard input: `-`, and the device files a shell user reaches for (a named file there is a
+# pipe or terminal that can be read once and has no extension to tell its format)
+STDIN_NAMES = ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
+
+
 def _spool_stdin(stack: contextlib.ExitStack) -> Path:
     """`-`: standard input copied to a temporary file (removed when the command ends), named by its format.
     Messages name it `-` (`stdin_name`), not the temporary path the user never gave."""
@@ -101,10 +106,12 @@ def _quiet(progress: bool) -> None:
         hf_logging.disable_progress_bar()
 
 
-def _resolve(model: str) -> str:
+def _resolve(model: str, tokenizer_only: bool = False) -> str:
+    """A packaged name → its folder; `tokenizer_only`: the command needs no weights (a packaged tokenizer
+    is then accepted)."""
     from ..packaged_models import resolve_model
 
-    return resolve_model(model)
+    return resolve_model(model, tokenizer_only)
 
 
 # Options `run` and `classify` both take, declared once (typer copies an option's info per command).

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from .options import (
     RAY,
     RAY_ADDRESS,
     RESUME,
+    STDIN_NAMES,
     THREADS_HELP,
     WORKERS,
     _engine_options,
@@ -41,7 +44,10 @@ def run(
         help="Input, one row per conversation: .parquet, .jsonl (.gz/.zst), .csv, .json, a datasets folder, or - (stdin).",
     ),
     output: Path = typer.Option(
-        None, "-o", "--output", help="Output .parquet, .jsonl or .csv (by extension; written atomically)."
+        None,
+        "-o",
+        "--output",
+        help="Output .parquet, .jsonl, .jsonl.gz, .json, .csv or .tsv (by extension; written atomically), or - (JSONL on stdout).",
     ),
     model: str = typer.Option(
         ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
@@ -119,9 +125,15 @@ def _run_job(
         )
     from ..config import apply_threads, default_threads
 
-    threads = threads or default_threads()
+    given, threads = threads, threads or default_threads()
     if threads:
         apply_threads(threads)  # before torch is imported (default_backend, the backends)
+    # the summary says what the default picked: a slow run on a busy machine is often its thread count
+    threads_note = (
+        f"{threads} ({'--threads' if given else 'default: the idle cores'})"
+        if threads
+        else f"{os.environ.get('OMP_NUM_THREADS')} (OMP_NUM_THREADS)"
+    )
     from ..backends import default_backend
     from ..config import build_config, check_not_input
 
@@ -129,7 +141,19 @@ def _run_job(
     stack = contextlib.ExitStack()
     stop_on_signals()  # SIGTERM (schedulers) ends the job like Ctrl-C: message, partial kept, exit 143
     try:
-        if str(kw["input"]) == "-":
+        to_stdout = str(output) == "-"
+        if (
+            to_stdout
+        ):  # `-o -`: JSONL on standard output, joined in a temporary folder first (atomic, as a file)
+            import tempfile
+
+            if resume:
+                raise ConfigError("--resume needs an output file: standard output cannot be continued")
+            output = kw["output"] = (
+                Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdout-")))
+                / "stdout.jsonl"
+            )
+        if str(kw["input"]) in STDIN_NAMES:
             if resume:
                 raise ConfigError("--resume needs an input file: standard input cannot be read again")
             kw["input"] = _spool_stdin(stack)
@@ -141,7 +165,7 @@ def _run_job(
         cfg = build_config(
             **{
                 **kw,
-                "model": _resolve(kw["model"]),
+                "model": _resolve(kw["model"], tokenizer_only=dry_run or bool(show_prompt)),
                 "backend": kw["backend"] or default_backend(),
                 "keep": tuple(k.strip() for k in kw["keep"].split(",") if k.strip()),
             }
@@ -174,6 +198,10 @@ def _run_job(
             address=ray_address, workers=1 if workers is None else workers, gpus_per_worker=gpus_per_worker
         )
         readout, s = _execute(cfg, command, ray_opts if ray else None)
+        if to_stdout:  # the summary and progress are on stderr: stdout holds the rows alone
+            with open(output, "rb") as f:
+                shutil.copyfileobj(f, sys.stdout.buffer)
+            sys.stdout.flush()
     except OpenjevError as e:
         _fail(e)
     except OSError as e:  # the output folder vanished or filled up mid-job
@@ -183,7 +211,7 @@ def _run_job(
         _stopped(e, f"{output}.partial")
     finally:
         stack.close()
-    _print_summary(command, readout, s)
+    _print_summary(command, readout, s, threads_note)
     if s.errors:
         raise typer.Exit(EXIT_ROW_ERRORS)
 

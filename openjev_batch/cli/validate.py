@@ -10,7 +10,7 @@ import typer
 
 from ..errors import OpenjevError
 from . import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
-from .options import _spool_stdin
+from .options import STDIN_NAMES, _spool_stdin
 
 
 # Length (over ~60 lines): mostly its typer options (the docstring is the command's --help).
@@ -41,7 +41,7 @@ def validate(
 
     stack = contextlib.ExitStack()
     try:
-        if str(input) == "-":
+        if str(input) in STDIN_NAMES:
             input = _spool_stdin(stack)
         kept = tuple(k.strip() for k in keep.split(",") if k.strip())
         r = _readout(readout, questions, template, kept)

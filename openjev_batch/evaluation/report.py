@@ -120,7 +120,13 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
             "mean p(answer) right / wrong",
             f"{o['mean_p_answer_right'] or 0:.4f} / {o['mean_p_answer_wrong'] or 0:.4f}",
         ),
-        ("answers chosen", ", ".join(f"{k} {100 * v:.1f} %" for k, v in rep["predicted_share"].items() if v)),
+        # every option, a never-chosen one too: a model that never says D is what this line should show
+        (
+            "answers chosen",
+            ", ".join(
+                f"{k} {100 * v:.1f} % ({round(v * o['n']):,})" for k, v in rep["predicted_share"].items()
+            ),
+        ),
     ]
     if t:
         b, a = t["before"], t["after"]
@@ -149,13 +155,15 @@ def markdown(rep: dict) -> str:
             if d["sample"]
             else f", all {d['rows_in_file']:,} rows"
         )
+        + (f", the first {d['limit']:,} (--limit)" if d.get("limit") else "")
     )
     lines = [
         f"# openjev-batch eval: `{Path(d['input']).name}`",
         "",
         f"- model: `{r['model']}` · backend `{r['backend']}` on {r['device']} ({r['dtype']}), {r['hardware']}",
         f"- date: {r['date']} · wall time: {r['run_wall_s']:.1f} s run, {r['total_wall_s']:.1f} s total · "
-        f"openjev-batch {r['openjev_batch']} (commit {r['commit'] or 'unknown'})",
+        f"openjev-batch {r['openjev_batch']} (commit {r['commit'] or 'unknown'})"
+        + (f" · tokenization `{r['tokenization']}`" if r.get("tokenization") else ""),
         f"- protocol: {protocol}; input sha256 `{d['sha256'][:16]}…`",
         f"- tokens: {r['branch_tokens']:,} logical, {r['computed_tokens']:,} computed "
         f"(cache hit rate {100 * r['cache_hit_rate']:.1f} %)",

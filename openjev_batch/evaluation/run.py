@@ -10,6 +10,7 @@ job's resume key still matches).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import time
@@ -25,6 +26,7 @@ from ..errors import ConfigError
 from ..options import EngineOptions
 from .build import KEEP, build_rows, fewshot_blocks, prepare
 from .report import commit, hardware, sha256_file, write_reports
+from .samples import log_samples, prompt_texts
 
 
 class EvalConfig(EngineOptions):
@@ -39,6 +41,8 @@ class EvalConfig(EngineOptions):
     shots: int = Field(0, ge=0)
     dev: Path | None = None
     sample: int | None = Field(None, gt=0)
+    limit: int | None = Field(None, gt=0)  # lm-eval's --limit: the first N questions (after --sample)
+    system_prompt: str | None = None  # checked by the job's RunConfig (its size limit)
     seed: int = 42
     calibrate: float | None = Field(None, gt=0, lt=1)
     model_name: str | None = None  # as the user named it (a packaged name), for the report
@@ -60,7 +64,7 @@ class EvalConfig(EngineOptions):
         return build_config(
             input=questions, output=predictions, keep=KEEP, model=self.model, backend=self.backend,
             chunk_rows=self.chunk_rows, max_branches_per_window=self.max_branches_per_window,
-            progress=self.progress,
+            progress=self.progress, system_prompt=self.system_prompt,
             resume=self.resume, **engine,
         )  # fmt: skip
 
@@ -74,9 +78,9 @@ def build_eval_config(**kw: Any) -> EvalConfig:
 
 
 # what eval writes into its folder (with the store's OUT.partial / OUT.lock and the temporaries)
-QUESTIONS, PREDICTIONS = "questions.jsonl", "predictions.parquet"
+QUESTIONS, PREDICTIONS, JOB = "questions.jsonl", "predictions.parquet", "eval_job.json"
 WRITES = (
-    QUESTIONS, f"{QUESTIONS}.tmp", PREDICTIONS, f"{PREDICTIONS}.tmp", f"{PREDICTIONS}.partial",
+    QUESTIONS, f"{QUESTIONS}.tmp", JOB, f"{JOB}.tmp", PREDICTIONS, f"{PREDICTIONS}.tmp", f"{PREDICTIONS}.partial",
     f"{PREDICTIONS}.lock", "report.json", "report.md", "reliability.png",
 )  # fmt: skip
 
@@ -123,24 +127,77 @@ def _write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def log_samples(predictions: Path) -> None:
-    """Add per-sample columns to predictions.parquet (lm-eval's --log_samples): `prediction` (the index of
-    the most probable option, the same indexing as `gold`) and `correct` (null for a question with an error)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def _job_key(cfg: EvalConfig, fmt: str) -> dict[str, Any]:
+    """What makes an eval's numbers (eval_job.json): the benchmark and dev files by content, how they are
+    sampled and prompted, the model, the backend and the engine options that change the numbers. The
+    temperature-fit share is not in it: --resume --calibrate re-scores a finished job."""
+    return {
+        "input sha256": sha256_file(Path(cfg.input)),
+        "format": fmt,
+        "sample": cfg.sample,
+        "seed": cfg.seed,
+        "limit": cfg.limit,
+        "shots": cfg.shots,
+        "dev sha256": sha256_file(Path(cfg.dev)) if cfg.dev else None,
+        "system_prompt sha256": None
+        if cfg.system_prompt is None
+        else hashlib.sha256(cfg.system_prompt.strip().encode()).hexdigest(),
+        "model": cfg.model,
+        "backend": cfg.backend,
+        **cfg.resume_key(),
+    }
 
-    t = pq.read_table(predictions)
-    t = t.drop_columns([c for c in ("prediction", "correct") if c in t.column_names])
-    pred = [None if p is None else int(np.argmax(p)) for p in t.column("probs").to_pylist()]
-    gold = t.column("gold").to_pylist()
-    correct = [None if p is None else p == int(g) for p, g in zip(pred, gold, strict=True)]
-    t = t.append_column("prediction", pa.array(pred, pa.int64())).append_column(
-        "correct", pa.array(correct, pa.bool_())
-    )
-    tmp = predictions.with_name(predictions.name + ".tmp")
-    pq.write_table(t, tmp)
-    os.replace(tmp, predictions)
+
+def _refuse_another_job(out_dir: Path, key: dict[str, Any], text: str) -> None:
+    """--resume continues or re-scores the folder's own job only (as `run --resume`): another --sample,
+    seed, shots, format, model or engine setting would be reported under the old job's predictions, or
+    recompute and overwrite them (hostile trial, issue 26). Raises ConfigError naming what changed; checked
+    before anything in the folder is written."""
+    old: dict[str, Any] | None = None
+    if (out_dir / JOB).exists():
+        old = json.loads((out_dir / JOB).read_text(encoding="utf-8"))
+    elif (out_dir / "report.json").exists():  # a folder from before eval_job.json: what its report records
+        rep = json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
+        d, r = rep.get("dataset", {}), rep.get("run", {})
+        old = {"input sha256": d.get("sha256"), "model": r.get("model_path"), "backend": r.get("backend")}
+        old |= {k: d[k] for k in ("format", "sample", "seed", "shots") if k in d}
+    diff = sorted(k for k in (old or {}) if old[k] != key.get(k))
+    if (
+        not diff
+        and (out_dir / QUESTIONS).exists()
+        and (out_dir / QUESTIONS).read_text(encoding="utf-8") != text
+    ):
+        diff = [QUESTIONS]
+    if diff:
+        changes = "; ".join(f"{k}: {old[k]!r} → {key.get(k)!r}" if old and k in old else k for k in diff)
+        raise ConfigError(
+            f"eval --resume: {out_dir} holds another job (differs in {changes}); --resume continues the "
+            "same job: pass --force to run this one there, or choose another -o"
+        )
+
+
+def questions(cfg: EvalConfig):
+    """The benchmark read, sampled, limited and converted: (all items, chosen items, dev items, format,
+    the text of questions.jsonl). Raises ConfigError as `prepare`."""
+    items, chosen, dev_items, fmt = prepare(cfg.input, cfg.format, cfg.shots, cfg.dev, cfg.sample, cfg.seed)
+    chosen = chosen[: cfg.limit] if cfg.limit else chosen
+    blocks = fewshot_blocks({it.category for it in chosen}, dev_items, cfg.shots)
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in build_rows(chosen, blocks))
+    return items, chosen, dev_items, fmt, text
+
+
+def show_prompt(cfg: EvalConfig, n: int) -> str:
+    """What the model gets for the first `n` questions of the eval (`eval --show-prompt`), as `run
+    --show-prompt` prints it; tokenizer only, nothing written to the output folder."""
+    import tempfile
+
+    from ..pipeline.dry_run import show_prompt as render
+
+    text = questions(cfg)[4]
+    with tempfile.TemporaryDirectory(prefix="openjev-eval-") as tmp:
+        q = Path(tmp) / QUESTIONS
+        q.write_text(text, encoding="utf-8")
+        return render(cfg.job(q, Path(tmp) / PREDICTIONS), n)
 
 
 def run_eval(
@@ -159,43 +216,40 @@ def run_eval(
     t0 = time.perf_counter()
     code = commit()  # the code that runs, read before a long run (the tree may change meanwhile)
     out_dir = Path(cfg.output_dir)
-    items, chosen, dev_items, fmt = prepare(cfg.input, cfg.format, cfg.shots, cfg.dev, cfg.sample, cfg.seed)
+    items, chosen, dev_items, fmt, text = questions(cfg)
     blocks = fewshot_blocks({it.category for it in chosen}, dev_items, cfg.shots)
-    _claim(out_dir, cfg)
     qpath, ppath = out_dir / QUESTIONS, out_dir / PREDICTIONS
-    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in build_rows(chosen, blocks))
+    _claim(out_dir, cfg)
+    cfg.job(qpath, ppath)  # its option checks (--system-prompt's size …) before a file is written
     refuse_if_held(ppath)  # a running eval's questions are not rewritten by a second one it refuses
+    key = _job_key(cfg, fmt)
+    if cfg.resume:
+        _refuse_another_job(out_dir, key, text)
     changed = _write_if_changed(qpath, text)
+    _write_if_changed(out_dir / JOB, json.dumps(key, indent=1, sort_keys=True) + "\n")
     job = cfg.job(qpath, ppath)
     partial = ppath.with_name(ppath.name + ".partial")
     finished = ppath.exists() and not partial.exists() and (out_dir / "report.json").exists()
     if cfg.resume and not changed and finished:
-        # a finished job re-scored only if it is this job: another model or backend would be reported
-        # under the old one's predictions (hostile trial: `--resume -m other` re-scored silently)
-        ran = json.loads((out_dir / "report.json").read_text(encoding="utf-8")).get("run", {})
-        for key, want in (("model_path", job.model), ("backend", job.backend)):
-            if ran.get(key) not in (None, want):
-                raise ConfigError(
-                    f"eval: {out_dir} holds a finished run with {key} {ran.get(key)!r}, not {want!r}: "
-                    "--resume continues the same job; pass --force to run this one there"
-                )
         log_samples(ppath)
         return rescore(out_dir, cfg.calibrate)  # nothing left to run: the finished job, scored again
     s = run_job(job, backend=backend, on_progress=on_progress, progress=progress)
-    log_samples(ppath)
+    prompts, tokenization = prompt_texts(job)
+    log_samples(ppath, prompts)
     device = getattr(backend, "device", None) or job.device
     if device == "auto":
         import torch
 
         device = "cuda" if job.backend == "sglang" or torch.cuda.is_available() else "cpu"
     shots_used = {c: sum(d.category == c for d in dev_items or []) for c in blocks} if cfg.shots else {}
-    run = _run_record(cfg, job, s, device, t0, code)
+    run = _run_record(cfg, job, s, device, t0, code, tokenization)
     dataset = {
         "input": str(cfg.input),
         "sha256": sha256_file(Path(cfg.input)),
         "format": fmt,
         "rows_in_file": len(items),
         "sample": cfg.sample,
+        "limit": cfg.limit,
         "seed": cfg.seed,
         "shots": cfg.shots,
         "dev": str(cfg.dev) if cfg.dev else None,
@@ -205,8 +259,11 @@ def run_eval(
     return write_reports(out_dir, run, dataset)
 
 
-def _run_record(cfg: EvalConfig, job, s, device: str, t0: float, code: str | None) -> dict[str, Any]:
-    """What ran: model, backend, device, dtype, hardware, date, wall times, version, commit, tokens."""
+def _run_record(
+    cfg: EvalConfig, job, s, device: str, t0: float, code: str | None, tokenization: str
+) -> dict[str, Any]:
+    """What ran: model, backend, device, dtype, hardware, date, wall times, version, commit, the prompt's
+    tokenization (a result reproduces only under the same one), tokens."""
     return {
         "model": cfg.model_name or job.model,
         "model_path": job.model,
@@ -219,6 +276,7 @@ def _run_record(cfg: EvalConfig, job, s, device: str, t0: float, code: str | Non
         "total_wall_s": time.perf_counter() - t0,
         "openjev_batch": __version__,
         "commit": code,
+        "tokenization": tokenization,
         "branch_tokens": s.branch_tokens,
         "computed_tokens": s.computed_tokens,
         "cache_hit_rate": s.cache_hit_rate,

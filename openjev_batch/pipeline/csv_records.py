@@ -22,7 +22,7 @@ from ..values import MAX_LINE_BYTES, InvalidText
 
 _PIECE = 1 << 20  # bytes per read: a longer line arrives in pieces, so no read is unbounded
 _BOM = b"\xef\xbb\xbf"
-_QUOTE, _COMMA, _CR, _LF = 0x22, 0x2C, 0x0D, 0x0A
+_QUOTE, _CR, _LF = 0x22, 0x0D, 0x0A
 # scan states: at a field's start, in an unquoted field, in quotes, just after a quote in quotes at a
 # read's end (an escaped `""` or the close: the next byte decides), just after a closing quote
 _START, _PLAIN, _QUOTED, _QUOTE_END, _CLOSED = range(5)
@@ -40,6 +40,7 @@ class Record:
     end: int  # the line it ends on
     lines: list[bytes] | None  # None: over MAX_LINE_BYTES, not kept
     suspect: str | None = None  # why it may hold rows a quote left open swallowed
+    delim: str = ","  # "\t" for TSV
 
 
 class Records:
@@ -47,8 +48,8 @@ class Records:
     naming the line the quote opened on. `row_delims` (the header's commas, set once it is read) lets a
     quoted field that spans lines and holds a line of as many commas be reported as suspect."""
 
-    def __init__(self, f, name: str, hasher=None):
-        self.f, self.name, self.hasher = f, name, hasher
+    def __init__(self, f, name: str, hasher=None, delim: str = ","):
+        self.f, self.name, self.hasher, self.delim = f, name, hasher, delim
         self.row_delims: int | None = None
 
     def __iter__(self) -> Iterator[Record]:
@@ -60,6 +61,7 @@ class Records:
         suspect: str | None = None
         line_quoted, commas = False, 0  # this line began inside quotes; its commas inside quotes
         first = line_start = True
+        comma, comma_b = ord(self.delim), self.delim.encode()  # the delimiter: "," or, for TSV, a tab
         while True:
             buf = self.f.readline(_PIECE)
             if self.hasher is not None and buf:
@@ -77,7 +79,7 @@ class Records:
                 if size:  # a last line without a line end
                     if lines is not None:
                         lines.append(b"".join(pieces))
-                    yield Record(start, lineno, lines, suspect)
+                    yield Record(start, lineno, lines, suspect, self.delim)
                 return
             if line_start:
                 line_quoted, commas, line_start = st == _QUOTED, 0, False
@@ -96,7 +98,7 @@ class Records:
                 if st == _QUOTED:
                     j = _QUOTED_TEXT.match(buf, i).end()  # type: ignore[union-attr]
                     if line_quoted:
-                        commas += buf.count(b",", i, j)
+                        commas += buf.count(comma_b, i, j)
                     if j >= n - 1:  # still in quotes, or a quote that the next read's byte decides
                         st = _QUOTED if j == n else _QUOTE_END
                         break
@@ -108,7 +110,7 @@ class Records:
                     st = _CLOSED
                 elif st == _CLOSED:
                     c = buf[i]
-                    if c == _COMMA:
+                    if c == comma:
                         i, st = i + 1, _START
                         continue
                     if c not in (_CR, _LF) and quote_line < lineno and suspect is None:
@@ -120,7 +122,7 @@ class Records:
                         continue
                     st = _PLAIN
                 else:  # _PLAIN: a quote here is literal; the field ends at the next comma
-                    j = buf.find(b",", i)
+                    j = buf.find(comma_b, i)
                     if j < 0:
                         break
                     i, st = j + 1, _START
@@ -132,7 +134,7 @@ class Records:
                 lines.append(b"".join(pieces))
             pieces, line_start = [], True
             if st != _QUOTED:  # a line end outside quotes ends the record
-                yield Record(start, lineno, lines, suspect)
+                yield Record(start, lineno, lines, suspect, self.delim)
                 st, start, lines, size, suspect = _START, lineno + 1, [], 0, None
             lineno += 1
 
@@ -144,7 +146,7 @@ def _blank(rec: Record) -> bool:
 def _fields(rec: Record) -> list[str]:
     """The record's cells (surrogate-escaped where a byte is not UTF-8). Raises csv.Error."""
     texts = [b.decode("utf-8", "surrogateescape") for b in rec.lines or ()]
-    reader = csv.reader(texts, strict=False)
+    reader = csv.reader(texts, strict=False, delimiter=rec.delim)
     fields = next(reader, [])
     if any(rest for rest in reader):  # the scan and csv disagree on where the record ends: not guessed
         raise csv.Error("more than one record")
@@ -190,10 +192,10 @@ def header(records: Iterator[Record], name: str) -> list[str] | None:
     return None
 
 
-def record_chunks(f, name: str, chunk_rows: int, hasher=None):
+def record_chunks(f, name: str, chunk_rows: int, hasher=None, delim: str = ","):
     """Chunks of (position, row dict or the error text of an unreadable record), as formats.record_chunks.
     A suspect record (a quote left open?) is read as written and warned about (InputWarning), naming it."""
-    records = Records(f, name, hasher)
+    records = Records(f, name, hasher, delim)
     with f:
         it = iter(records)
         names = header(it, name)
@@ -237,13 +239,13 @@ def _row(rec: Record, names: list[str]) -> dict[str, Any] | str:
     return {k: _cell(v) for k, v in zip(names, fields, strict=True)}
 
 
-def count(f, name: str) -> int:
+def count(f, name: str, delim: str = ",") -> int:
     """The data rows of a CSV stream, without parsing them (InputFileError for a quote never closed)."""
     with f:
-        n = sum(not _blank(rec) for rec in Records(f, name))
+        n = sum(not _blank(rec) for rec in Records(f, name, delim=delim))
     return max(n - 1, 0)
 
 
-def columns(f, name: str) -> list[str]:
+def columns(f, name: str, delim: str = ",") -> list[str]:
     with f:
-        return header(iter(Records(f, name)), name) or []
+        return header(iter(Records(f, name, delim=delim)), name) or []

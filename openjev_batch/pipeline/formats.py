@@ -34,6 +34,7 @@ INPUT_EXT = {
     **dict.fromkeys(JSONL_EXT, "jsonl"),
     **dict.fromkeys(PARQUET_EXT, "parquet"),
     ".csv": "csv",
+    ".tsv": "csv",  # the CSV reader with a tab for the comma (_delim)
     ".json": "json",
 }
 
@@ -48,6 +49,11 @@ FORMAT_NAMES = {
 
 
 COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+
+
+def _delim(path: str | Path) -> str:
+    """A CSV-family input's delimiter: a tab for .tsv (also .tsv.gz / .tsv.zst), else a comma."""
+    return "\t" if ".tsv" in [x.lower() for x in Path(path).suffixes[-2:]] else ","
 
 
 def input_format(path: str | Path) -> tuple[str, str | None]:
@@ -80,7 +86,7 @@ def input_format(path: str | Path) -> tuple[str, str | None]:
     if fmt is None or (compression and fmt == "parquet"):
         raise InputFileError(
             f"{path}: unknown extension {''.join(path.suffixes[-2:]) or '(none)'!r}; use .parquet, .jsonl "
-            "(or .jsonl.gz / .jsonl.zst), .csv, .json, a datasets folder, or - for stdin"
+            "(or .jsonl.gz / .jsonl.zst), .csv, .tsv, .json, a datasets folder, or - for stdin"
         )
     return fmt, compression
 
@@ -293,7 +299,7 @@ def input_columns(path: Path) -> set[str] | None:
         if fmt == "parquet":
             return set(pq.read_schema(path).names)
         if fmt == "csv":
-            return set(csv_columns(open_binary(path, compression), str(path)))
+            return set(csv_columns(open_binary(path, compression), str(path), _delim(path)))
         if fmt == "hf-dataset":
             files = _hf_dataset_files(path)
             return set(_arrow_schema(files[0]).names) if files else set()
@@ -322,7 +328,7 @@ def record_chunks(
             yield from _json_records(path, compression, chunk_rows, hasher)
             return
         if fmt == "csv":
-            yield from csv_chunks(open_binary(path, compression), str(path), chunk_rows, hasher)
+            yield from csv_chunks(open_binary(path, compression), str(path), chunk_rows, hasher, _delim(path))
             return
     except OSError as e:  # a corrupt or truncated .gz/.zst stream (pyarrow's codec), or a read error
         raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES[fmt]}: {e}") from e
@@ -402,7 +408,7 @@ def has_rows(path: Path) -> bool:
         if fmt == "parquet":
             return pq.ParquetFile(path).metadata.num_rows > 0
         if fmt == "csv":  # the whole file: a quote never closed fails the job before the model loads
-            return csv_count(open_binary(path, compression), str(path)) > 0
+            return csv_count(open_binary(path, compression), str(path), _delim(path)) > 0
         return next(record_chunks(path, 1), None) is not None
     except InputFileError:
         raise
@@ -468,7 +474,7 @@ def count_rows(path: str | Path, limit: int | None = None) -> int | None:
         elif fmt == "jsonl":
             n = _count_lines(open_binary(path, compression))
         elif fmt == "csv":
-            n = csv_count(open_binary(path, compression), str(path))
+            n = csv_count(open_binary(path, compression), str(path), _delim(path))
         else:
             return None
     except Exception:  # noqa: BLE001 - a progress total is optional

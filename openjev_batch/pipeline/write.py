@@ -1,5 +1,5 @@
 """Write: each input chunk's records to a crash-safe part under `<out>.partial/` with the job's manifest (the
-`--resume` key), then the parts joined into the output (Parquet, JSONL or CSV), atomically."""
+`--resume` key), then the parts joined into the output (Parquet, JSONL, JSONL.gz, JSON, CSV or TSV), atomically."""
 
 from __future__ import annotations
 
@@ -26,34 +26,49 @@ def csv_ready(t: pa.Table) -> pa.Table:
 
 
 class TableWriter:
-    """Writes tables of one schema to `path` as Parquet, JSONL (one object per output row) or CSV (header
-    once; nested columns as JSON text). Used by store.OutputStore.close for the joined output."""
+    """Writes tables of one schema to `path` as Parquet, JSONL (one object per output row; `jsonl.gz`
+    gzipped), JSON (one array of those objects) or CSV / TSV (header once; nested columns as JSON text).
+    Used by store.OutputStore.close for the joined output."""
 
     def __init__(self, path: Path, schema: pa.Schema, fmt: str):
-        self.fmt = fmt
+        self.fmt, self.n = fmt, 0
         if fmt == "parquet":
             self.w = pq.ParquetWriter(path, schema)
-        elif fmt == "csv":
+        elif fmt in ("csv", "tsv"):
             import pyarrow.csv as pacsv
 
-            self.w = pacsv.CSVWriter(path, csv_ready(schema.empty_table()).schema)
+            opts = pacsv.WriteOptions(delimiter="\t" if fmt == "tsv" else ",")
+            self.w = pacsv.CSVWriter(path, csv_ready(schema.empty_table()).schema, write_options=opts)
+        elif fmt == "jsonl.gz":
+            import gzip
+
+            self.f = gzip.open(path, "wt", encoding="utf-8")
         else:
             self.f = open(path, "w", encoding="utf-8")
+            if fmt == "json":
+                self.f.write("[")
 
     def write_table(self, t: pa.Table) -> None:
         if self.fmt == "parquet":
             self.w.write_table(t)
-        elif self.fmt == "csv":
+        elif self.fmt in ("csv", "tsv"):
             self.w.write_table(csv_ready(t))
         else:
             for rec in t.to_pylist():
-                self.f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+                line = json.dumps(rec, ensure_ascii=False, default=str)
+                if self.fmt == "json":  # one row per line inside the array: still readable with head/grep
+                    self.f.write(("," if self.n else "") + "\n" + line)
+                else:
+                    self.f.write(line + "\n")
+                self.n += 1
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
-        (self.f if self.fmt == "jsonl" else self.w).close()
+        if self.fmt == "json":
+            self.f.write("\n]\n")
+        (self.w if self.fmt in ("parquet", "csv", "tsv") else self.f).close()
 
 
 def records_table(

@@ -486,3 +486,31 @@ def test_batch_job_memory_for_recurrent_models_on_a_gpu_only_where_the_user_left
     assert hybrid_batch_memory({"device": "cuda"}, True, {"mem_fraction_static"}) == {
         "mem_fraction_static": 0.9
     }
+
+
+def test_cpu_engine_memory_is_sized_from_the_model(tiny_model, tmp_path):
+    """Issue 26: the packaged Qwen2.5-0.5B did not start on the CPU engine with the fixed 0.05 (sglang asked
+    for > 0.11): the CPU share is sized from the float32 weights and a KV budget."""
+    import json
+
+    from openjev_batch.backends import BackendOptions
+    from openjev_batch.backends.sglang.kwargs import CPU_KV_TOKENS, cpu_mem_fraction, engine_kwargs
+
+    qwen = tmp_path / "qwen2.5-0.5b-shape"
+    qwen.mkdir()
+    (qwen / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "num_hidden_layers": 24,
+        "num_attention_heads": 14, "num_key_value_heads": 2, "hidden_size": 896, "torch_dtype": "bfloat16",
+    }))  # fmt: skip
+    with open(qwen / "model.safetensors", "wb") as f:  # sparse: the size of its bf16 weights, no disk used
+        f.truncate(988_097_824)
+    gib = 1 << 30
+    # the machine of the report: 0.05 of its RAM was too little, 0.11 the least sglang would take
+    frac = cpu_mem_fraction(str(qwen), CPU_KV_TOKENS, available=20 * gib)
+    assert 0.11 < frac < 0.25
+    # float32 weights (2 × the bf16 file) + the 512 MiB KV budget, 25 % headroom, 512 MiB
+    assert frac == round((1.25 * (2 * 988_097_824 + (512 << 20)) + (512 << 20)) / (20 * gib), 3)
+    assert cpu_mem_fraction(str(qwen), CPU_KV_TOKENS, available=2 * gib) == 0.9  # capped
+    assert cpu_mem_fraction(str(tmp_path / "none"), CPU_KV_TOKENS) == 0.05  # unreadable: as before
+    kw = engine_kwargs(BackendOptions(model=str(tiny_model), device="cpu"))
+    assert kw["mem_fraction_static"] == cpu_mem_fraction(str(tiny_model), CPU_KV_TOKENS)

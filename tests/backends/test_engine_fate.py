@@ -128,3 +128,23 @@ def test_killed_scheduler_ends_a_classify_job_exit_4_with_the_products_message(
     assert f"the sglang engine died: sglang's scheduler_0 process (pid {sched.pid})" in msg, msg
     assert "Traceback" not in msg
     assert not out.exists() and len(list(partial.glob("part-*.parquet"))) >= 2
+
+
+def test_a_script_without_a_main_guard_is_told_so_in_one_line(tiny_model, tmp_path, sg_env):
+    """Issue 26: a script that runs the product with `-b sglang` at its top level (no `if __name__ ==
+    "__main__":`) failed with a message blaming a possible out-of-memory kill; Python's own main-guard error
+    was buried in the engine's log. sglang's spawned processes re-run the script: the product says so."""
+    import subprocess
+    import sys
+
+    inp = write_jsonl(tmp_path / "in.jsonl", _rows(2))
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import sys\nfrom openjev_batch.cli import main\n"
+        f"sys.argv = ['openjev-batch', 'run', {str(inp)!r}, '-m', {str(tiny_model)!r}, '-b', 'sglang', "
+        f"'-o', {str(tmp_path / 'o.parquet')!r}, '--no-progress']\nmain()\n"
+    )
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=sg_env, timeout=600)
+    assert r.returncode == 4, r.stderr[-3000:]
+    msg = " ".join(r.stderr.split("error:")[-1].split())
+    assert 'has no `if __name__ == "__main__":` guard' in msg and "memory" not in msg, msg

@@ -321,3 +321,91 @@ def test_refusals_found_by_a_hostile_input_trial(tmp_path):
     r = subprocess.run(cmd, input="not json, not csv", capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 4 and "error: -: no rows" in r.stderr, r.stderr  # a CSV header, no rows
     assert "openjev-stdin-" not in r.stderr and "stdin.csv" not in r.stderr
+
+
+def test_stdin_stdout_and_tsv_formats(tiny_model, tmp_path):
+    """Issue 26: `-o -` writes JSONL on stdout (the summary stays on stderr), `/dev/stdin` is read as `-`,
+    a .tsv input is read and a .tsv / .json output written; all give the same answers as a Parquet run."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    src = EXAMPLES / "sst2_sample.jsonl"
+    q = EXAMPLES / "sst2_questions.yaml"
+    base = ["-m", tiny_model, "-b", "hf", "-q", q, "--no-progress"]
+    ref = cli("run", src, "-o", tmp_path / "ref.parquet", *base)
+    assert ref.returncode == 0, ref.stderr
+    want = pl.read_parquet(tmp_path / "ref.parquet").select("id", "question_id", "probs")
+
+    args = [sys.executable, "-m", "openjev_batch", "run", "/dev/stdin", "-o", "-", *map(str, base)]
+    with open(src, "rb") as f:
+        p = subprocess.run(args, stdin=f, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr
+    got = pl.DataFrame([json.loads(x) for x in p.stdout.splitlines()])  # every stdout line is a row
+    assert got.select(want.columns).equals(want) and "questions" in p.stderr  # the summary: stderr
+
+    rows = [json.loads(x) for x in src.read_text().splitlines()]
+    tsv = tmp_path / "in.tsv"
+    tsv.write_text("id\tstate\n" + "".join(f"{r['id']}\t{r['state']}\n" for r in rows), encoding="utf-8")
+    r = cli("run", tsv, "-o", tmp_path / "out.tsv", *base)
+    assert r.returncode == 0, r.stderr
+    out = pl.read_csv(tmp_path / "out.tsv", separator="\t")
+    assert out["id"].to_list() == want["id"].to_list()
+    assert [json.loads(x) for x in out["probs"]] == want["probs"].to_list()
+    r = cli("run", src, "-o", tmp_path / "out.json", *base)
+    assert r.returncode == 0, r.stderr
+    assert [x["probs"] for x in json.loads((tmp_path / "out.json").read_text())] == want["probs"].to_list()
+    refused = cli("run", src, "-o", "-", "--resume", *base)
+    assert refused.returncode == 4 and "standard output cannot be continued" in refused.stderr
+
+
+def test_tokenizer_only_entries_refused_at_once_and_listed_by_kind(tmp_path):
+    """Issue 26: `run -m qwen3-tokenizer` failed after 9 s with transformers' "Unrecognized model"; it is
+    refused before anything loads, and `models list` says which entries are tokenizers only."""
+    r = cli("run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-o",
+            tmp_path / "o.parquet", "-m", "qwen3-tokenizer", "-b", "hf")  # fmt: skip
+    assert r.returncode == 4 and "is a tokenizer only (no weights)" in r.stderr, r.stderr
+    assert (
+        "smollm2-135m" in r.stderr
+        and "Unrecognized" not in r.stderr
+        and not (tmp_path / "o.parquet").exists()
+    )
+    # what needs only the tokenizer still takes it
+    shown = cli("run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-m",
+                "qwen3-tokenizer", "--show-prompt", "1")  # fmt: skip
+    assert shown.returncode == 0 and "═══ row" in shown.stdout, shown.stderr
+    listed = cli("models", "list")
+    assert listed.returncode == 0 and "kind" in listed.stdout
+    lines = {ln.split("│")[1].strip(): ln for ln in listed.stdout.splitlines() if ln.count("│") > 3}
+    assert "tokenizer only" in lines["qwen3-tokenizer"] and "tokenizer only" not in lines["smollm2-135m"]
+
+
+def test_validate_into_a_closed_pipe_exits_0(tmp_path):
+    """`validate … 2>&1 | head` exited 1 (rich's broken-pipe exit): a reader that stops early is no error."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    bad = write_jsonl(tmp_path / "bad.jsonl", [
+        {"id": f"r{i}", "state": "x", "questions": {"q": {"type": "choice", "instructions": "?", "criteria": {}}}}
+        for i in range(3000)
+    ])  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-m", "openjev_batch", "validate", str(bad), "--show", "3000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)  # fmt: skip
+    first = p.stdout.readline()
+    p.stdout.close()  # as `head -1` does
+    assert p.wait(timeout=120) == 0 and b"row r0" in first
+
+
+def test_run_summary_shows_the_thread_count(tiny_model, tmp_path):
+    """Issue 26: the summary did not show the thread count the default picked."""
+    import os
+    import re
+
+    r = cli("run", EXAMPLES / "sst2_sample.jsonl", "-q", EXAMPLES / "sst2_questions.yaml", "--limit", "2",
+            "-o", tmp_path / "o.parquet", "-m", tiny_model, "-b", "hf", "--no-progress")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    how = "OMP_NUM_THREADS" if os.environ.get("OMP_NUM_THREADS") else "default: the idle cores"
+    assert re.search(rf"CPU threads\W+\d+ \({how}\)", r.stderr), r.stderr

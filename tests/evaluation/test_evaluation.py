@@ -211,7 +211,7 @@ def test_eval_refuses_a_used_folder_and_resumes_with_per_sample_columns(tiny_mod
         er.run_eval(er.build_eval_config(**base), backend=hf_backend)
     again = er.run_eval(er.build_eval_config(**base, resume=True), backend=hf_backend)
     assert again["overall"] == rep["overall"]  # finished: re-scored, not run again
-    with pytest.raises(er.ConfigError, match="holds a finished run with model_path"):  # not this job
+    with pytest.raises(er.ConfigError, match="holds another job .differs in model: "):  # not this job
         er.run_eval(er.build_eval_config(**{**base, "model": str(tiny_model) + "-other"}, resume=True))
     assert pl.read_parquet(out / "predictions.parquet").equals(df)
     forced = er.run_eval(er.build_eval_config(**base, force=True), backend=hf_backend)
@@ -282,3 +282,116 @@ def test_eval_output_folder_that_cannot_be_made_is_a_job_error(tiny_model, tmp_p
     (tmp_path / "afile").write_text("x")
     r = cli("eval", TEST, "-o", tmp_path / "afile" / "sub", "-m", tiny_model, "-b", "hf", "--no-progress")
     assert r.returncode == 4 and "Not a directory" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_eval_resume_refuses_another_job_naming_what_changed(tiny_model, tmp_path):
+    """`eval --resume` of a finished folder with another --sample, seed, shots or format recomputed and
+    overwrote the report (issue 26): refused with exit 4, naming the change, the folder left as it was."""
+    out = tmp_path / "ev"
+    args = ["eval", TEST, "-o", out, "-m", tiny_model, "-b", "hf", "--no-progress"]
+    assert cli(*args, "--sample", "5").returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    for more, named in (
+        (["--sample", "4"], "sample: 5 → 4"),
+        (["--sample", "5", "--seed", "7"], "seed: 42 → 7"),
+        (["--sample", "5", "--shots", "1", "--dev", DEV], "shots: 0 → 1"),
+        (["--sample", "5", "--system-prompt", "Be brief."], "system_prompt sha256"),
+        (["--sample", "5", "--dtype", "bfloat16"], "dtype"),
+    ):
+        r = cli(*args, *more, "--resume")
+        assert r.returncode == 4, (more, r.stdout, r.stderr)
+        assert "holds another job" in r.stderr and named in r.stderr, (more, r.stderr)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    same = cli(*args, "--sample", "5", "--resume")  # the same job: re-scored, not run again
+    assert same.returncode == 0, same.stderr
+    assert (out / "predictions.parquet").read_bytes() == before["predictions.parquet"]
+
+
+def test_eval_answers_chosen_lists_never_chosen_options(tiny_model, hf_backend, tmp_path):
+    """'answers chosen' left out the options nobody picked (issue 26): every letter is listed, 0 included,
+    in the summary and report.md."""
+    from openjev_batch.evaluation.report import summary_rows
+
+    rep = er.run_eval(
+        er.build_eval_config(input=TEST, output_dir=tmp_path / "ev", model=str(tiny_model), backend="hf",
+                             progress=False),
+        backend=hf_backend,
+    )  # fmt: skip
+    share = rep["predicted_share"]
+    assert len(share) == 10 and 0.0 in share.values()  # 10 options in the fixture; the tiny model skips some
+    line = dict(summary_rows(rep))["answers chosen"]
+    assert line.count("%") == 10
+    zero = next(k for k, v in share.items() if v == 0)
+    assert f"{zero} 0.0 % (0)" in line
+    assert f"| answers chosen | {line} |" in (tmp_path / "ev" / "report.md").read_text()
+
+
+def test_eval_logs_the_exact_prompt_and_takes_lm_eval_options(tiny_model, tmp_path):
+    """lm-eval habits (issue 26): `--limit N` (the first N questions), `--system-prompt`, `--show-prompt`
+    (no -o, nothing written), and predictions.parquet's `prompt`: the ids the job sends, decoded."""
+    from transformers import AutoTokenizer
+
+    from openjev_batch.pipeline.job import make_readout
+    from openjev_batch.pipeline.read import job_rows
+
+    out = tmp_path / "ev"
+    args = ["eval", TEST, "-m", tiny_model, "-b", "hf", "--no-progress", "--system-prompt", "Be brief."]
+    shown = cli(*args, "--show-prompt", "1", "--limit", "3")
+    assert shown.returncode == 0, shown.stderr
+    assert "Be brief." in shown.stdout and shown.stdout.count("═══ row") == 1 and not out.exists()
+    r = cli(*args, "-o", out, "--limit", "3")
+    assert r.returncode == 0, r.stderr
+    df = pl.read_parquet(out / "predictions.parquet")
+    first3 = [str(json.loads(x)["question_id"]) for x in TEST.read_text().splitlines()[:3]]
+    assert df["id"].to_list() == first3
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["dataset"]["limit"] == 3 and rep["run"]["tokenization"].startswith("text-slots-natural-cut/1")
+    assert rep["run"]["openjev_batch"]
+    # the prompt column is the decode of the ids the job builds for the row (prefix + suffix)
+    cfg = er.build_eval_config(input=TEST, output_dir=out, model=str(tiny_model), backend="hf",
+                               system_prompt="Be brief.")  # fmt: skip
+    job = cfg.job(out / "questions.jsonl", out / "predictions.parquet")
+    readout = make_readout(job)
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    row = next(job_rows(job, readout)[0])[0]
+    rp, _ = readout.prompter(tok).build(row)
+    want = tok.decode(list(rp.prefix) + list(rp.branches[0].suffix))
+    got = df.filter(pl.col("id") == row.id)["prompt"].item()
+    assert got == want and got.count("Be brief.") == 1 and got.endswith("Answer:")
+    assert "<|im_start|>" in got  # markup decoded with its control tokens, as the model reads it
+
+
+COMMITTED = ROOT / "evals" / "results" / "mmlu-test-s1000-0shot_smollm2-135m_hf-cpu"
+
+
+@pytest.mark.slow
+def test_committed_eval_results_reproduce(tmp_path):
+    """The committed eval runs reproduce (issue 26: after the tokenization change 704445d they differed by
+    up to 0.020): 4 questions of the committed MMLU run (their questions.jsonl rows, as eval built them,
+    in evals/fixtures), re-scored by `run` with the run's model, backend and dtype, give its probabilities
+    within 1e-4 and the very prompt text it logged. A change of the prompt's ids fails here: re-run the
+    evals (evals/run_real.sh) and bump TOKENIZATION."""
+    from openjev_batch.config import build_config
+    from openjev_batch.evaluation.samples import prompt_texts, tokenization
+    from openjev_batch.packaged_models import resolve_model
+    from openjev_batch.readouts.label_logprobs.prompt import TOKENIZATION
+
+    ran = json.loads((COMMITTED / "report.json").read_text())["run"]
+    assert ran["tokenization"] == tokenization(1) and ran["tokenization"].startswith(TOKENIZATION)
+    sample = FIX / "mmlu_committed_sample.jsonl"
+    out = tmp_path / "again.parquet"
+    r = cli("run", sample, "-o", out, "-m", ran["model"], "-b", ran["backend"], "--device", ran["device"],
+            "--dtype", ran["dtype"], "--keep", "gold,category", "--no-progress")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    again = pl.read_parquet(out)
+    ids = again["id"].to_list()
+    committed = pl.read_parquet(COMMITTED / "predictions.parquet").filter(pl.col("id").is_in(ids))
+    committed = committed.sort(pl.col("id").map_elements(ids.index, return_dtype=pl.Int64))
+    assert len(ids) == 4 and committed["id"].to_list() == ids
+    assert again["answer"].to_list() == committed["answer"].to_list()
+    for a, b in zip(again["probs"], committed["probs"], strict=True):
+        assert np.allclose(a.to_list(), b.to_list(), rtol=0, atol=1e-4), (a, b)
+    job = build_config(input=sample, output=tmp_path / "p.parquet", model=resolve_model(ran["model"]),
+                       backend="hf", keep=("gold", "category"))  # fmt: skip
+    prompts, _ = prompt_texts(job)
+    assert [prompts[(i, "answer")] for i in ids] == committed["prompt"].to_list()

@@ -227,3 +227,53 @@ def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path):
     src.write_text("id,state,state\n1,a,b\n")
     r = cli("validate", src)
     assert r.returncode == 4 and "names column(s) 'state' twice" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name", ["out.json", "out.jsonl.gz", "out.tsv", "out.jsonl", "out.csv"])
+def test_table_writer_formats_read_back(tmp_path, name):
+    """The output formats a new user asked for (issue 26): .json (one array), .jsonl.gz, .tsv, beside
+    .jsonl and .csv; each read back gives the rows written, nested columns as JSON text in CSV/TSV."""
+    from openjev_batch.options import output_format
+    from openjev_batch.pipeline.write import TableWriter
+
+    t = pa.table({"id": ["a", "b\tc"], "probs": [[0.25, 0.75], None], "n": [1, None]})
+    path = tmp_path / name
+    with TableWriter(path, t.schema, output_format(path)) as w:
+        w.write_table(t.slice(0, 1))
+        w.write_table(t.slice(1))
+    rows = t.to_pylist()
+    if name.endswith(".json"):
+        assert json.loads(path.read_text()) == rows
+    elif name.endswith((".jsonl", ".gz")):
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            assert [json.loads(x) for x in f] == rows
+    else:
+        delim = "\t" if name.endswith(".tsv") else ","
+        got = list(csv.DictReader(path.open(encoding="utf-8", newline=""), delimiter=delim))
+        assert [r["id"] for r in got] == ["a", "b\tc"] and json.loads(got[0]["probs"]) == [0.25, 0.75]
+        assert got[1]["probs"] == "" and path.read_text().count(delim) >= 4
+
+
+def test_output_format_refuses_others_naming_the_choices():
+    from openjev_batch.options import output_format
+
+    assert [output_format(p) for p in ("a.JSONL.GZ", "a.json", "a.tsv", "a.b.parquet")] == [
+        "jsonl.gz", "json", "tsv", "parquet"
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match=r"\.jsonl\.gz, \.json, \.csv or \.tsv file \(or - for standard"):
+        output_format("a.xlsx")
+
+
+def test_tsv_input_reads_as_csv_with_tabs(tmp_path):
+    """TSV input (issue 26): the CSV reader with a tab for the comma; a quoted cell may hold a tab."""
+    from openjev_batch.pipeline.formats import input_columns, record_chunks
+
+    p = tmp_path / "in.tsv"
+    p.write_text('id\tstate\n1\tplain, with a comma\n2\t"a\ttab"\n', encoding="utf-8")
+    assert input_columns(p) == {"id", "state"}
+    recs = [r for chunk in record_chunks(p, 10) for _, r in chunk]
+    assert recs == [{"id": "1", "state": "plain, with a comma"}, {"id": "2", "state": "a\ttab"}]
+    gz = tmp_path / "in.tsv.gz"
+    gz.write_bytes(gzip.compress(p.read_bytes()))
+    assert [r for chunk in record_chunks(gz, 10) for _, r in chunk] == recs

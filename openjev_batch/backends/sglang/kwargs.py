@@ -168,6 +168,47 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: 
 SAFE_LOAD_FORMATS = frozenset({"safetensors", "fastsafetensors", "dummy", "gguf"})
 
 
+CPU_KV_TOKENS = 65_536  # the CPU engine's KV pool, at most (tokens)
+CPU_KV_BUDGET = 512 << 20  # bytes of KV the CPU engine's memory share is sized for
+
+
+def cpu_mem_fraction(model: str, kv_tokens: int, available: int | None = None) -> float:
+    """sglang's `mem_fraction_static` for the CPU engine, sized from the model: on CPU it is the share of the
+    available RAM (`available`, default psutil's) that weights + KV pool may take, so a fixed 0.05 fit
+    SmolLM2-135M but not Qwen2.5-0.5B (2 GB of float32 weights; issue 26: the engine refused to start and
+    asked for > 0.11). Here: 1.25 × (float32 weights + a KV budget) + 512 MiB, between 0.05 and 0.9; the KV
+    budget is a float32 pool of `kv_tokens`, at most CPU_KV_BUDGET (sglang sizes the pool to what is left,
+    and 0.05 of this machine's RAM, ~0.4 GB of KV for SmolLM2, ran every CPU test). A model whose folder or
+    config cannot be read keeps 0.05."""
+    import json
+    from pathlib import Path
+
+    from ...model_info import _text_config
+
+    folder = Path(model)
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        files = list(folder.glob("*.safetensors")) + list(folder.glob("*.bin"))
+        stored = sum(f.stat().st_size for f in files)
+    except (OSError, ValueError):
+        return 0.05
+    t = _text_config(cfg)
+    dtype = str(t.get("torch_dtype") or cfg.get("torch_dtype") or t.get("dtype") or cfg.get("dtype") or "")
+    weights = stored * (2 if dtype in ("bfloat16", "float16") else 1)  # loaded as float32 on CPU
+    try:
+        nq = int(t["num_attention_heads"])
+        head = int(t.get("head_dim") or int(t["hidden_size"]) // nq)
+        kv = int(t["num_hidden_layers"]) * 2 * int(t.get("num_key_value_heads") or nq) * head * 4 * kv_tokens
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        kv = 0
+    if available is None:
+        import psutil
+
+        available = psutil.virtual_memory().available
+    need = 1.25 * (weights + min(kv, CPU_KV_BUDGET)) + (512 << 20)
+    return round(min(0.9, max(0.05, need / max(available, 1))), 3)
+
+
 def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
     """`sglang.Engine` keyword arguments from the user's options: prefill-only defaults, sglang's CPU path
     when there is no GPU, the declared options that are set, `extra` (e.g. is_embedding), then `--engine-arg`s, which win.
@@ -198,8 +239,8 @@ def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
             attention_backend="torch_native",
             disable_cuda_graph=True,
             dtype="float32",
-            mem_fraction_static=0.05,
-            max_total_tokens=65_536,
+            mem_fraction_static=cpu_mem_fraction(opts.model, CPU_KV_TOKENS),
+            max_total_tokens=CPU_KV_TOKENS,
             sleep_on_idle=True,
         )
     else:

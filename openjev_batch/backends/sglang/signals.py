@@ -31,6 +31,41 @@ from collections.abc import Iterator
 from ...errors import EngineDied
 
 ERROR_FILE_ENV = "OPENJEV_ENGINE_ERROR_FILE"
+# What a script without a main guard gets, in one line instead of sglang's "possibly out of memory" and
+# Python's RuntimeError buried in the engine's log (issue 26).
+MAIN_GUARD = (
+    'the script that started the sglang engine has no `if __name__ == "__main__":` guard: sglang starts '
+    "its processes with multiprocessing's spawn, which re-runs the script's top level in each of them; put "
+    "the code that runs the job under that guard (README: Python API)"
+)
+
+
+def refuse_unguarded_main() -> None:
+    """In a process that multiprocessing's spawn is bootstrapping (it re-runs the user's script as it
+    imports it), starting an engine is the missing-guard mistake: record MAIN_GUARD in the starting
+    engine's error file (inherited through ERROR_FILE_ENV), for its parent to report, and exit."""
+    from multiprocessing import process
+
+    if not getattr(process.current_process(), "_inheriting", False):
+        return
+    path = os.environ.get(ERROR_FILE_ENV)
+    if path:
+        try:
+            with open(path, "a") as f:
+                f.write(MAIN_GUARD + "\n")
+        except OSError:
+            pass
+    raise SystemExit(1)
+
+
+def _error_lines(path: str | None) -> list[str]:
+    try:
+        with open(path or "") as f:
+            return [ln.strip() for ln in f if ln.strip()]
+    except OSError:
+        return []
+
+
 _state = {"waiting": 0, "cause": None, "error_file": None}
 _engines: weakref.WeakSet = weakref.WeakSet()  # running engines (their processes name a death's cause)
 
@@ -58,17 +93,11 @@ def _signal_name(code: int) -> str:
 def failure_cause() -> str:
     """What failed, as well as this process can tell: the scheduler's exception, else an engine process
     that exited (pid and exit code), else a generic line."""
-    path = _state["error_file"]
-    if path:
-        try:
-            with open(path) as f:
-                lines = [ln.strip() for ln in f if ln.strip()]
-            if lines:  # the traceback is not printed (scheduler_patch._TracebackAtInfo): say how to see it
-                return (
-                    f"the sglang scheduler failed: {lines[-1]} (its traceback: --engine-arg log_level=info)"
-                )
-        except OSError:
-            pass
+    lines = _error_lines(_state["error_file"])
+    if MAIN_GUARD in lines:
+        return MAIN_GUARD
+    if lines:  # the traceback is not printed (scheduler_patch._TracebackAtInfo): say how to see it
+        return f"the sglang scheduler failed: {lines[-1]} (its traceback: --engine-arg log_level=info)"
     for engine in list(_engines):
         # sglang's SubprocessWatchdog holds the engine's processes (it has already reaped a dead one, so
         # multiprocessing.active_children() no longer lists it)
@@ -201,6 +230,7 @@ def start_engine(make, kw: dict, opts) -> tuple[object, str]:
     from ...errors import BackendError, JobInterrupted
     from ..trust import trust_hint
 
+    refuse_unguarded_main()
     kw = {**kw}
     kw.setdefault("custom_sigquit_handler", on_sigquit)
     prev_term = signal.getsignal(signal.SIGTERM)
@@ -213,7 +243,10 @@ def start_engine(make, kw: dict, opts) -> tuple[object, str]:
         take_over_signals(engine, prev_term)
     except BaseException as e:  # a scheduler that fails → EngineDied / RuntimeError / SystemExit here
         kill_new_children(before)
+        unguarded = MAIN_GUARD in _error_lines(error_file)
         os.unlink(error_file)
+        if unguarded:
+            raise BackendError(MAIN_GUARD) from None
         if isinstance(e, JobInterrupted):
             raise
         if isinstance(e, ImportError) and "sgl_kernel" in str(e):

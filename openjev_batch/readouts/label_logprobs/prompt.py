@@ -49,6 +49,10 @@ INSTRUCTIONS = (
     "exactly one of the listed options. Reply with the option's letter only."
 )
 ANSWER_LEAD = "Answer:"
+# The name and version of the ids this module builds for a given text (recorded in eval reports, so a committed
+# result says which tokenization produced it). Bump the number whenever the same row and question would get
+# other ids: /1 is content tokenized as text in two slots, with the per-tokenizer prefix/suffix cut (704445d).
+TOKENIZATION = "text-slots-natural-cut/1"
 SEP = "\n\n"  # between the transcript and the question, inside the user turn
 # Placeholders for the start-up rendering only (private-use characters: no template or tokenizer treats
 # them specially, and no row content is ever substituted into a rendering).

@@ -1,0 +1,66 @@
+"""Per-sample log of an eval, as lm-eval's `--log_samples`: the exact prompt of each question, decoded from
+the very ids a job sends (the prompt stage rebuilt over the job's input: same tokenizer, same template, same
+cut, so the same ids), with the prediction and its correctness beside the product's own columns."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..readouts.label_logprobs.prompt import TOKENIZATION
+
+
+def prompt_texts(job) -> tuple[dict[tuple[str, str], str], str]:
+    """{(row id, question id): the prompt text} for the questions of `job` (a RunConfig) that can be asked,
+    and the tokenization's name with the cut its tokenizer chose. Tokenizer only, no weights."""
+    from .. import readouts
+    from ..backends.base import load_tokenizer
+    from ..core import RowError
+    from ..pipeline.read import job_rows
+
+    readout = readouts.build(job.readout, job)
+    tok = load_tokenizer(job.model, job.trust_remote_code)
+    prompter = readout.prompter(tok)
+    out: dict[tuple[str, str], str] = {}
+    for chunk in job_rows(job, readout)[0]:
+        good = [r for r in chunk if not isinstance(r, RowError)]
+        for row, (rp, _failed) in zip(good, prompter.build_many(good), strict=True):
+            for b in rp.branches if rp is not None else ():
+                # the ids decoded with their control tokens: what the model reads, markup included
+                out[(row.id, b.qid)] = tok.decode(list(rp.prefix) + list(b.suffix))
+    return out, tokenization(prompter.cut)
+
+
+def tokenization(cut: int) -> str:
+    """The report's name for the prompt's tokenization: the scheme's version and this tokenizer's cut."""
+    return f"{TOKENIZATION} (prefix ends {('before', 'inside', 'after')[cut]} the blank line)"
+
+
+def log_samples(predictions: Path, prompts: dict[tuple[str, str], str] | None = None) -> None:
+    """Add per-sample columns to predictions.parquet: `prompt` (from `prompts`; kept as it is when None, for
+    a re-score), `prediction` (the index of the most probable option, the same indexing as `gold`) and
+    `correct` (null for a question with an error)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(predictions)
+    cols: dict[str, Any] = {}
+    if prompts is not None:
+        ids, qids = t.column("id").to_pylist(), t.column("question_id").to_pylist()
+        cols["prompt"] = pa.array([prompts.get(k) for k in zip(ids, qids, strict=True)], pa.string())
+    elif "prompt" in t.column_names:
+        cols["prompt"] = t.column("prompt")
+    pred = [None if p is None else int(np.argmax(p)) for p in t.column("probs").to_pylist()]
+    gold = t.column("gold").to_pylist()
+    cols["prediction"] = pa.array(pred, pa.int64())
+    cols["correct"] = pa.array(
+        [None if p is None else p == int(g) for p, g in zip(pred, gold, strict=True)], pa.bool_()
+    )
+    t = t.drop_columns([c for c in cols if c in t.column_names])
+    for name, col in cols.items():
+        t = t.append_column(name, col)
+    tmp = predictions.with_name(predictions.name + ".tmp")
+    pq.write_table(t, tmp)
+    os.replace(tmp, predictions)
