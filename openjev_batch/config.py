@@ -92,6 +92,11 @@ def check_not_input(output: Path, input: Path | None, what: str = "the input fil
         if _same_file(path, input):
             name = "output" if path == out else f"the output's {path.suffix} file"
             raise ValueError(f"{name} {path} is {what}; writing it would destroy it (choose another -o)")
+    partial = out.with_name(out.name + ".partial").resolve()
+    if Path(input).resolve().is_relative_to(partial):  # a fresh run clears the partial: the input with it
+        raise ValueError(
+            f"{what} {input} is inside {partial.name}, which this job clears (choose another -o)"
+        )
 
 
 def validation_message(e: ValidationError) -> str:

@@ -184,6 +184,21 @@ def test_output_joins_back_to_the_input(clf):
     assert [list(p) for p in got["probs"]] == got_pl["probs"].to_list()
 
 
+def test_a_frame_with_an_id_column_keeps_its_index(clf):
+    """Hostile trial: with an `id` column the index was dropped (0, 1, … after a filter), so `out.join(df)`
+    paired the wrong rows; each id now names its input row's label. Ids that repeat leave a fresh index."""
+    pdf = pd.DataFrame({"id": ["a", "b", "c"], **TICKETS}, index=[10, 20, 30])
+    kept = pdf[pdf.id != "a"]
+    got = clf.run(kept, ONE_Q)
+    assert list(got.index) == [20, 30] and list(got["id"]) == ["b", "c"]
+    back = got.merge(pdf, left_index=True, right_index=True, suffixes=("", "_in"))
+    assert list(back["id_in"]) == ["b", "c"]  # the README's join pairs the right rows
+    ints = clf.run(pd.DataFrame({"id": [5, 6], "state": ["x", "y"]}, index=["p", "q"]), ONE_Q)
+    assert list(ints.index) == ["p", "q"] and list(ints["id"]) == [5, 6]
+    twice = clf.run(pd.DataFrame({"id": ["a", "a"], "state": ["x", "y"]}, index=[3, 4]), ONE_Q)
+    assert list(twice.index) == [0, 1]  # which input row a repeated id came from is not known
+
+
 def test_integer_ids_keep_their_type(clf):
     """Issue 26: an integer `id` column comes back with its dtype (it came back as strings)."""
     pdf = pd.DataFrame({"id": [7, 8], "state": ["x", "y"]})

@@ -10,7 +10,7 @@ import re
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import cli
+from conftest import cli, write_jsonl
 
 from openjev_batch.core import RowError
 from openjev_batch.pipeline.read import read_rows
@@ -519,3 +519,39 @@ def test_a_join_that_cannot_be_renamed_leaves_no_temporary_file(tmp_path):
         "manifest.json",
         "part-000000.parquet",
     ]
+
+
+def test_run_refuses_a_sequence_classifier_naming_classify(tiny_classifier, tmp_path):
+    """Hostile trial: `run` on a *ForSequenceClassification checkpoint answered from a randomly initialised
+    lm_head (different numbers each time, rc 0); it is refused before loading, naming `classify`."""
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hello"}])
+    out = tmp_path / "o.parquet"
+    r = cli("run", src, "-m", tiny_classifier, "-b", "hf", "-o", out, "--no-progress")
+    assert r.returncode == 4 and "Traceback" not in r.stderr
+    assert "sequence classifier" in r.stderr and "openjev-batch classify" in r.stderr
+    assert not out.exists()
+
+
+def test_an_input_inside_the_outputs_partial_is_refused_and_kept(tiny_model, tmp_path):
+    """Hostile trial: an input inside OUT.partial/ was deleted with the stale partial a fresh run clears."""
+    partial = tmp_path / "o.parquet.partial"
+    partial.mkdir()
+    src = write_jsonl(partial / "in.jsonl", [{"id": "a", "state": "hello"}])
+    before = src.read_bytes()
+    r = cli("run", src, "-m", tiny_model, "-b", "hf", "-o", tmp_path / "o.parquet", "--no-progress")
+    assert r.returncode == 4 and "inside o.parquet.partial" in r.stderr and "Traceback" not in r.stderr
+    assert src.read_bytes() == before
+
+
+def test_eval_with_undecodable_benchmark_text_is_a_row_error_not_a_traceback(tiny_model, tmp_path):
+    """Hostile trial: a lone surrogate in a benchmark question ended eval in a UnicodeEncodeError traceback
+    and left questions.jsonl.tmp; the row is an error of its own and the rest is scored."""
+    bench = tmp_path / "b.jsonl"
+    bench.write_text(
+        '{"question":"q\\ud800","subject":"s","choices":["a","b"],"answer":0}\n'
+        '{"question":"fine","subject":"s","choices":["a","b"],"answer":1}\n'
+    )
+    out = tmp_path / "ev"
+    r = cli("eval", bench, "-o", out, "-m", tiny_model, "-b", "hf", "--no-progress")
+    assert "Traceback" not in r.stderr and r.returncode in (0, 3), r.stderr[-2000:]
+    assert not list(out.glob("*.tmp")) and (out / "report.json").exists()

@@ -40,6 +40,8 @@ def load_backend(name: str, opts: BackendOptions, kind: str = "label-logprobs") 
     from .trust import check_model_trust
 
     check_model_trust(opts)  # before any engine or loader sees the checkpoint
+    if kind == "label-logprobs":
+        _refuse_classifier(opts.model)
     module, cls = _BACKENDS[name, kind].split(":")
     try:
         backend = getattr(importlib.import_module(module), cls)(opts)
@@ -55,6 +57,25 @@ def load_backend(name: str, opts: BackendOptions, kind: str = "label-logprobs") 
         backend.close()
         raise
     return backend
+
+
+def _refuse_classifier(model: str) -> None:
+    """Label logprobs need a language-model head: a sequence classifier loaded as a causal LM gets a randomly
+    initialised `lm_head` (transformers only reports it as "newly initialized"), so `run` answered at random,
+    differently each time (hostile trial). Raises BackendError naming `classify`; a config that cannot be
+    read is left to the loader."""
+    from ..model_info import load_config
+
+    try:
+        cfg = load_config(model) or {}
+    except (OSError, ValueError):  # unreadable: the loader's own message says why
+        return
+    archs = [a for a in cfg.get("architectures") or [] if isinstance(a, str)]
+    if archs and all(a.endswith("ForSequenceClassification") for a in archs):
+        raise BackendError(
+            f"{model} is a sequence classifier ({', '.join(archs)}), with a score head and no language-model "
+            "head to read label logprobs from: run it with `openjev-batch classify`"
+        )
 
 
 __all__ = ["Backend", "BackendOptions", "BranchResult", "NAMES", "default_backend", "load_backend"]

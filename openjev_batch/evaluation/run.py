@@ -117,13 +117,29 @@ def _claim(out_dir: Path, cfg: EvalConfig) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
+def _jsonl_line(row: dict[str, Any]) -> str:
+    """One questions.jsonl line: UTF-8 text as it is, but a lone surrogate (undecodable benchmark text) as a
+    JSON escape, so the file can be written and the job's row checks name the row and field (hostile trial:
+    a UnicodeEncodeError traceback and a stray .tmp)."""
+    line = json.dumps(row, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(row)
+    return line + "\n"
+
+
 def _write_if_changed(path: Path, text: str) -> bool:
     """Write `text` unless the file already holds it (its mtime is part of the job's resume key)."""
     if path.exists() and path.read_text(encoding="utf-8") == text:
         return False
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return True
 
 
@@ -182,7 +198,7 @@ def questions(cfg: EvalConfig):
     items, chosen, dev_items, fmt = prepare(cfg.input, cfg.format, cfg.shots, cfg.dev, cfg.sample, cfg.seed)
     chosen = chosen[: cfg.limit] if cfg.limit else chosen
     blocks = fewshot_blocks({it.category for it in chosen}, dev_items, cfg.shots)
-    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in build_rows(chosen, blocks))
+    text = "".join(_jsonl_line(r) for r in build_rows(chosen, blocks))
     return items, chosen, dev_items, fmt, text
 
 

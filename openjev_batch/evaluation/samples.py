@@ -29,7 +29,7 @@ def prompt_texts(job) -> tuple[dict[tuple[str, str], str], str]:
             for b in rp.branches if rp is not None else ():
                 # the ids decoded with their control tokens: what the model reads, markup included
                 out[(row.id, b.qid)] = tok.decode(list(rp.prefix) + list(b.suffix))
-    return out, tokenization(prompter.cut)
+    return out, tokenization(getattr(prompter, "base", prompter).cut)  # Variants wraps the base Prompter
 
 
 def tokenization(cut: int) -> str:

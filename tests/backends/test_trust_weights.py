@@ -108,3 +108,27 @@ def test_the_fingerprint_changes_with_the_weights_not_the_path(tiny_model, qwen3
     assert fa["weights"][0]["header_sha256"] == fb["weights"][0]["header_sha256"]  # same header…
     assert fa != fb  # …but the small file is hashed whole
     assert model_fingerprint("org/not-cached") == {"hub_id": "org/not-cached", "revision": None}
+
+
+def test_a_large_weight_file_is_keyed_by_a_sample_of_every_tensor(
+    tiny_model, qwen3_tok_dir, tmp_path, monkeypatch
+):
+    """Above SMALL_FILE the whole-file hash is skipped; a same-shape retrained checkpoint (same size, same
+    header: the hostile trial's two 78 MB seeds) still differs in the sampled bytes of its tensors, and a
+    copy keys the same."""
+    from tiny import make_tiny_qwen3
+
+    from openjev_batch.backends import weights
+
+    monkeypatch.setattr(weights, "SMALL_FILE", 1024)  # the tiny model counts as large
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(tiny_model, a)
+    shutil.copytree(tiny_model, b)
+    fa = model_fingerprint(str(a))
+    assert fa == model_fingerprint(str(b)) and "sha256" not in fa["weights"][0]
+    other = make_tiny_qwen3(qwen3_tok_dir, tmp_path / "seed1", seed=1)
+    shutil.copy(other / "model.safetensors", b / "model.safetensors")
+    fb = model_fingerprint(str(b))
+    assert fa["weights"][0]["header_sha256"] == fb["weights"][0]["header_sha256"]
+    assert fa["weights"][0]["size"] == fb["weights"][0]["size"]
+    assert fa["weights"][0]["tensor_sample_sha256"] != fb["weights"][0]["tensor_sample_sha256"]
