@@ -6,6 +6,7 @@ Each test starts its own engine in a `run -b sglang` subprocess (the fate of tha
 tested), so they are slow: `-m sglang`."""
 
 import os
+import json
 import shutil
 import signal
 
@@ -70,19 +71,23 @@ def test_killed_scheduler_ends_the_job_exit_4_and_resume_finishes_with_the_long_
 
 
 def test_an_engine_that_cannot_start_ends_the_job_exit_4_naming_the_cause(tiny_model, tmp_path, sg_env):
-    """A scheduler that fails while it starts: torn weights (the scheduler process loads them; the tokenizer,
-    loaded here, is fine). The same path as no room for a KV pool (the packaged qwen2.5-0.5b at the CPU
+    """A scheduler that fails: a config sglang cannot build (the tokenizer, loaded here, is fine). The same path as no room for a KV pool (the packaged qwen2.5-0.5b at the CPU
     default 0.05), which cannot be provoked reliably on a shared machine: sglang compares free memory before
     and after loading, and other processes move it."""
     model = tmp_path / "torn"
     shutil.copytree(tiny_model, model)
-    (model / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
+    # a config sglang cannot build (4 query heads over 3 KV heads): the product's own checks pass (a corrupt
+    # file is refused before any engine starts, issue 25), and the scheduler fails loading the tensors
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["num_key_value_heads"] = 3
+    (model / "config.json").write_text(json.dumps(cfg))
     inp = write_jsonl(tmp_path / "in.jsonl", _rows(2))
     out = tmp_path / "o.parquet"
     r = cli("run", inp, "-m", model, "-b", "sglang", "-o", out, "--no-progress")
     assert r.returncode == 4, r.stderr[-3000:]
     msg = " ".join(r.stderr.split("error:")[-1].split())
-    assert "sglang.Engine could not start with" in msg and "the sglang scheduler failed:" in msg, msg
+    # sglang builds the attention on the first forward: the engine starts, then its scheduler fails
+    assert "the sglang scheduler failed: RuntimeError: Number of heads" in msg, msg
     # its traceback is not printed above the message (issue 25): the cause is in the message, and
     # --engine-arg log_level=info shows the traceback
     assert "Traceback" not in r.stderr and "Scheduler hit an exception" not in r.stderr, r.stderr[-3000:]

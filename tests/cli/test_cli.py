@@ -115,7 +115,7 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
         (["run", "nope.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf"], "no such file"),
         (
             ["run", "examples/tickets.jsonl", "-o", "x.txt", "-m", "M", "-b", "hf"],
-            "output must be a .parquet, .jsonl or .csv file",
+            "output must be a .parquet, .jsonl, .jsonl.gz, .json, .csv or .tsv file",
         ),
         (
             ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "vllm"],
@@ -127,7 +127,7 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
         ),
         (
             ["run", "examples/tickets.jsonl", "-o", "examples", "-m", "M", "-b", "hf"],
-            "output must be a .parquet, .jsonl or .csv file",
+            "output must be a .parquet, .jsonl, .jsonl.gz, .json, .csv or .tsv file",
         ),
         (
             ["run", "examples/tickets.jsonl", "-o", "docs.parquet/x.parquet", "-m", "M", "-b", "hf"],
