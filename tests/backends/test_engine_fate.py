@@ -5,8 +5,8 @@ rc 137), the partial kept; a branch over the engine's own input limit is a row e
 Each test starts its own engine in a `run -b sglang` subprocess (the fate of that process is what is
 tested), so they are slow: `-m sglang`."""
 
-import os
 import json
+import os
 import shutil
 import signal
 
