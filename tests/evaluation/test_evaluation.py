@@ -331,7 +331,7 @@ def test_eval_logs_the_exact_prompt_and_takes_lm_eval_options(tiny_model, tmp_pa
     (no -o, nothing written), and predictions.parquet's `prompt`: the ids the job sends, decoded."""
     from transformers import AutoTokenizer
 
-    from openjev_batch.pipeline.job import make_readout
+    from openjev_batch import readouts
     from openjev_batch.pipeline.read import job_rows
 
     out = tmp_path / "ev"
@@ -351,7 +351,7 @@ def test_eval_logs_the_exact_prompt_and_takes_lm_eval_options(tiny_model, tmp_pa
     cfg = er.build_eval_config(input=TEST, output_dir=out, model=str(tiny_model), backend="hf",
                                system_prompt="Be brief.")  # fmt: skip
     job = cfg.job(out / "questions.jsonl", out / "predictions.parquet")
-    readout = make_readout(job)
+    readout = readouts.build(job.readout, job)
     tok = AutoTokenizer.from_pretrained(tiny_model)
     row = next(job_rows(job, readout)[0])[0]
     rp, _ = readout.prompter(tok).build(row)
