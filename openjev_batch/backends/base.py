@@ -39,7 +39,7 @@ from .trust import trust_hint
 
 def refuse_engine_options(opts: BackendOptions, backend: str) -> None:
     """Raise BackendError naming each sglang engine option set for a backend that has no engine (hf); the
-    list is derived from config.ENGINE_OPTIONS."""
+    list is derived from options.ENGINE_OPTIONS."""
     opts.refuse_engine_only(backend)
 
 

@@ -16,7 +16,7 @@ ENGINE: dict = {}  # where a command's engine options go (`_engine_options`); ne
 
 
 def _engine_options(command: str):
-    """Put the engine options config.ENGINE_OPTIONS declares for `command` where the command's `engine`
+    """Put the engine options options.ENGINE_OPTIONS declares for `command` where the command's `engine`
     parameter stands, each as its CLI option; the command receives them as one dict `engine` of config
     fields (`--engine-arg key=value` pairs parsed)."""
     from ..config import parse_engine_args

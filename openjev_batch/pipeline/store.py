@@ -8,7 +8,7 @@
                          holds what the summary needs that the records do not (`part_info`: warm-up
                          and planned unique tokens), so a resumed job reports the whole job
       .part-*.tmp, .join-*.tmp  files being written (unique names, renamed into place when complete)
-      ray/               `run --ray` staging (scaleout.py)
+      ray/               `run --ray` staging (pipeline/ray/staging.py)
 
 - One job owns the folder: the lock is taken before anything in it is read or deleted, and a second job
   on the same output is refused at start, naming the holder (lock.py: a crashed job never leaves it stuck).

@@ -2,7 +2,7 @@
 one place that names them; each readout's module builds it from a job's options (`build(cfg, labels, …)`).
 
 - `label-logprobs` (label_logprobs/): questions answered from option-label next-token logprobs (`run`).
-- `classifier-head` (classifier_head.py): a sequence-classification head's logits (`classify`).
+- `classifier-head` (classifier_head/): a sequence-classification head's logits (`classify`).
 
 Adding a readout: its module (a `Readout` subclass, `BASE_COLUMNS`, a `build` function), one `register` line
 here, and a backend class per backend for its `backend_kind` (backends/__init__.py).

@@ -245,7 +245,7 @@ def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
         )
     else:
         kw.update(gpu_prefill_defaults(fields))
-    kw.update(opts.sglang_kwargs())  # the declared engine options that are set (config.ENGINE_OPTIONS)
+    kw.update(opts.sglang_kwargs())  # the declared engine options that are set (options.ENGINE_OPTIONS)
     # sglang's "auto" loader reads .bin pickles and retries a legacy-tar one with weights_only=False, which
     # runs its code; "safetensors" reads nothing else. Its model config honours trust_remote_code.
     kw["trust_remote_code"] = opts.trust_remote_code
