@@ -214,14 +214,20 @@ def test_a_run_deletes_and_overwrites_only_files_it_created(hf_backend, tmp_path
     earlier.begin_chunk(7, 1, 1, "h7")
     earlier.write(7, [_record("old")])
     earlier.release()
-    inp = write_jsonl(partial / "in.jsonl", _rows(3))  # the user's input inside OUT.partial/
+    notes = partial / "notes.txt"  # a user's file inside OUT.partial/
+    notes.write_text("the user's notes")
     # (a file with the store's name that no earlier job wrote is refused: test_store_safety.py)
+    inside = write_jsonl(partial / "in.jsonl", _rows(3))
+    with pytest.raises(ConfigError, match="inside o.parquet.partial"):  # the job would clear its own input
+        run_job(_cfg(inside, out, chunk_rows=2), backend=hf_backend)
+    inside.unlink()
+    inp = write_jsonl(tmp_path / "in.jsonl", _rows(3))
     user_tmp = tmp_path / "o.parquet.tmp"
     user_tmp.write_text("the user's file")
     s = run_job(_cfg(inp, out, chunk_rows=2), backend=hf_backend)
     assert s.answered == 3 and pl.read_parquet(out).height == 3
     assert inp.exists() and user_tmp.read_text() == "the user's file"
-    assert sorted(p.name for p in partial.iterdir()) == ["in.jsonl"]  # its own files gone, the user's kept
+    assert sorted(p.name for p in partial.iterdir()) == ["notes.txt"]  # its own files gone, the user's kept
 
 
 # -- 9. an empty input is refused before the model loads ---------------------------------------------------
