@@ -12,7 +12,16 @@ from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
 from .display import _progress
-from .options import CHUNK_ROWS_HELP, ENGINE, THREADS_HELP, _engine_options, _quiet, _resolve, _text_or_file
+from .options import (
+    CHUNK_ROWS_HELP,
+    ENGINE,
+    SYSTEM_PROMPT,
+    THREADS_HELP,
+    _engine_options,
+    _quiet,
+    _resolve,
+    _text_or_file,
+)
 
 
 # Length (over ~60 lines): mostly its typer options (the docstring is the command's --help).
@@ -39,11 +48,7 @@ def eval_(
         min=1,
         help="Only the first N questions, in file order (lm-eval's --limit; after --sample).",
     ),
-    system_prompt: str = typer.Option(
-        None,
-        "--system-prompt",
-        help="The system message, replacing the default instructions; @FILE reads it from a file.",
-    ),
+    system_prompt: str = SYSTEM_PROMPT,
     show_prompt: int = typer.Option(
         None,
         "--show-prompt",

@@ -119,6 +119,11 @@ BACKEND = typer.Option(
     None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
 )
 KEEP = typer.Option("", "--keep", help="Comma-separated input columns copied to the output.")
+SYSTEM_PROMPT = typer.Option(
+    None,
+    "--system-prompt",
+    help="The system message, replacing the default instructions; @FILE reads it from a file.",
+)
 PROGRESS = typer.Option(
     True,
     "--progress/--no-progress",

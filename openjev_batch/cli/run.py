@@ -26,6 +26,7 @@ from .options import (
     RAY_ADDRESS,
     RESUME,
     STDIN_NAMES,
+    SYSTEM_PROMPT,
     THREADS_HELP,
     WORKERS,
     _engine_options,
@@ -75,11 +76,7 @@ def run(
     gpus_per_worker: float = GPUS_PER_WORKER,
     limit: int = typer.Option(None, "--limit", min=1, help="Only the first N input rows (a quick look)."),
     threads: int = typer.Option(None, "--threads", min=1, max=MAX_THREADS, help=THREADS_HELP),
-    system_prompt: str = typer.Option(
-        None,
-        "--system-prompt",
-        help="The system message, replacing the default instructions; @FILE reads it from a file.",
-    ),
+    system_prompt: str = SYSTEM_PROMPT,
     show_prompt: int = typer.Option(
         None,
         "--show-prompt",
