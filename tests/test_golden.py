@@ -26,7 +26,10 @@ RECORD = os.environ.get("OPENJEV_GOLDEN") == "record"
 TOL = 1e-5
 # summary lines that vary from run to run (or name a temporary path)
 # "model" / "request pattern": rows added after the goldens were recorded (tests/test_model_info.py checks them)
-VOLATILE = ("wall time", "output", "peak RSS", "model", "request pattern", "start-up (in the wall time)")
+VOLATILE = (
+    "wall time", "output", "peak RSS", "model", "request pattern", "start-up (in the wall time)",
+    "CPU threads",  # the idle-cores default: what the machine had free
+)  # fmt: skip
 # report.json keys that vary from run to run or name this machine / a temporary path
 VOLATILE_RUN = ("model", "model_path", "date", "run_wall_s", "total_wall_s", "commit", "load_average_end",
                 "hardware")  # fmt: skip
