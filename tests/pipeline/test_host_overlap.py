@@ -102,3 +102,45 @@ def test_an_input_error_in_a_later_chunk_still_ends_the_job(hf_backend, tmp_path
     with pytest.raises(OSError, match="disk gone"):
         pipeline.run_job(cfg, backend=hf_backend)
     assert [p.name for p in (tmp_path / "o.parquet.partial").glob("part-*")] == ["part-000000.parquet"]
+
+
+def test_an_engine_that_dies_while_the_next_chunk_is_read_fails_the_job_once(
+    hf_backend, tmp_path, monkeypatch
+):
+    """The CI failure on fa92eeb: the engine died while the host thread was still reading the next chunk,
+    and the loop's close of that reader raised "generator already executing" instead of the engine's
+    error. The runner now waits for its host step, so the job ends with the BackendError and the partial."""
+    from openjev_batch.errors import BackendError
+    from openjev_batch.pipeline.store import OutputStore
+
+    reading = threading.Event()
+    begin = OutputStore.begin_chunk
+
+    def slow_begin(self, i, *a, **kw):  # chunk 1 is still being read when chunk 0's engine call fails
+        if i == 1:
+            reading.set()
+            threading.Event().wait(0.5)
+        return begin(self, i, *a, **kw)
+
+    class Dies:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, k):
+            return getattr(self.inner, k)
+
+        def prefill(self, window):
+            assert reading.wait(30)
+            raise BackendError("sglang engine failed: scheduler died (injected)")
+
+        def check_alive(self):
+            raise BackendError("scheduler died (injected)")
+
+    monkeypatch.setattr(OutputStore, "begin_chunk", slow_begin)
+    inp = write_jsonl(tmp_path / "in.jsonl", rows())
+    cfg = build_config(
+        input=inp, output=tmp_path / "o.parquet", model="-", backend="hf", chunk_rows=CHUNK, progress=False
+    )
+    with pytest.raises(BackendError, match="scheduler died"):
+        pipeline.run_job(cfg, backend=Dies(hf_backend))
+    assert not (tmp_path / "o.parquet").exists()

@@ -100,4 +100,8 @@ class LocalRunner:
                     },
                 )
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            # Wait for a host step still reading: the loop closes `todo` (and then the store) when this
+            # returns, and a generator cannot be closed while this thread runs it ("generator already
+            # executing", CI on fa92eeb), nor may it write the ledger after the store closed. A step is
+            # one chunk's read and tokenization, so this waits at most that long.
+            pool.shutdown(wait=True, cancel_futures=True)
