@@ -70,6 +70,13 @@ class Records:
                 buf, first = buf.removeprefix(_BOM), False
                 if not buf:  # a read of the byte-order mark alone
                     continue
+                if _LF not in buf and _CR in buf[:-1]:
+                    # classic-Mac line ends: readline sees one line, so the file read as a header and
+                    # "no rows" (issue 25's leftover); refuse it rather than answer nothing
+                    raise InputFileError(
+                        f"{self.name}: cannot read as CSV: its lines end in CR alone (old Mac line ends); "
+                        "convert them to LF or CRLF first (e.g. `tr '\\r' '\\n'`)"
+                    )
             if not buf:  # end of file
                 if st == _QUOTED:
                     raise InputFileError(

@@ -375,3 +375,15 @@ def test_the_csv_record_scan_agrees_with_the_csv_module(tmp_path):
         finally:
             csv_records._PIECE = 1 << 20
         assert got == [{"x": "1", "y": "2", "z": "3"}], piece
+
+
+def test_a_csv_with_classic_mac_line_ends_is_refused_not_read_as_no_rows(tmp_path, qfile):
+    """CR-only line ends read as one header line and 'no rows' before (issue 25's leftover)."""
+    mac = tmp_path / "mac.csv"
+    mac.write_bytes(b"id,state\ra,hello\rb,world\r")
+    r = cli("validate", mac, "-q", qfile)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "mac.csv: cannot read as CSV: its lines end in CR alone" in r.stderr, r.stderr
+    one = tmp_path / "one.csv"  # a header with a CR line end alone is still a header with no rows
+    one.write_bytes(b"id,state\r")
+    assert "CR alone" not in cli("validate", one, "-q", qfile).stderr
