@@ -20,10 +20,14 @@ def kind_of(data: Any) -> str:
 
 
 def as_frame(data: Any, text_column: str) -> Any:
-    """A pandas Series (its index kept), a polars Series or a list of strings as the texts of `text_column` (`state`, or a
-    classifier's `text`); anything else as it is."""
+    """A pandas Series (its index kept), a polars Series, a list of strings or a 1-D numpy array of them as
+    the texts of `text_column` (`state`, or a classifier's `text`); anything else as it is."""
     if type(data).__module__.split(".")[0] in ("pandas", "polars") and type(data).__name__ == "Series":
         return data.to_frame(text_column)
+    if type(data).__module__ == "numpy" and type(data).__name__ == "ndarray" and data.ndim == 1:
+        data = (
+            data.tolist()
+        )  # np.array(texts): iterated, each text became an error cell (issue 25's leftover)
     if isinstance(data, list | tuple) and data and all(isinstance(x, str) for x in data):
         return [{text_column: x} for x in data]
     return data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import polars as pl
 import pyarrow as pa
@@ -223,6 +224,8 @@ def test_a_series_or_a_list_of_strings_is_the_texts(clf):
     assert got_pl["probs"].to_list() == [list(p) for p in ref["probs"]]
     texts = clf.run(TICKETS["state"], ONE_Q)
     assert isinstance(texts, pl.DataFrame) and texts["probs"].to_list() == got_pl["probs"].to_list()
+    arr = clf.run(np.array(TICKETS["state"]), ONE_Q)  # a numpy array of texts, as a list is
+    assert arr["error"].is_null().all() and arr["probs"].to_list() == got_pl["probs"].to_list()
 
 
 def test_system_prompt_has_the_cli_limit(tiny_model):
