@@ -302,36 +302,41 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
-    """Read a `--questions` file (JSON or YAML mapping question_id → question); every question must be
-    valid. Raises ConfigError with each question's problem."""
+def load_data_file(path: Path, what: str, limit: int, why: str = "") -> Any:
+    """A small JSON or YAML file (`--questions`, `--config`): read at most `limit` bytes, JSON first, YAML
+    with repeated keys refused. Raises ConfigError naming `what` and the file."""
     from .pipeline.formats import read_at_most
-    from .readouts.label_logprobs.questions import MAX_QUESTIONS, MAX_QUESTIONS_FILE_BYTES
 
     try:
-        raw = read_at_most(path, MAX_QUESTIONS_FILE_BYTES)  # `-q /dev/zero` was read to its end (issue 25)
-        if len(raw) > MAX_QUESTIONS_FILE_BYTES:
-            raise ConfigError(
-                f"--questions {path}: over {MAX_QUESTIONS_FILE_BYTES:,} bytes, more than "
-                f"{MAX_QUESTIONS} questions at their text limit hold"
-            )
+        raw = read_at_most(path, limit)  # `-q /dev/zero` was read to its end (issue 25)
+        if len(raw) > limit:
+            raise ConfigError(f"{what} {path}: over {limit:,} bytes" + (f", {why}" if why else ""))
         # utf-8-sig: a byte-order mark at the start is not part of the first key
         text = raw.decode("utf-8-sig")
         try:
             # JSON first: PyYAML (YAML 1.1) refuses valid JSON — an escaped emoji `\ud83d\ude00` (json.dumps'
             # default) becomes two lone surrogates, a tab-indented file and a key over 1,024 characters
             # do not parse
-            raw = json.loads(text, object_pairs_hook=no_duplicate_keys)
+            return json.loads(text, object_pairs_hook=no_duplicate_keys)
         except json.JSONDecodeError:
-            raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506
+            return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506
     except FileNotFoundError:
-        raise ConfigError(f"--questions: no such file {path}") from None
+        raise ConfigError(f"{what}: no such file {path}") from None
     except OSError as e:  # a folder, no permission, an I/O error: the job cannot start (no traceback)
-        raise ConfigError(f"--questions {path}: cannot read: {e.strerror or e}") from None
+        raise ConfigError(f"{what} {path}: cannot read: {e.strerror or e}") from None
     except RecursionError:  # PyYAML composes and constructs recursively, one frame per level
-        raise ConfigError(f"--questions {path}: cannot parse: nested too deeply") from None
+        raise ConfigError(f"{what} {path}: cannot parse: nested too deeply") from None
     except (yaml.YAMLError, ValueError) as e:  # ValueError: UnicodeDecodeError, a duplicate JSON key
-        raise ConfigError(f"--questions {path}: cannot parse: {e}") from None
+        raise ConfigError(f"{what} {path}: cannot parse: {e}") from None
+
+
+def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
+    """Read a `--questions` file (JSON or YAML mapping question_id → question); every question must be
+    valid. Raises ConfigError with each question's problem."""
+    from .readouts.label_logprobs.questions import MAX_QUESTIONS, MAX_QUESTIONS_FILE_BYTES
+
+    why = f"more than {MAX_QUESTIONS} questions at their text limit hold"
+    raw = load_data_file(path, "--questions", MAX_QUESTIONS_FILE_BYTES, why)
     if not isinstance(raw, dict):  # a plain string would be read as the JSON text of a map (a row's cell)
         got = "nothing" if raw is None else f"a {type(raw).__name__}"
         raise ConfigError(

@@ -18,7 +18,8 @@ ENGINE: dict = {}  # where a command's engine options go (`_engine_options`); ne
 def _engine_options(command: str):
     """Put the engine options options.ENGINE_OPTIONS declares for `command` where the command's `engine`
     parameter stands, each as its CLI option; the command receives them as one dict `engine` of config
-    fields (`--engine-arg key=value` pairs parsed)."""
+    fields (`--engine-arg key=value` pairs parsed). Also `--config FILE` (cli/jobfile.py): every command
+    that runs a job takes its options from a file."""
     from ..config import parse_engine_args
     from ..options import ENGINE_OPTIONS
 
@@ -35,14 +36,27 @@ def _engine_options(command: str):
             o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info, annotation=annotation
         )
 
+    from .jobfile import load_job_file
+
+    config = inspect.Parameter(
+        "config", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
+        default=typer.Option(
+            None, "--config", is_eager=True, callback=load_job_file, dir_okay=False,
+            help="A JSON/YAML file of this command's options (`chunk-rows: 512`, `input`, `model` too); "
+            "flags given here override it.",
+        ),
+    )  # fmt: skip
+
     def deco(f):
         sig = inspect.signature(f, eval_str=True)
         params = []
         for p in sig.parameters.values():
             params.extend([option(o) for o in declared] if p.name == "engine" else [p])
+        params.append(config)
 
         @functools.wraps(f)
         def wrapper(**kw):
+            kw.pop("config", None)  # applied as the command's defaults when it was parsed
             engine = {o.name: kw.pop(o.name) for o in declared}
             if "engine_args" in engine:
                 from ..errors import ConfigError

@@ -1,0 +1,74 @@
+"""`--config job.yaml`: a job's options as data (lm-eval's `--config`, a nightly job kept in a file).
+
+The file maps option names (as the command's flags, `chunk-rows` or `chunk_rows`; `input` and `model` too)
+to values. They become the command's defaults (click's `default_map`), so a flag on the command line
+overrides the file, and every value goes through the same conversion and checks as a typed flag. A key
+the command does not take is refused, naming the keys it does: a misspelt option in a nightly job must
+not be dropped silently. Relative paths are read as on the command line (from the working directory).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+MAX_JOB_FILE_BYTES = 1 << 20  # a job file is options, not data: 1 MiB is far beyond any real one
+
+
+def load_job_file(ctx: typer.Context, param: Any, value: Path | None) -> Path | None:
+    """The eager `--config` callback: the file's options as this command's defaults."""
+    if value is None or ctx.resilient_parsing:
+        return value
+    from ..config import load_data_file
+    from ..errors import ConfigError
+    from . import _fail
+
+    try:
+        ctx.default_map = {**(ctx.default_map or {}), **_defaults(ctx, value, load_data_file)}
+    except ConfigError as e:
+        _fail(e)
+    return value
+
+
+def _defaults(ctx: typer.Context, path: Path, load) -> dict[str, Any]:
+    from ..errors import ConfigError
+
+    raw = load(path, "--config", MAX_JOB_FILE_BYTES)
+    if not isinstance(raw, dict):
+        got = "nothing" if raw is None else f"a {type(raw).__name__}"
+        raise ConfigError(f"--config {path}: must be a mapping of option names to values, got {got}")
+    params = {p.name: p for p in ctx.command.params if p.name and p.name != "config"}
+    # a flag's spelling (`--chunk-rows`, `-q`-less `questions`, `engine-arg`) names its parameter too
+    names = dict((n, n) for n in params)
+    for p in params.values():
+        for flag in getattr(p, "opts", ()):
+            if flag.startswith("--"):
+                names.setdefault(flag[2:].replace("-", "_"), p.name)
+    out: dict[str, Any] = {}
+    for key, v in raw.items():
+        name = names.get(str(key).replace("-", "_"))
+        if name is None:
+            known = ", ".join(sorted(_spelling(p) for p in params.values()))
+            raise ConfigError(
+                f"--config {path}: unknown option {key!r} for {ctx.command.name}; it takes: {known}"
+            )
+        if name in out:
+            raise ConfigError(f"--config {path}: option {_spelling(params[name])!r} is given twice")
+        out[name] = _value(params[name], v)
+    return out
+
+
+def _spelling(param: Any) -> str:
+    """How a key names `param`: its long flag without dashes (`engine-arg`), or an argument's name."""
+    return next((f[2:] for f in getattr(param, "opts", ()) if f.startswith("--")), param.name)
+
+
+def _value(param: Any, v: Any) -> Any:
+    """A YAML value as click takes a default: a mapping for a repeatable key=value option
+    (`engine_arg: {chunked_prefill_size: 8192}`) becomes its `key=value` strings; a list stays a list."""
+    if isinstance(v, dict) and getattr(param, "multiple", False):
+        return [f"{k}={json.dumps(x)}" for k, x in v.items()]
+    return v

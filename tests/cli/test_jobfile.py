@@ -1,0 +1,56 @@
+"""`--config job.yaml` (cli/jobfile.py): a nightly job as data. The file's options are the command's
+defaults, flags override them, and a key the command does not take is refused, naming what it takes."""
+
+import polars as pl
+from conftest import cli, write_jsonl
+
+ROWS = [
+    {"id": "a", "state": "my card was charged twice, refund please"},
+    {"id": "b", "state": "love the app"},
+    {"id": "c", "state": "where is my parcel"},
+]
+
+
+def _job(tmp_path, tiny_model, **extra):
+    write_jsonl(tmp_path / "in.jsonl", ROWS)
+    (tmp_path / "q.yaml").write_text("u:\n  type: noul\n  instructions: Is it urgent?\n")
+    lines = [
+        f"input: {tmp_path / 'in.jsonl'}",
+        f"model: {tiny_model}",
+        "backend: hf",
+        f"questions: {tmp_path / 'q.yaml'}",
+        "chunk-rows: 2",
+        "progress: false",
+        *(f"{k}: {v}" for k, v in extra.items()),
+    ]
+    job = tmp_path / "job.yaml"
+    job.write_text("\n".join(lines) + "\n")
+    return job
+
+
+def test_a_job_file_runs_the_job_and_flags_override_it(tmp_path, tiny_model):
+    job = _job(tmp_path, tiny_model, output=tmp_path / "o.parquet")
+    r = cli("run", "--config", job)
+    assert r.returncode == 0, r.stderr
+    a = pl.read_parquet(tmp_path / "o.parquet")  # input, model and questions all came from the file
+    assert a["id"].to_list() == ["a", "b", "c"] and a["question_id"].to_list() == ["u"] * 3
+    assert a["error"].is_null().all() and all(abs(sum(p) - 1) < 1e-6 for p in a["probs"].to_list())
+    # a flag given on the command line wins over the file's value
+    r = cli("run", "--config", job, "-o", tmp_path / "two.jsonl", "--limit", "2")
+    assert r.returncode == 0, r.stderr
+    assert pl.read_ndjson(tmp_path / "two.jsonl")["id"].to_list() == ["a", "b"]
+
+
+def test_an_unknown_or_repeated_key_in_a_job_file_is_refused_before_the_model_loads(tmp_path, tiny_model):
+    job = _job(tmp_path, tiny_model, output=tmp_path / "o.parquet", chunk_row=5)
+    r = cli("run", "--config", job)
+    assert r.returncode == 4 and not (tmp_path / "o.parquet").exists(), r.stderr
+    assert "unknown option 'chunk_row' for run; it takes:" in r.stderr and "chunk-rows" in r.stderr, r.stderr
+    twice = _job(tmp_path, tiny_model, chunk_rows=3)  # `chunk-rows` and `chunk_rows` name one option
+    r = cli("run", "--config", twice, "-o", tmp_path / "o.parquet")
+    assert r.returncode == 4 and "option 'chunk-rows' is given twice" in r.stderr, r.stderr
+    (tmp_path / "list.yaml").write_text("- input\n- model\n")
+    r = cli("run", "--config", tmp_path / "list.yaml")
+    assert r.returncode == 4 and "must be a mapping of option names to values, got a list" in r.stderr
+    r = cli("classify", "--config", tmp_path / "missing.yaml")
+    assert r.returncode != 0 and "missing.yaml" in r.stderr
