@@ -15,6 +15,24 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`-n auto`, the README's test command; CI has 2 cores), tests that share one heavy
+    thing run in one worker, one after another (`--dist loadgroup`): the CPU sglang engine (one per test
+    session, and each engine-fate test starts its own), a local Ray cluster, and the packaged models'
+    cache folder (converted on first use). Everything else spreads over the workers."""
+    for item in items:
+        path = str(item.fspath)
+        if item.get_closest_marker("sglang"):
+            group = "sglang"
+        elif "ray" in Path(path).stem or "contract" in Path(path).parts:
+            group = "ray"
+        elif item.get_closest_marker("slow"):
+            group = "packaged-models"
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def qwen3_tok_dir() -> Path:
     from openjev_batch.packaged_models import qwen3_tokenizer_dir
