@@ -43,6 +43,62 @@ class Record:
     delim: str = ","  # "\t" for TSV
 
 
+class _Scan:
+    """Where the quote state stands across reads: only quotes and delimiters matter, found by C code
+    (bytes.find, a regex), not byte by byte. `commas` counts the delimiters inside quotes on a line that began
+    in quotes; `suspect` says why a record may hold rows an open quote swallowed."""
+
+    def __init__(self, delim: str):
+        self.comma, self.comma_b = ord(delim), delim.encode()
+        self.st, self.quote_line = _START, 0  # the line the current quoted field opened on
+        self.line_quoted, self.commas = False, 0
+        self.suspect: str | None = None
+
+    def new_line(self) -> None:
+        self.line_quoted, self.commas = self.st == _QUOTED, 0
+
+    def end_record(self) -> None:
+        self.st, self.suspect = _START, None
+
+    def feed(self, buf: bytes, lineno: int) -> None:
+        st, i, n = self.st, 0, len(buf)
+        if st != _QUOTED and buf[-1] == _LF and b'"' not in buf:
+            return  # a whole line without a quote changes nothing
+        while i < n:
+            if st == _QUOTED:
+                j = _QUOTED_TEXT.match(buf, i).end()  # type: ignore[union-attr]
+                if self.line_quoted:
+                    self.commas += buf.count(self.comma_b, i, j)
+                if j >= n - 1:  # still in quotes, or a quote that the next read's byte decides
+                    st = _QUOTED if j == n else _QUOTE_END
+                    break
+                i, st = j + 1, _CLOSED  # a lone quote: the close
+            elif st == _QUOTE_END:
+                if buf[i] == _QUOTE:
+                    i, st = i + 1, _QUOTED
+                    continue
+                st = _CLOSED
+            elif st == _CLOSED:
+                c = buf[i]
+                if c == self.comma:
+                    i, st = i + 1, _START
+                    continue
+                if c not in (_CR, _LF) and self.quote_line < lineno and self.suspect is None:
+                    self.suspect = f"the closing quote on line {lineno} is followed by text, not a comma"
+                st = _PLAIN
+            elif st == _START:
+                if buf[i] == _QUOTE:
+                    i, st, self.quote_line = i + 1, _QUOTED, lineno
+                    continue
+                st = _PLAIN
+            else:  # _PLAIN: a quote here is literal; the field ends at the next delimiter
+                j = buf.find(self.comma_b, i)
+                if j < 0:
+                    break
+                i, st = j + 1, _START
+        self.st = st
+
+
 class Records:
     """Iterate a binary CSV stream's records. Raises InputFileError when the file ends inside quotes,
     naming the line the quote opened on. `row_delims` (the header's commas, set once it is read) lets a
@@ -52,23 +108,16 @@ class Records:
         self.f, self.name, self.hasher, self.delim = f, name, hasher, delim
         self.row_delims: int | None = None
 
-    def __iter__(self) -> Iterator[Record]:
-        st, lineno, start = _START, 1, 1
-        quote_line = 0  # the line the current quoted field opened on
-        lines: list[bytes] | None = []
-        pieces: list[bytes] = []
-        size = 0
-        suspect: str | None = None
-        line_quoted, commas = False, 0  # this line began inside quotes; its commas inside quotes
-        first = line_start = True
-        comma, comma_b = ord(self.delim), self.delim.encode()  # the delimiter: "," or, for TSV, a tab
-        while True:
-            buf = self.f.readline(_PIECE)
-            if self.hasher is not None and buf:
+    def _reads(self) -> Iterator[bytes]:
+        """Bounded reads of the stream (a line, or a piece of a longer one), the byte-order mark dropped."""
+        first = True
+        while buf := self.f.readline(_PIECE):
+            if self.hasher is not None:
                 self.hasher.update(buf)
-            if first and buf:
+            if first:
                 buf, first = buf.removeprefix(_BOM), False
                 if not buf:  # a read of the byte-order mark alone
+                    first = True
                     continue
                 if _LF not in buf and _CR in buf[:-1]:
                     # classic-Mac line ends: readline sees one line, so the file read as a header and
@@ -77,73 +126,52 @@ class Records:
                         f"{self.name}: cannot read as CSV: its lines end in CR alone (old Mac line ends); "
                         "convert them to LF or CRLF first (e.g. `tr '\\r' '\\n'`)"
                     )
-            if not buf:  # end of file
-                if st == _QUOTED:
-                    raise InputFileError(
-                        f"{self.name}: cannot read as CSV: line {quote_line}: a quoted field opens here "
-                        "and is never closed (the file ends inside it)"
-                    )
-                if size:  # a last line without a line end
-                    if lines is not None:
-                        lines.append(b"".join(pieces))
-                    yield Record(start, lineno, lines, suspect, self.delim)
-                return
+            yield buf
+
+    def __iter__(self) -> Iterator[Record]:
+        scan = _Scan(self.delim)
+        lineno = start = 1
+        lines: list[bytes] | None = []  # None: the record is over MAX_LINE_BYTES, not kept
+        pieces: list[bytes] = []
+        size, line_start = 0, True
+        for buf in self._reads():
             if line_start:
-                line_quoted, commas, line_start = st == _QUOTED, 0, False
+                scan.new_line()
+                line_start = False
             size += len(buf)
             if lines is not None:
                 if size > MAX_LINE_BYTES:
                     lines, pieces = None, []
                 else:
                     pieces.append(buf)
-            # the scan: only quotes and commas matter, found by C code (bytes.find, a regex), not byte by
-            # byte; a whole line without a quote needs none
-            i, n = 0, len(buf)
-            if st != _QUOTED and buf[-1] == _LF and b'"' not in buf:
-                i = n
-            while i < n:
-                if st == _QUOTED:
-                    j = _QUOTED_TEXT.match(buf, i).end()  # type: ignore[union-attr]
-                    if line_quoted:
-                        commas += buf.count(comma_b, i, j)
-                    if j >= n - 1:  # still in quotes, or a quote that the next read's byte decides
-                        st = _QUOTED if j == n else _QUOTE_END
-                        break
-                    i, st = j + 1, _CLOSED  # a lone quote: the close
-                elif st == _QUOTE_END:
-                    if buf[i] == _QUOTE:
-                        i, st = i + 1, _QUOTED
-                        continue
-                    st = _CLOSED
-                elif st == _CLOSED:
-                    c = buf[i]
-                    if c == comma:
-                        i, st = i + 1, _START
-                        continue
-                    if c not in (_CR, _LF) and quote_line < lineno and suspect is None:
-                        suspect = f"the closing quote on line {lineno} is followed by text, not a comma"
-                    st = _PLAIN
-                elif st == _START:
-                    if buf[i] == _QUOTE:
-                        i, st, quote_line = i + 1, _QUOTED, lineno
-                        continue
-                    st = _PLAIN
-                else:  # _PLAIN: a quote here is literal; the field ends at the next comma
-                    j = buf.find(comma_b, i)
-                    if j < 0:
-                        break
-                    i, st = j + 1, _START
+            scan.feed(buf, lineno)
             if buf[-1] != _LF:
                 continue  # a piece of a longer line
-            if line_quoted and suspect is None and self.row_delims and commas >= self.row_delims:
-                suspect = f"line {lineno} inside it has as many commas as a row"
+            if (
+                scan.line_quoted
+                and scan.suspect is None
+                and self.row_delims
+                and scan.commas >= self.row_delims
+            ):
+                scan.suspect = f"line {lineno} inside it has as many commas as a row"
             if lines is not None:
                 lines.append(b"".join(pieces))
             pieces, line_start = [], True
-            if st != _QUOTED:  # a line end outside quotes ends the record
-                yield Record(start, lineno, lines, suspect, self.delim)
-                st, start, lines, size, suspect = _START, lineno + 1, [], 0, None
+            if scan.st != _QUOTED:  # a line end outside quotes ends the record
+                yield Record(start, lineno, lines, scan.suspect, self.delim)
+                scan.end_record()
+                start, lines, size = lineno + 1, [], 0
             lineno += 1
+        # end of file
+        if scan.st == _QUOTED:
+            raise InputFileError(
+                f"{self.name}: cannot read as CSV: line {scan.quote_line}: a quoted field opens here "
+                "and is never closed (the file ends inside it)"
+            )
+        if size:  # a last line without a line end
+            if lines is not None:
+                lines.append(b"".join(pieces))
+            yield Record(start, lineno, lines, scan.suspect, self.delim)
 
 
 def _blank(rec: Record) -> bool:
