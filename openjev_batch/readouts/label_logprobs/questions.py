@@ -151,6 +151,32 @@ def _noul_keys(c: dict) -> dict:
     return out
 
 
+def _with_criteria(qid: str, raw: dict, where: str) -> dict | QuestionError:
+    """`raw` with its criteria as a mapping: a JSON text (a CSV cell) parsed, an Arrow map column's pairs
+    made a dict (a name twice refused, not the last kept), noul keys as `true`/`false`. Raises
+    json.JSONDecodeError for a malformed JSON text."""
+    c = raw["criteria"]
+    if isinstance(c, str) and c[:1] in "[{":
+        try:
+            c = json.loads(c, object_pairs_hook=no_duplicate_keys)
+        except json.JSONDecodeError:
+            raise
+        except ValueError as e:  # an option name twice
+            return QuestionError(qid, raw.get("type"), f"{where}.criteria: {e}")
+    if isinstance(c, list) and c and all(isinstance(p, tuple) for p in c):  # an Arrow map column
+        names = [p[0] for p in c]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            return QuestionError(qid, raw.get("type"), f"{where}.criteria: duplicate option name {dup!r}")
+        c = dict(c)
+    if raw.get("type") == "noul" and isinstance(c, dict):
+        try:
+            c = _noul_keys(c)
+        except ValueError as e:
+            return QuestionError(qid, "noul", f"{where}.{e}")
+    return {**raw, "criteria": c}
+
+
 def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     """Validate one question. Errors read ``questions.<qid>.<field>: <why>``."""
     where = f"questions.{qid}"
@@ -160,28 +186,9 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
         if isinstance(raw, list) and raw and all(isinstance(p, tuple) for p in raw):
             raw = dict(raw)  # an Arrow map column
         if isinstance(raw, dict) and "criteria" in raw:
-            c = raw["criteria"]
-            if isinstance(c, str) and c[:1] in "[{":
-                try:
-                    c = json.loads(c, object_pairs_hook=no_duplicate_keys)
-                except json.JSONDecodeError:
-                    raise
-                except ValueError as e:  # an option name twice
-                    return QuestionError(qid, raw.get("type"), f"{where}.criteria: {e}")
-            if isinstance(c, list) and c and all(isinstance(p, tuple) for p in c):  # an Arrow map column
-                names = [p[0] for p in c]
-                if len(set(names)) != len(names):
-                    dup = next(n for n in names if names.count(n) > 1)
-                    return QuestionError(
-                        qid, raw.get("type"), f"{where}.criteria: duplicate option name {dup!r}"
-                    )
-                c = dict(c)
-            if raw.get("type") == "noul" and isinstance(c, dict):
-                try:
-                    c = _noul_keys(c)
-                except ValueError as e:
-                    return QuestionError(qid, "noul", f"{where}.{e}")
-            raw = {**raw, "criteria": c}
+            raw = _with_criteria(qid, raw, where)
+            if isinstance(raw, QuestionError):
+                return raw
         if (problem := value_problem(raw)) is not None:
             t = raw.get("type") if isinstance(raw, dict) else None
             return QuestionError(qid, t if t in QUESTION_TYPES else None, f"{where}: {problem}")
