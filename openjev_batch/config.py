@@ -291,9 +291,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         keys = set()
         for k, _ in node.value:
-            if k.tag == "tag:yaml.org,2002:bool":
-                # YAML 1.1 reads unquoted `true:` / `yes:` / `off:` keys as booleans; a key here is always a
-                # name (noul criteria `true:`/`false:`, a choice option `yes:`), so keep the text as written
+            if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:str":
+                # a key here is always a name (a question id, noul criteria `true:`/`false:`, a choice option
+                # `yes:`, an option of --config), so it keeps the text as written: YAML 1.1 reads unquoted
+                # `yes:` / `off:` as booleans, `null:` as None (id "None") and `007:` as the number 7
                 k.tag = "tag:yaml.org,2002:str"
             key = self.construct_object(k, deep=deep)
             if key in keys:
