@@ -51,7 +51,9 @@ def parser(workload: str, shapes: list[str], baselines: list[str]) -> argparse.A
     ap.add_argument("--no-baselines", action="store_true", help="the product only")
     ap.add_argument("--rows", type=int, help="only the first ROWS rows of the workload (W3: 5000 in run 5)")
     ap.add_argument("--smoke", action="store_true", help="the plumbing on a CPU (tiny model, few rows)")
-    ap.add_argument("--profile", action="store_true", help="py-spy over the default variant's job (if carried)")
+    ap.add_argument(
+        "--profile", action="store_true", help="py-spy over the default variant's job (if carried)"
+    )
     return ap
 
 
@@ -101,7 +103,9 @@ def product_runs(workload: str, shape: str, model, files, warm, variants, a) -> 
             ctx = common.profiled(f"{workload}_{shape}_{name}") if a.profile and name == "default" else None
             with ctx or _null():
                 r["product"] = run_job(clf, *files, WORK / f"{workload}-{name}.parquet")
-            r["roofline_s"] = round(roofline_s(shape, r["product"]["unique_tokens"]), 3) if shape != "tiny" else None
+            r["roofline_s"] = (
+                round(roofline_s(shape, r["product"]["unique_tokens"]), 3) if shape != "tiny" else None
+            )
         finally:
             clf.close()
         res[key] = r

@@ -30,7 +30,9 @@ def _transcript(state) -> str:
     return "\n".join(f"{m['role']}: {m['content']}" for m in state)
 
 
-def branches(tok, path: Path, questions: Path | None) -> list[tuple[list[int], list[list[int]], list[list[int]]]]:
+def branches(
+    tok, path: Path, questions: Path | None
+) -> list[tuple[list[int], list[list[int]], list[list[int]]]]:
     """Per row: (prefix ids, branch ids, label ids per branch) built from the chat template."""
     shared = json.loads(Path(questions).read_text()) if questions else None
     out = []
@@ -47,7 +49,9 @@ def branches(tok, path: Path, questions: Path | None) -> list[tuple[list[int], l
                     + "Reply with the letter of one option."
                 )
                 msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
-                text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+                text = tok.apply_chat_template(
+                    msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False
+                )
                 ids.append(tok(text + "Answer:", add_special_tokens=False)["input_ids"])
                 labels.append([tok(" " + a, add_special_tokens=False)["input_ids"][-1] for a in letters])
             n = 0

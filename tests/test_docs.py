@@ -149,6 +149,9 @@ def defined_names(path: Path) -> frozenset[str]:
             names.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
+    for node in tree.body:  # a package's lazy names (`__getattr__`) are the ones its __all__ lists
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            names.update(ast.literal_eval(node.value))
     return frozenset(names)
 
 
