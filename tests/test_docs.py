@@ -301,7 +301,7 @@ def test_the_check_finds_a_stale_name(tmp_path):
     doc = tmp_path / "x.md"
     doc.write_text(
         "`pipeline/scaleout.py` and `io.py`, `config.ENGINE_OPTIONS`, `openjev_batch.pipeline.nope`\n"
-        "`openjev-batch run --no-such-flag`, `options.py:nothing_here`\n"
+        "`openjev-batch run --no-such-flag`, `options.py:nothing_here`, `pipeline._chunk_records`\n"
         "true: `openjev_batch/options.py`, `options.ENGINE_OPTIONS`, `--help`, `out.parquet`, `../x/y.py`\n"
     )
     assert problems([doc]) == [
@@ -311,4 +311,5 @@ def test_the_check_finds_a_stale_name(tmp_path):
         "x.md:1: openjev_batch.pipeline defines no nope (`openjev_batch.pipeline.nope`)",
         "x.md:2: no CLI option --no-such-flag",
         "x.md:2: options.py defines no nothing_here (`options.py:nothing_here`)",
+        "x.md:2: no _chunk_records in module pipeline (openjev_batch/pipeline/__init__.py) (`pipeline._chunk_records`)",
     ]
