@@ -40,6 +40,10 @@ def branches(
         for line in f:
             row = json.loads(line)
             ids, labels = [], []
+            # the conversation alone: the common start with it ends where a question begins (one-question rows too)
+            conv = [{"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": f"Conversation:\n{_transcript(row['state'])}\n\nQuestion:"}]  # fmt: skip
+            base = tok(tok.apply_chat_template(conv, tokenize=False), add_special_tokens=False)["input_ids"]
             for q in (shared or row["questions"]).values():
                 opts = _options(q)
                 letters = [chr(65 + i) for i in range(len(opts))]
@@ -55,7 +59,7 @@ def branches(
                 ids.append(tok(text + "Answer:", add_special_tokens=False)["input_ids"])
                 labels.append([tok(" " + a, add_special_tokens=False)["input_ids"][-1] for a in letters])
             n = 0
-            while all(len(b) > n + 1 for b in ids) and len({b[n] for b in ids}) == 1:
+            while all(len(b) > n + 1 for b in [*ids, base]) and len({b[n] for b in [*ids, base]}) == 1:
                 n += 1
             out.append((ids[0][:n], ids, labels))
     return out
