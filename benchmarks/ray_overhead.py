@@ -1,12 +1,13 @@
-"""Overhead of `run --ray` against the plain single-machine path on the same workload (issue 8).
+"""Overhead of `run --ray` against the plain single-machine path on the same workload (issue 8), both through
+the `openjev-batch run` command.
 
-Both timings are end to end and include the engine start: the plain path loads its backend in-process,
-the Ray path starts a local cluster, the CPU render actors and `--workers` engine actors. Each Ray output
-is checked to be the plain run's file, value for value.
+Both timings are the whole command and include the engine start: the plain path loads its backend
+in-process, the Ray path starts a local cluster, the CPU render actors and `--workers` engine actors. Each
+Ray output is checked to be the plain run's file, value for value.
 
     # CPU, tiny model (numbers in docs/scale-out.md)
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/ray_overhead.py -m MODEL_DIR -b hf --device cpu --workload w3 --rows 300
-    # one H200 (not run yet): one GPU actor against the plain path, W1 and W3
+    # one H200: one GPU actor against the plain path, W1 and W3 (benchmarks/ray_gpu.sh)
     .venv/bin/python benchmarks/ray_overhead.py -m Qwen/Qwen3-0.6B -b sglang --workload w1 --rows 256 --workers 1 \
         --out benchmarks/results/ray-overhead-h200-w1.json
 """
@@ -17,22 +18,15 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
-from transformers import AutoTokenizer
-
 sys.path.insert(0, str(Path(__file__).parent))
+from common import cli, head  # noqa: E402
 from workloads import w1, w3  # noqa: E402
-
-from openjev_batch.config import build_config  # noqa: E402
-from openjev_batch.pipeline.job import run_job  # noqa: E402
-from openjev_batch.pipeline.ray.run import RayOptions, run_job_ray  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-m", "--model", required=True)
     ap.add_argument("-b", "--backend", default="sglang")
     ap.add_argument("--device", default="auto")
@@ -47,51 +41,32 @@ def main() -> None:
         "--warm", action="store_true", help="run a 16-row plain job first (JIT compile, caches), untimed"
     )
     a = ap.parse_args()
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
     a.dir.mkdir(parents=True, exist_ok=True)
     tok = AutoTokenizer.from_pretrained(a.model)
     inp, qs = (w1 if a.workload == "w1" else w3)(tok, a.dir, rows=a.rows)
-    cfg = build_config(
-        input=inp,
-        questions_file=qs,
-        output=a.dir / "plain.parquet",
-        model=a.model,
-        backend=a.backend,
-        device=a.device,
-        attention_backend=a.attention_backend,
-        engine_args={
-            k: json.loads(v) if v[:1] in "0123456789tfn[{" else v
-            for k, v in (x.split("=", 1) for x in a.engine_arg)
-        },
-        progress=False,
-    )
+    engine = ["-m", a.model, "-b", a.backend, "--device", a.device, "--no-progress"]
+    engine += ["--attention-backend", a.attention_backend] if a.attention_backend else []
+    for kv in a.engine_arg:
+        engine += ["--engine-arg", kv]
+
+    def run(src: Path, out: Path, *extra) -> float:
+        rc, s, text = cli("run", src, "-q", qs, "-o", out, *engine, *extra)
+        if rc not in (0, 3):
+            raise SystemExit(f"openjev-batch run failed ({rc}):\n{text}")
+        return s
+
     res: dict = {"workload": a.workload, "rows": a.rows, "model": a.model, "backend": a.backend}
     if a.warm:  # a fresh GPU machine JIT-compiles kernels on the first engine start: keep that out of both
-        sub = a.dir / "warm.jsonl"
-        sub.write_text("".join(open(inp).readlines()[:16]))
-        t = time.perf_counter()
-        run_job(cfg.model_copy(update={"input": sub, "output": a.dir / "warm.parquet"}))
-        res["warm_s"] = round(time.perf_counter() - t, 2)
+        res["warm_s"] = run(head(inp, 16, a.dir / "warm.jsonl"), a.dir / "warm.parquet")
     res["load_avg_1min_before"] = os.getloadavg()[0]
-    t = time.perf_counter()
-    s = run_job(cfg)
-    res["plain_s"] = round(time.perf_counter() - t, 2)
-    res["plain_summary"] = {
-        "branch_tokens": s.branch_tokens,
-        "cached": s.cached_tokens,
-        "warm": s.warm_tokens,
-    }
-    ref = pq.read_table(cfg.output).to_pylist()
+    res["plain_s"] = run(inp, a.dir / "plain.parquet")
+    ref = pq.read_table(a.dir / "plain.parquet").to_pylist()
     for w in a.workers:
         out = a.dir / f"ray-{w}.parquet"
-        t = time.perf_counter()
-        s = run_job_ray(cfg.model_copy(update={"output": out}), RayOptions(workers=w))
-        res[f"ray_{w}_workers_s"] = round(time.perf_counter() - t, 2)
-        res[f"ray_{w}_workers_summary"] = {
-            "branch_tokens": s.branch_tokens,
-            "cached": s.cached_tokens,
-            "warm": s.warm_tokens,
-            "buckets": s.buckets,
-        }
+        res[f"ray_{w}_workers_s"] = run(inp, out, "--ray", "--workers", w)
         got = pq.read_table(out).to_pylist()
         res[f"ray_{w}_workers_same_file"] = got == ref
         # on a GPU, bf16 kernels vary with batch composition: say how far apart the two runs are

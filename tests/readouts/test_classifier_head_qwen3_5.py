@@ -4,7 +4,8 @@ sglang's Qwen3.5 model does not run here (its Gated DeltaNet kernels have no CPU
 do not even import on the CPU shims), so the sglang side is proved piecewise: the checkpoint check both
 backends run, the weight names the sglang loader maps (its own mapping, read from the installed sglang
 source), the registry names of our head classes, and the engine arguments. The pooling is proved on the hf
-backend against transformers' own class. Parity of the sglang head with hf: benchmarks/hybrid_gpu.py `cls35`.
+backend against transformers' own class. Parity of the sglang head with hf: docs/benchmarks.md run 5c
+(`cls35` of benchmarks/hybrid_gpu.py at commit 940ca37).
 """
 
 from __future__ import annotations
