@@ -82,15 +82,17 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def check_not_input(output: Path, input: Path | None, what: str = "the input file") -> None:
-    """Raises ValueError when the output, or a file the job writes beside it (`OUT.partial`, `OUT.lock`),
-    is `input` (`what` names it: the input, the -q file, the --system-prompt file), so the job would
-    destroy its own input (hostile trial, issue 25: `-o` over the questions or system-prompt file)."""
+    """Raises ValueError when the output, or a file the job writes beside it (`OUT.partial`, `OUT.lock`,
+    `OUT.manifest.json`), is `input` (`what` names it: the input, the -q file, the --system-prompt file), so
+    the job would destroy its own input (hostile trial, issue 25: `-o` over the questions or system-prompt
+    file)."""
     if input is None:
         return
     out = Path(output)
-    for path in (out, out.with_name(out.name + ".partial"), out.with_name(out.name + ".lock")):
+    beside = (out.with_name(out.name + s) for s in (".partial", ".lock", ".manifest.json"))
+    for path in (out, *beside):
         if _same_file(path, input):
-            name = "output" if path == out else f"the output's {path.suffix} file"
+            name = "output" if path == out else f"the output's {path.name[len(out.name) :]} file"
             raise ValueError(f"{name} {path} is {what}; writing it would destroy it (choose another -o)")
     partial = out.with_name(out.name + ".partial").resolve()
     if Path(input).resolve().is_relative_to(partial):  # a fresh run clears the partial: the input with it
@@ -306,7 +308,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def load_data_file(path: Path, what: str, limit: int, why: str = "") -> Any:
     """A small JSON or YAML file (`--questions`, `--config`): read at most `limit` bytes, JSON first, YAML
     with repeated keys refused. Raises ConfigError naming `what` and the file."""
-    from .pipeline.formats import read_at_most
+    from .values import read_at_most
 
     try:
         raw = read_at_most(path, limit)  # `-q /dev/zero` was read to its end (issue 25)

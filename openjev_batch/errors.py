@@ -51,6 +51,12 @@ class OutputBusyError(OpenjevError):
     """Another job holds the lock on this output (`<out>.lock`); the message names it."""
 
 
+class OutputFinished(Exception):
+    """Not an error, so no OpenjevError: `--resume` of an output its job already finished (the manifest the
+    output carries is this job's and the input is the one it read; pipeline/output_manifest.py). Nothing
+    is run or written; the CLI prints the message and exits 0."""
+
+
 class JobInterrupted(KeyboardInterrupt):
     """The job was stopped by a signal: SIGINT (Ctrl-C, exit 130) or SIGTERM (schedulers: cron, Slurm,
     Kubernetes; exit 143). A KeyboardInterrupt subclass on purpose: asyncio and libraries that catch

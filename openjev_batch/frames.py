@@ -105,7 +105,7 @@ def records_of(data: Any, kind: str, chunk_rows: int) -> Iterator[list[tuple[int
     Parquet reader gives them: numpy scalars and pandas NaN would otherwise reach the row checks)."""
     import pyarrow as pa
 
-    from .pipeline.formats import _batch_records as batch_records
+    from .pipeline.arrow_records import batch_records
 
     if kind == "polars":
         data = data.to_arrow()

@@ -6,6 +6,7 @@ field), never raised past a row."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # Hostile sizes are refused before any tokenization, so one row's memory stays bounded (a 50 MB state
@@ -113,3 +114,11 @@ def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         dup = next(k for k, _ in pairs if k in seen or seen.add(k))
         raise ValueError(f"duplicate key {dup!r} in a JSON object")
     return d
+
+
+def read_at_most(path: str | Path, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of `path`: more than `limit` means the file is over it, which the caller
+    reports in its own terms. Every small file is read this way: `-q /dev/zero` was read to its end before
+    any size check (issue 25)."""
+    with open(path, "rb") as f:
+        return f.read(limit + 1)

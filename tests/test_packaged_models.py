@@ -8,7 +8,7 @@ import pytest
 
 from openjev_batch import packaged_models
 from openjev_batch.errors import ConfigError, ModelFetchError
-from openjev_batch.packaged_models import KNOWN_MODELS, cache_dir, fetch, resolve_model
+from openjev_batch.packaged_models import KNOWN_MODELS, archives, cache_dir, fetch, resolve_model
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def no_client(monkeypatch):
     def run(*a, **k):
         raise AssertionError(f"package client called: {a}")
 
-    monkeypatch.setattr(packaged_models.subprocess, "run", run)
+    monkeypatch.setattr(archives.subprocess, "run", run)  # the package client's call
 
 
 def test_cache_dir_follows_env(tmp_cache):
@@ -65,7 +65,7 @@ def test_client_failure_is_a_fetch_error_and_leaves_nothing(tmp_cache, monkeypat
     def run(cmd, **k):
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
 
-    monkeypatch.setattr(packaged_models.subprocess, "run", run)
+    monkeypatch.setattr(archives.subprocess, "run", run)  # the package client's call
     stale = tmp_cache / "qwen3-tokenizer"
     stale.mkdir(parents=True)  # an incomplete folder from a crashed run is not used
     with pytest.raises(ModelFetchError, match="No matching distribution"):

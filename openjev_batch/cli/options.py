@@ -90,7 +90,7 @@ def _spool_stdin(stack: contextlib.ExitStack) -> Path:
     import tempfile
 
     from ..errors import InputFileError
-    from ..pipeline.formats import spool_stdin
+    from ..pipeline.stdin import spool_stdin
 
     try:
         path = spool_stdin(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-")))
@@ -162,8 +162,8 @@ def _text_or_file(value: str, option: str) -> str:
     """An option's text, or with `@PATH` that file's content (UTF-8). Raises ConfigError for a file that
     cannot be read."""
     from ..errors import ConfigError
-    from ..pipeline.formats import read_at_most
     from ..readouts.label_logprobs.questions import MAX_QUESTION_BYTES
+    from ..values import read_at_most
 
     if not value.startswith("@"):
         return value

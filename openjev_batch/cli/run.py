@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from ..config import MAX_THREADS
-from ..errors import ConfigError, OpenjevError
+from ..errors import ConfigError, OpenjevError, OutputFinished
 from ..interrupts import stop_on_signals
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
 from .display import _print_plan, _print_summary, _progress
@@ -199,6 +199,9 @@ def _run_job(
             with open(output, "rb") as f:
                 shutil.copyfileobj(f, sys.stdout.buffer)
             sys.stdout.flush()
+    except OutputFinished as e:  # --resume of an output this job finished: nothing to do, exit 0
+        err.print(str(e), markup=False)
+        return
     except OpenjevError as e:
         _fail(e)
     except OSError as e:  # the output folder vanished or filled up mid-job

@@ -58,14 +58,15 @@ class EvalConfig(EngineOptions):
             raise ValueError("--force starts again, --resume continues: give one")
         return self
 
-    def job(self, questions: Path, predictions: Path):
-        """The RunConfig of the eval's job. Raises ConfigError / BackendError as build_config does."""
+    def job(self, questions: Path, predictions: Path, resume: bool | None = None):
+        """The RunConfig of the eval's job (`resume`: default the eval's). Raises ConfigError / BackendError
+        as build_config does."""
         engine = {k: getattr(self, k) for k in EngineOptions.model_fields}
         return build_config(
             input=questions, output=predictions, keep=KEEP, model=self.model, backend=self.backend,
             chunk_rows=self.chunk_rows, max_branches_per_window=self.max_branches_per_window,
             progress=self.progress, system_prompt=self.system_prompt,
-            resume=self.resume, **engine,
+            resume=self.resume if resume is None else resume, **engine,
         )  # fmt: skip
 
 
@@ -192,6 +193,20 @@ def _refuse_another_job(out_dir: Path, key: dict[str, Any], text: str) -> None:
         )
 
 
+def _refuse_other_predictions(predictions: Path, job) -> None:
+    """Finished predictions are re-scored only when their manifest (pipeline/output_manifest.py) is this
+    job's: it names the model by content, eval_job.json by path (weights swapped under it are refused)."""
+    from ..pipeline import output_manifest
+    from ..pipeline.loop import job_manifest
+
+    doc = output_manifest.read(predictions)
+    if doc is not None and (diff := output_manifest.differences(doc["manifest"], job_manifest(job))):
+        raise ConfigError(
+            f"eval --resume: {predictions} was made by another job (differs in {', '.join(diff)}); --resume "
+            "continues the same job: pass --force to run this one there, or choose another -o"
+        )
+
+
 def questions(cfg: EvalConfig):
     """The benchmark read, sampled, limited and converted: (all items, chosen items, dev items, format,
     the text of questions.jsonl). Raises ConfigError as `prepare`."""
@@ -236,19 +251,21 @@ def run_eval(
     blocks = fewshot_blocks({it.category for it in chosen}, dev_items, cfg.shots)
     qpath, ppath = out_dir / QUESTIONS, out_dir / PREDICTIONS
     _claim(out_dir, cfg)
-    cfg.job(qpath, ppath)  # its option checks (--system-prompt's size …) before a file is written
+    job = cfg.job(qpath, ppath)  # its option checks (--system-prompt's size …) before a file is written
     refuse_if_held(ppath)  # a running eval's questions are not rewritten by a second one it refuses
     key = _job_key(cfg, fmt)
+    finished = ppath.exists() and not ppath.with_name(ppath.name + ".partial").exists()
     if cfg.resume:
         _refuse_another_job(out_dir, key, text)
+        if finished:
+            _refuse_other_predictions(ppath, job)
     changed = _write_if_changed(qpath, text)
     _write_if_changed(out_dir / JOB, json.dumps(key, indent=1, sort_keys=True) + "\n")
-    job = cfg.job(qpath, ppath)
-    partial = ppath.with_name(ppath.name + ".partial")
-    finished = ppath.exists() and not partial.exists() and (out_dir / "report.json").exists()
-    if cfg.resume and not changed and finished:
-        log_samples(ppath)
-        return rescore(out_dir, cfg.calibrate)  # nothing left to run: the finished job, scored again
+    if cfg.resume and finished:
+        if not changed and (out_dir / "report.json").exists():
+            log_samples(ppath)
+            return rescore(out_dir, cfg.calibrate)  # nothing left to run: the finished job, scored again
+        job = cfg.job(qpath, ppath, resume=False)  # no report (a kill after the join): run it again
     s = run_job(job, backend=backend, on_progress=on_progress, progress=progress)
     prompts, tokenization = prompt_texts(job)
     log_samples(ppath, prompts)

@@ -65,7 +65,8 @@ def run(
     runner's labels). `progress` (a live display's counts) is updated as branches finish, its total rows
     counted first when not set; `on_progress(branches_done, tokens_done)` is called after each window.
     With `cfg.resume`, chunks the sink already holds are not run again; the summary still counts the whole
-    job (each part keeps its warm-up and unique tokens) and names them (`resumed_chunks`).
+    job (each part keeps its warm-up and unique tokens) and names them (`resumed_chunks`). A finished
+    output this job made from this input raises OutputFinished (nothing to do), before any model loads.
 
     Raises OpenjevError subclasses for job-level failures (input unreadable, model not loadable, engine
     dead, count check failed); a store's partial output is then kept for `--resume`.
@@ -78,6 +79,8 @@ def run(
     lock = threading.Lock()  # the runner's host thread reads (todo) while this one writes
     # A store is locked before the model loads: a second job on the same -o is refused at once.
     with sink.open(manifest, readout) as out:
+        if cfg.resume and hasattr(out, "check_finished"):  # OutputFinished: this job made the output
+            out.check_finished(sha for _, sha in source.chunks(readout))
         if progress is not None and progress.total_rows is None:
             progress.total_rows = source.count_rows()
 

@@ -1,37 +1,27 @@
-"""The output store: one job's parts, manifest, lock, input ledger, resume and count checks, and the join.
+"""The output store: one job's partial output folder, from the lock to the joined output.
 
-    <out>.lock           flock(2)-held while a job writes <out>; holds that job's pid, host and start time
+    <out>.lock           flock(2)-held while a job writes <out>; its pid, host and start time (lock.py)
     <out>.partial/
       manifest.json      what made the parts (model, backend, engine settings, questions, …) + a job id
-      chunks.jsonl       per input chunk: its rows, output records and the input's sha256 up to its end
-      part-NNNNNN.parquet  one input chunk's output; its Parquet metadata names the job id and chunk, and
-                         holds what the summary needs that the records do not (`part_info`: warm-up
-                         and planned unique tokens), so a resumed job reports the whole job
+      chunks.jsonl       per input chunk: rows, records, the input's sha256 up to its end (ledger.py)
+      part-NNNNNN.parquet  one input chunk's output, its metadata naming the job id and chunk (parts.py)
       .part-*.tmp, .join-*.tmp  files being written (unique names, renamed into place when complete)
       ray/               `run --ray` staging (pipeline/ray/staging.py)
+    <out>                the parts joined after the count check (join.py), with the manifest in its
+    <out>.manifest.json  Parquet metadata or, beside a text output, in this sidecar (output_manifest.py)
 
-- One job owns the folder: the lock is taken before anything in it is read or deleted, and a second job
-  on the same output is refused at start, naming the holder (lock.py: a crashed job never leaves it stuck).
-- Resume identifies the input by content: each chunk's entry in chunks.jsonl carries the sha256 of the
-  input read so far (computed while reading, `read.read_rows(hasher=…)`), and a resumed run refuses as soon
-  as the input it reads differs from what an earlier run of this job read. Size and mtime are not used
-  (a touched identical copy resumes; a same-size, same-mtime edit is refused).
-- The join checks that the parts are exactly chunks 0…n−1 of this run, each made by this job (the job id in
-  its metadata) with the number of records this run expects for it, then concatenates them into `<out>`
-  (a unique temporary name inside the folder, then an atomic rename).
+This module owns the folder: who may open it, what resuming it means, and what it may delete.
+- One job owns the folder: the lock is taken before anything in it is read or deleted (a second job on the
+  same output is refused at start, naming the holder).
+- `--resume` continues a partial of the same manifest only (else refused, naming what differs), checking
+  the input chunk by chunk (ledger.py). With no partial, a finished output of the same job and input is
+  left as it is (nothing to do), one of another job refused (`check_finished`).
 - Only files the store creates are deleted or overwritten: it removes the parts whose metadata names a job
   of this output's manifest, and that job's ledger and temporaries, never the folder wholesale, so a user's
   file inside `<out>.partial/` or a user's `<out>.tmp` survives. A file with one of the store's names that
-  no manifest accounts for (a user's `manifest.json`, `part-000000.parquet`), a user's own `<out>.lock`,
-  and a symlink at `<out>.lock`, `<out>.partial` or `<out>.partial/ray` are refused, never deleted or
-  written through (hostile trial, issue 25).
-- Kept columns have one type whatever the chunking: a Parquet input's own column types; for JSONL (no
-  schema) the type every value agrees on (kept_types.py), computed over all parts at the join, else JSON
-  text.
-
-Size (over the house's ~300 lines): everything that decides whether an output on disk is trustworthy —
-the ledger, the manifest diff and the join's checks — is in one file, so "change how resume works" is one
-place; each piece is a short function or method of `OutputStore`.
+  no manifest accounts for (a user's `manifest.json`, `part-000000.parquet`, `<out>.manifest.json`), a
+  user's own `<out>.lock`, and a symlink at `<out>.lock`, `<out>.partial` or `<out>.partial/ray` are
+  refused, never deleted or written through (hostile trial, issue 25).
 """
 
 from __future__ import annotations
@@ -40,35 +30,28 @@ import contextlib
 import json
 import os
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import ConfigError, OutputCheckError
+from ..errors import ConfigError
 from ..options import output_format
-from .kept_types import as_text, decode_type, encode_type, unify_types, value_type
+from . import output_manifest
+from .join import Join, check_parts
+from .ledger import LEDGER, Ledger
 from .lock import acquire, lock_path, same_file
-from .write import TableWriter
+from .parts import PART_GLOB, made_by, part_info, part_job, part_path, write_part
 
-MANIFEST, LEDGER = "manifest.json", "chunks.jsonl"
+__all__ = ["LEDGER", "MANIFEST", "STAGE_DIR", "OutputStore", "part_info"]  # part_info: loop.py, ray/run.py
+
+MANIFEST = "manifest.json"
 STAGE_DIR = "ray"  # `run --ray` staging, under <out>.partial/
-_META_JOB, _META_CHUNK, _META_TYPES = b"openjev.job", b"openjev.chunk", b"openjev.kept_types"
-_META_INFO = b"openjev.info"
 _OWN_STAGE_GLOBS = ("r[0-9]*-[0-9]*.parquet", "r[0-9]*-[0-9]*.tmp")
 
 
-def part_info(part: pa.Table) -> dict[str, int]:
-    """The numbers a part's chunk kept in its metadata (`OutputStore.write(info=…)`); {} for a part written
-    without them (the Ray runner's, which counts warm-up tokens per engine actor, not per chunk)."""
-    try:
-        return {str(k): int(v) for k, v in json.loads((part.schema.metadata or {})[_META_INFO]).items()}
-    except (KeyError, ValueError, TypeError, AttributeError):
-        return {}
-
-
-# -- the lock --------------------------------------------------------------------------------------------
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".part-{path.name}-{uuid.uuid4().hex[:8]}.tmp")
     tmp.write_bytes(data)
@@ -113,6 +96,7 @@ class OutputStore:
         self._fd: int | None = acquire(self.path)
         made = not self.partial.exists()
         try:
+            output_manifest.refuse_foreign_sidecar(self.path)
             self.partial.mkdir(parents=True, exist_ok=True)
             self._open({**(manifest or {}), "keep": list(keep)}, resume)
         except BaseException:
@@ -126,30 +110,38 @@ class OutputStore:
     # -- opening -------------------------------------------------------------------------------------
     def _open(self, manifest: dict, resume: bool) -> None:
         mpath = self.partial / MANIFEST
-        self.ledger: dict[int, dict] = {}
-        if resume and mpath.exists():
+        self.manifest, self._resume = manifest, resume
+        self.continued = resume and mpath.exists()  # a partial of this job is continued
+        if self.continued:
             try:
                 old = json.loads(mpath.read_text())
             except (OSError, ValueError):
                 old = {}
-            job = old.pop("job_id", None) if isinstance(old, dict) else None
-            if old != manifest or not job:
-                old = old if isinstance(old, dict) else {}
-                diff = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
+            old = old if isinstance(old, dict) else {}
+            job = old.pop("job_id", None)
+            if (diff := output_manifest.differences(old, manifest)) or not job:
                 raise ConfigError(
                     f"--resume: {self.partial} was made by a different job (differs in: "
                     f"{', '.join(diff) or 'job id'}); delete it or rerun without --resume"
                 )
             self.job_id = job
-            self.ledger = self._read_ledger()
+            self.ledger = Ledger.read(self.partial)
             self._remove_temporaries()  # left by a killed run of this job
         else:
             old_job = self._manifest_job()
             self._refuse_foreign(old_job)  # before anything is deleted
             self._remove_own_files(old_job, manifest=False)  # the manifest is replaced, atomically
             self.job_id = uuid.uuid4().hex
+            self.ledger = Ledger(self.partial)
             _atomic_write(mpath, json.dumps({**manifest, "job_id": self.job_id}).encode())
-        self._seen = 0
+
+    def check_finished(self, digests: Iterable[str | None]) -> None:
+        """`--resume` with no partial to continue: the finished `<out>`, if it carries a manifest, is this
+        job's from this input (raises OutputFinished: nothing to do) or refused (ConfigError naming what
+        differs); returns when there is no finished output of a known job (the job runs). `digests`: the
+        input's sha256 after each chunk (source.chunks), read only when the manifests agree."""
+        if self._resume and not self.continued:
+            output_manifest.confirm_finished(self.path, self.manifest, digests)
 
     def _manifest_job(self) -> str | None:
         """The job id of the folder's manifest.json (None when there is none). Raises ConfigError for a
@@ -168,22 +160,11 @@ class OutputStore:
             )
         return job
 
-    def _part_job(self, p: Path) -> str | None:
-        """The job id in part `p`'s metadata (None: not a part of this store)."""
-        try:
-            return self._part_meta(p).get(_META_JOB, b"").decode() or None
-        except Exception:  # not Parquet, unreadable: a file the store did not write
-            return None
-
     def _refuse_foreign(self, job: str | None) -> None:
         """Raise ConfigError naming the files with the store's names (parts, ledger, Ray staging) that job
         `job` did not make: a fresh run would have to delete or overwrite them (hostile trial, issue 25:
         a user's files named so were deleted)."""
-        foreign = [
-            p.name
-            for p in sorted(self.partial.glob("part-[0-9]*.parquet"))
-            if job is None or self._part_job(p) != job
-        ]
+        foreign = [p.name for p in sorted(self.partial.glob(PART_GLOB)) if job is None or part_job(p) != job]
         stage = self.partial / STAGE_DIR
         if job is None:
             led = self.partial / LEDGER
@@ -206,20 +187,9 @@ class OutputStore:
         hub id's revision, downloaded by the loader), so the key a resume computes matches it."""
         mpath = self.partial / MANIFEST
         m = json.loads(mpath.read_bytes())
+        self.manifest = {**self.manifest, key: value}
         if m.get(key) != value:
             _atomic_write(mpath, json.dumps({**m, key: value}).encode())
-
-    def _read_ledger(self) -> dict[int, dict]:
-        out: dict[int, dict] = {}
-        p = self.partial / LEDGER
-        if p.exists():
-            for line in p.read_text().splitlines():
-                try:
-                    e = json.loads(line)
-                    out[int(e["chunk"])] = e
-                except (ValueError, KeyError, TypeError):  # a line torn by a kill: that chunk reruns
-                    continue
-        return out
 
     def _remove_own_files(self, job: str | None, manifest: bool = True) -> None:
         """Delete what job `job` wrote here: its parts (by the job id in their metadata) and, as the folder
@@ -227,8 +197,8 @@ class OutputStore:
         a kill midway leaves a folder that still says whose files it holds. Nothing for `job` None."""
         if job is None:
             return
-        for p in self.partial.glob("part-[0-9]*.parquet"):
-            if self._part_job(p) == job:
+        for p in self.partial.glob(PART_GLOB):
+            if part_job(p) == job:
                 p.unlink(missing_ok=True)
         stage = self.partial / STAGE_DIR
         if stage.is_dir() and not stage.is_symlink():
@@ -244,74 +214,26 @@ class OutputStore:
 
     # -- per chunk -----------------------------------------------------------------------------------
     def begin_chunk(self, chunk: int, rows: int, records: int, input_sha256: str) -> None:
-        """Record (or, resuming, check) input chunk `chunk`: its rows, the output records it must give,
-        and the sha256 of the input read up to its end. Raises ConfigError when an earlier run of this job
-        read different input there (the partial cannot be resumed with this input)."""
-        entry = {"chunk": chunk, "rows": rows, "records": records, "input_sha256": input_sha256}
-        self._seen = max(self._seen, chunk + 1)
-        old = self.ledger.get(chunk)
-        if old == entry:
-            return
-        if old is not None:
-            raise ConfigError(
-                f"--resume: the input changed since {self.partial} was written (its content differs at "
-                f"input chunk {chunk} or before: sha256 {old['input_sha256'][:12]}… then, "
-                f"{input_sha256[:12]}… now); delete it or rerun without --resume"
-            )
-        self.ledger[chunk] = entry
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # never through a link
-        with os.fdopen(os.open(self.partial / LEDGER, flags, 0o644), "a") as f:
-            f.write(json.dumps(entry) + "\n")
+        """Record (or, resuming, check) input chunk `chunk` in the ledger (Ledger.begin: ConfigError when
+        an earlier run of this job read different input there)."""
+        self.ledger.begin(chunk, rows, records, input_sha256)
 
     def part(self, chunk: int) -> Path:
-        return self.partial / f"part-{chunk:06d}.parquet"
-
-    def _part_meta(self, p: Path) -> dict[bytes, bytes]:
-        return pq.read_schema(p).metadata or {}
-
-    def _owned(self, chunk: int) -> bool:
-        p = self.part(chunk)
-        if not p.exists() or chunk not in self.ledger:
-            return False
-        meta = self._part_meta(p)
-        return meta.get(_META_JOB) == self.job_id.encode() and meta.get(_META_CHUNK) == str(chunk).encode()
+        return part_path(self.partial, chunk)
 
     def is_done(self, chunk: int) -> bool:
         """Whether `chunk` has a finished part of this job for the input read now (call after begin_chunk)."""
-        return self._owned(chunk)
+        p = self.part(chunk)
+        return p.exists() and chunk in self.ledger and made_by(p, self.job_id, chunk)
 
     def done(self, chunk: int) -> pa.Table | None:
         """The finished part of `chunk` (resume), or None."""
-        return pq.read_table(self.part(chunk)) if self._owned(chunk) else None
+        return pq.read_table(self.part(chunk)) if self.is_done(chunk) else None
 
     def write(self, chunk: int, records: list[dict[str, Any]], info: dict[str, int] | None = None) -> None:
         """Write chunk `chunk`'s part. `info`: the chunk's numbers that are not in its records (warm-up
         tokens, planned unique tokens), kept in the part's metadata for the summary of a resumed job."""
-        cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in self.schema}
-        types: dict[str, str | None] = {}
-        for k in self.keep:
-            vals = [r[k] for r in records]
-            if self.kept_types is not None:  # Parquet input: its own column type
-                cols[k] = pa.array(vals, type=self.kept_types[k])
-                continue
-            # JSONL: keep every value as JSON text and the type they agree on; the join decides the column's
-            # type over all parts, so it does not depend on where the chunks were cut.
-            t: pa.DataType | None = pa.null()
-            for v in vals:
-                t = unify_types(t, value_type(v))
-                if t is None:
-                    break
-            types[k] = encode_type(t)
-            cols[k] = pa.array([None if v is None else json.dumps(v) for v in vals], pa.string())
-        meta = {_META_JOB: self.job_id.encode(), _META_CHUNK: str(chunk).encode()}
-        if types:
-            meta[_META_TYPES] = json.dumps(types).encode()
-        if info:
-            meta[_META_INFO] = json.dumps(info).encode()
-        table = pa.table(cols).replace_schema_metadata(meta)
-        tmp = self.partial / f".part-{chunk:06d}-{uuid.uuid4().hex[:8]}.tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, self.part(chunk))  # complete or absent: a SIGKILL leaves no torn part
+        write_part(self.partial, chunk, self.job_id, records, self.schema, self.keep, self.kept_types, info)
         self.rows_written += len(records)
 
     # -- the join ------------------------------------------------------------------------------------
@@ -319,63 +241,21 @@ class OutputStore:
         """Raise OutputCheckError unless the parts are exactly this run's chunks 0…n−1, each of this job and
         with the records its chunk needs (the count check); ConfigError when an earlier run read more
         input than this one (the input shrank)."""
-        n = self._seen
-        if extra := sorted(c for c in self.ledger if c >= n):
-            raise ConfigError(
-                f"--resume: the input changed since {self.partial} was written (it ends before input chunk "
-                f"{extra[0]}, which an earlier run read); delete it or rerun without --resume"
-            )
-        want = {self.part(i).name for i in range(n)}
-        have = {p.name for p in self.partial.glob("part-[0-9]*.parquet")}
-        need = sum(self.ledger[i]["records"] for i in range(n))
-        rows = sum(self.ledger[i]["rows"] for i in range(n))
-        if have != want:
-            odd = sorted(have - want)[:3] + sorted(want - have)[:3]
-            raise OutputCheckError(
-                f"count check failed: {rows} input rows need {need} output rows in {n} parts, the partial "
-                f"output has {len(have)} parts (not matching: {', '.join(odd)}); "
-                f"delete {self.partial.name} and rerun"
-            )
-        for i in range(n):
-            p = self.part(i)
-            meta = self._part_meta(p)
-            if meta.get(_META_JOB) != self.job_id.encode() or meta.get(_META_CHUNK) != str(i).encode():
-                raise OutputCheckError(
-                    f"{p} was not written by this job (its job id or chunk differs from the manifest); "
-                    f"delete {self.partial.name} and rerun"
-                )
-            got = pq.read_metadata(p).num_rows
-            if got != self.ledger[i]["records"]:
-                raise OutputCheckError(
-                    f"count check failed: input chunk {i} needs {self.ledger[i]['records']} output rows, "
-                    f"{p.name} has {got}; delete {self.partial.name} and rerun"
-                )
-
-    def _final_types(self, parts: list[Path]) -> dict[str, pa.DataType | None]:
-        if self.kept_types is not None:
-            return dict(self.kept_types)
-        out: dict[str, pa.DataType | None] = dict.fromkeys(self.keep, pa.null())
-        for p in parts:
-            types = json.loads(self._part_meta(p).get(_META_TYPES, b"{}"))
-            for k in self.keep:
-                out[k] = unify_types(out[k], decode_type(types.get(k)))
-        return out  # None: no common type (text)
+        self.ledger.check_not_shrunk()
+        check_parts(self.partial, self.ledger, self.job_id)
 
     def close(self) -> Path:
-        """Check the parts (`check`), join them in chunk order into the target path (atomically), remove
-        the store's files and the lock. Returns the path."""
+        """Check the parts (`check`), join them in chunk order into the target path (atomically) with the
+        job's manifest (output_manifest.py), remove the store's files and the lock. Returns the path."""
         self.check()
-        parts = [self.part(i) for i in range(self._seen)]
-        final = self._final_types(parts)
-        fields = list(self.schema)
-        for k in self.keep:
-            t = final[k]
-            fields.append(pa.field(k, pa.string() if t is None or pa.types.is_null(t) else t))
-        schema = pa.schema(fields)
+        join = Join([self.part(i) for i in range(self.ledger.seen)], self.schema, self.keep, self.kept_types)
+        rows, records = self.ledger.totals()
+        doc = output_manifest.document(self.manifest, self.ledger.input_sha256(), rows, records)
+        fmt = output_format(self.path)
         tmp = self.partial / f".join-{uuid.uuid4().hex[:8]}.tmp"
         try:
-            self._join(parts, tmp, schema, final)
-            os.replace(tmp, self.path)
+            join.write(tmp, fmt, output_manifest.parquet_metadata(doc) if fmt == "parquet" else None)
+            output_manifest.replace_output(tmp, self.path, doc)
         except BaseException:  # a full disk, an output that cannot be replaced: no half-joined file left
             tmp.unlink(missing_ok=True)
             raise
@@ -383,33 +263,17 @@ class OutputStore:
         self.release(remove=True)
         return self.path
 
-    def _join(self, parts: list[Path], tmp: Path, schema: pa.Schema, final: dict) -> None:
-        with TableWriter(tmp, schema, output_format(self.path)) as w:
-            for p in parts:
-                t = pq.read_table(p)
-                cols = [t.column(f.name) for f in self.schema]
-                for k in self.keep:
-                    c = t.column(k)
-                    if self.kept_types is None:  # JSON text → the column's type, or text when none
-                        vals = [None if s is None else json.loads(s) for s in c.to_pylist()]
-                        if final[k] is None:
-                            c = pa.array([as_text(v) for v in vals], pa.string())
-                        else:
-                            c = pa.array(vals, type=schema.field(k).type)
-                    cols.append(c)
-                w.write_table(pa.Table.from_arrays(cols, schema=schema))
-
     def abandon(self) -> None:
         """The job ends without output: keep the partial for `--resume` if it holds a part, else remove the
         store's files and folder (nothing to resume, e.g. the model did not load) and release the lock."""
-        if self._fd is not None and not any(self.partial.glob("part-[0-9]*.parquet")):
+        if self._fd is not None and not any(self.partial.glob(PART_GLOB)):
             self._remove_own_files(self.job_id)
             self.release(remove=True)
         self.release()
 
     def release(self, remove: bool = False) -> None:
         """Drop the lock (idempotent). `remove`: also delete the lock file and the folder if it is empty
-        (done while still holding the lock; see `_acquire` for why that is safe)."""
+        (done while still holding the lock; see lock.acquire for why that is safe)."""
         fd, self._fd = self._fd, None
         if fd is None:
             return

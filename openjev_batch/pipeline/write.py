@@ -28,12 +28,13 @@ def csv_ready(t: pa.Table) -> pa.Table:
 class TableWriter:
     """Writes tables of one schema to `path` as Parquet, JSONL (one object per output row; `jsonl.gz`
     gzipped), JSON (one array of those objects) or CSV / TSV (header once; nested columns as JSON text).
-    Used by store.OutputStore.close for the joined output."""
+    Used by the store's join (join.py) for the joined output; `metadata` goes into a Parquet file's
+    key-value metadata (the text formats have none: their manifest is a sidecar, output_manifest.py)."""
 
-    def __init__(self, path: Path, schema: pa.Schema, fmt: str):
+    def __init__(self, path: Path, schema: pa.Schema, fmt: str, metadata: dict[bytes, bytes] | None = None):
         self.fmt, self.n = fmt, 0
         if fmt == "parquet":
-            self.w = pq.ParquetWriter(path, schema)
+            self.w = pq.ParquetWriter(path, schema.with_metadata(metadata) if metadata else schema)
         elif fmt in ("csv", "tsv"):
             import pyarrow.csv as pacsv
 

@@ -307,6 +307,28 @@ def test_eval_resume_refuses_another_job_naming_what_changed(tiny_model, tmp_pat
     assert (out / "predictions.parquet").read_bytes() == before["predictions.parquet"]
 
 
+def test_eval_resume_refuses_predictions_of_other_weights_under_the_same_path(
+    qwen3_tok_dir, tiny_model, hf_backend, tmp_path
+):
+    """eval_job.json names the model by path, so weights swapped under it were re-scored as if they had
+    made the finished predictions; the manifest the predictions carry names it by content (issue 24)."""
+    import shutil
+
+    from tiny import make_tiny_qwen3
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    out = tmp_path / "ev"
+    base = dict(input=TEST, output_dir=out, model=str(model), backend="hf", progress=False, sample=3)
+    er.run_eval(er.build_eval_config(**base), backend=hf_backend)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    other = make_tiny_qwen3(qwen3_tok_dir, tmp_path / "other", seed=1)
+    shutil.copy(other / "model.safetensors", model / "model.safetensors")
+    with pytest.raises(er.ConfigError, match=r"was made by another job \(differs in model content\)"):
+        er.run_eval(er.build_eval_config(**base, resume=True), backend=hf_backend)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_eval_answers_chosen_lists_never_chosen_options(tiny_model, hf_backend, tmp_path):
     """'answers chosen' left out the options nobody picked (issue 26): every letter is listed, 0 included,
     in the summary and report.md."""

