@@ -290,6 +290,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML (and JSON, a subset) loader that refuses a mapping with a repeated key: plain safe_load keeps
     the last value silently, which merged two options of one name into one."""
 
+    def compose_document(self):
+        from .values import yaml_alias_problem
+
+        node = super().compose_document()
+        if node is not None and (problem := yaml_alias_problem(node)) is not None:
+            raise yaml.composer.ComposerError(None, None, problem, node.start_mark)
+        return node
+
     def construct_mapping(self, node, deep=False):
         keys = set()
         for k, _ in node.value:

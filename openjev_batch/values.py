@@ -19,6 +19,10 @@ MAX_STATE_BYTES = 2 * 2**20
 MAX_LINE_BYTES = 8 * MAX_STATE_BYTES
 MAX_DEPTH = 64  # nesting of any input value (JSON objects/lists); deeper is a row error, not a RecursionError
 INT64 = (-(2**63), 2**63 - 1)
+# A YAML document's nodes with its aliases expanded: a legitimate questions file (64 questions of 64
+# options) has ~15,000; a "billion laughs" file of 9 nested aliases × 9 expands to 10^9 nodes, which every
+# later walk of the parsed value paid for (validation took minutes before its error).
+MAX_YAML_NODES = 200_000
 
 
 @dataclass(frozen=True)
@@ -122,3 +126,28 @@ def read_at_most(path: str | Path, limit: int) -> bytes:
     any size check (issue 25)."""
     with open(path, "rb") as f:
         return f.read(limit + 1)
+
+
+def yaml_alias_problem(node: Any) -> str | None:
+    """Why a composed YAML document (a PyYAML node graph, aliases still shared) may not be constructed: its
+    aliases expand it past MAX_YAML_NODES, or one refers to the node that holds it. Counted once per
+    distinct node, so the check itself is linear in the file."""
+    sizes: dict[int, int | None] = {}  # None: being counted (an alias back to it is a cycle)
+
+    def size(n: Any) -> int:
+        if id(n) in sizes:
+            if sizes[id(n)] is None:
+                raise ValueError("an alias refers to the node that contains it")
+            return sizes[id(n)]
+        sizes[id(n)] = None
+        children = n.value if isinstance(n.value, list) else []
+        total = 1 + sum(size(c) for item in children for c in (item if isinstance(item, tuple) else (item,)))
+        sizes[id(n)] = min(total, MAX_YAML_NODES + 1)  # capped: the sum stays a small integer
+        return sizes[id(n)]
+
+    try:
+        if size(node) > MAX_YAML_NODES:
+            return f"its aliases expand it past {MAX_YAML_NODES:,} nodes (a questions file needs far fewer)"
+    except ValueError as e:
+        return str(e)
+    return None

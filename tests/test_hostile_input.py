@@ -21,6 +21,9 @@ from openjev_batch.values import MAX_DEPTH, MAX_STATE_BYTES
 Q = {"q": {"type": "noul", "instructions": "Is it about money?"}}
 QJ = json.dumps(Q)
 DEEP = "[" * 100_000 + "]" * 100_000
+LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+)
 
 
 def line(**rec) -> str:
@@ -161,6 +164,9 @@ def test_invalid_utf8_in_parquet_is_a_row_error(tmp_path):
             '"q\\udc00":\n  type: noul\n  instructions: "fine"\n',
             r"question id 'q\udc00': not valid Unicode",
         ),
+        # "billion laughs": 9 levels of 9 aliases, 10^9 nodes once expanded (took 2 CPU minutes to refuse)
+        (LAUGHS, "cannot parse: its aliases expand it past 200,000 nodes"),
+        ("a: &a [1, *a]\n", "cannot parse: an alias refers to the node that contains it"),
     ],
 )
 def test_hostile_questions_file_is_a_job_error(tmp_path, text, message):
@@ -171,6 +177,16 @@ def test_hostile_questions_file_is_a_job_error(tmp_path, text, message):
     r = cli("validate", inp, "-q", qf)
     assert r.returncode == 4 and "Traceback" not in r.stderr
     assert message in " ".join(r.stderr.split()), r.stderr
+
+
+def test_questions_file_sharing_criteria_through_aliases_is_read(tmp_path):
+    """Anchors and aliases a person writes (one criteria map shared by two questions) stay accepted."""
+    qf = tmp_path / "q.yaml"
+    qf.write_text("a:\n  type: choice\n  instructions: Kind?\n  criteria: &kinds {x: X, y: Y}\n"
+                  "b:\n  type: choice\n  instructions: Kind again?\n  criteria: *kinds\n")  # fmt: skip
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "x"}])
+    r = cli("validate", inp, "-q", qf)
+    assert r.returncode == 0 and "1 row, 2 questions, 0 errors" in r.stdout, r.stdout + r.stderr
 
 
 def test_questions_file_with_a_byte_order_mark(tmp_path):

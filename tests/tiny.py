@@ -1,4 +1,5 @@
-"""Build a tiny random Qwen3 causal LM around a real tokenizer folder (no hub, a few seconds)."""
+"""Tiny random models around a real tokenizer folder (no hub, a few seconds): Qwen3 causal and classifier,
+the Qwen3.5 family (MoE, dense, multimodal, classifiers) built on one text config (`qwen3_5_text_config`)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,24 @@ from pathlib import Path
 ID2LABEL = {0: "contradiction", 1: "entailment", 2: "neutral"}
 
 
-def make_tiny_qwen3(tokenizer_dir: Path, out: Path, seed: int = 0, num_labels: int | None = None) -> Path:
-    """Write a float32 random Qwen3 model (hidden 32, 2 layers) + the tokenizer files to `out`.
-    Weights are drawn with a wide normal so label logprobs are far from uniform."""
-    import torch
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+def _tokenizer_into(tokenizer_dir: Path, out: Path):
+    """The tokenizer files of `tokenizer_dir` copied into the model folder `out`; returns the tokenizer."""
+    from transformers import AutoTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     for f in Path(tokenizer_dir).iterdir():
         if f.is_file():
             shutil.copy(f, out / f.name)
-    tok = AutoTokenizer.from_pretrained(out)
+    return AutoTokenizer.from_pretrained(out)
+
+
+def make_tiny_qwen3(tokenizer_dir: Path, out: Path, seed: int = 0, num_labels: int | None = None) -> Path:
+    """Write a float32 random Qwen3 model (hidden 32, 2 layers) + the tokenizer files to `out`.
+    Weights are drawn with a wide normal so label logprobs are far from uniform."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tok = _tokenizer_into(tokenizer_dir, out)
     cfg = Qwen3Config(
         vocab_size=len(tok),
         hidden_size=32,
@@ -48,13 +56,9 @@ def make_tiny_qwen3_classifier(tokenizer_dir: Path, out: Path, seed: int = 0) ->
     """A float32 random Qwen3ForSequenceClassification (hidden 32, 2 layers, 3 labels, id2label and pad id
     set) + the tokenizer files. Saved by transformers, so the checkpoint has `score.weight` and no bias."""
     import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, Qwen3Config
+    from transformers import AutoModelForSequenceClassification, Qwen3Config
 
-    out.mkdir(parents=True, exist_ok=True)
-    for f in Path(tokenizer_dir).iterdir():
-        if f.is_file():
-            shutil.copy(f, out / f.name)
-    tok = AutoTokenizer.from_pretrained(out)
+    tok = _tokenizer_into(tokenizer_dir, out)
     cfg = Qwen3Config(
         vocab_size=len(tok),
         hidden_size=32,
@@ -82,6 +86,36 @@ def make_tiny_qwen3_classifier(tokenizer_dir: Path, out: Path, seed: int = 0) ->
     return out
 
 
+# The tiny Qwen3.5 family shares one text stack (the Qwen3.6-35B-A3B layout shrunk): 4 layers, 3 Gated
+# DeltaNet + 1 gated full attention, hidden 32; its experts and its vision tower, where a model has them.
+QWEN3_5_EXPERTS = dict(
+    moe_intermediate_size=16, shared_expert_intermediate_size=16, num_experts=8, num_experts_per_tok=2
+)
+QWEN3_5_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
+
+
+def qwen3_5_text_config(tok, **overrides) -> dict:
+    """The text config of every tiny Qwen3.5 (causal, MoE, classifier; benchmarks may build on it) around
+    tokenizer `tok`; `overrides` are one model's own settings."""
+    return dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=4,
+        layer_types=["linear_attention"] * 3 + ["full_attention"],
+        full_attention_interval=4,  # sglang reads it (research/hybrid-models.md)
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+        **overrides,
+    )
+
+
 def make_tiny_qwen3_5_moe(
     tokenizer_dir: Path,
     out: Path,
@@ -97,47 +131,22 @@ def make_tiny_qwen3_5_moe(
     by ~1 nat, while float32 noise of the cache path stays ~1e-6 (0.3 makes the recurrence amplify it to
     3e-5, above the 1e-5 parity bar)."""
     import torch
-    from transformers import AutoTokenizer
 
-    out.mkdir(parents=True, exist_ok=True)
-    for f in Path(tokenizer_dir).iterdir():
-        if f.is_file():
-            shutil.copy(f, out / f.name)
-    tok = AutoTokenizer.from_pretrained(out)
-    text = dict(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=4,
-        layer_types=["linear_attention"] * 3 + ["full_attention"],
-        full_attention_interval=4,  # sglang reads it (research/hybrid-models.md)
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        linear_key_head_dim=8,
-        linear_value_head_dim=8,
-        linear_conv_kernel_dim=4,
-        max_position_embeddings=40960,
-        tie_word_embeddings=False,
-        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
-    )
+    tok = _tokenizer_into(tokenizer_dir, out)
+    text = qwen3_5_text_config(tok, linear_conv_kernel_dim=4, max_position_embeddings=40960,
+                               tie_word_embeddings=False)  # fmt: skip
     torch.manual_seed(seed)
     if dense:
         from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
         model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(intermediate_size=64, **text))
     else:
-        moe = dict(
-            moe_intermediate_size=16, shared_expert_intermediate_size=16, num_experts=8, num_experts_per_tok=2
-        )
+        moe = QWEN3_5_EXPERTS
         if multimodal:
             from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
 
-            vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
             cfg = Qwen3_5MoeConfig(
-                text_config={**text, **moe}, vision_config=vision, tie_word_embeddings=False
+                text_config={**text, **moe}, vision_config=QWEN3_5_VISION, tie_word_embeddings=False
             )
             model = Qwen3_5MoeForConditionalGeneration(cfg)
         else:
@@ -171,31 +180,10 @@ def make_tiny_qwen3_5_classifier(
     import json
 
     import torch
-    from transformers import AutoTokenizer
 
-    out.mkdir(parents=True, exist_ok=True)
-    for f in Path(tokenizer_dir).iterdir():
-        if f.is_file():
-            shutil.copy(f, out / f.name)
-    tok = AutoTokenizer.from_pretrained(out)
-    text = dict(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=4,
-        layer_types=["linear_attention"] * 3 + ["full_attention"],
-        full_attention_interval=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        linear_key_head_dim=8,
-        linear_value_head_dim=8,
-        max_position_embeddings=4096,
-        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
-    )
-    vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
+    tok = _tokenizer_into(tokenizer_dir, out)
+    text = qwen3_5_text_config(tok, max_position_embeddings=4096)
+    vision = QWEN3_5_VISION
     labels = dict(id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()})
     torch.manual_seed(seed)
     if moe:
@@ -203,9 +191,7 @@ def make_tiny_qwen3_5_classifier(
 
         from openjev_batch.backends.hf.qwen3_5_moe_cls import Qwen3_5MoeForSequenceClassification
 
-        text.update(
-            moe_intermediate_size=16, shared_expert_intermediate_size=16, num_experts=8, num_experts_per_tok=2
-        )
+        text.update(QWEN3_5_EXPERTS)
         cfg = Qwen3_5MoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=False, **labels)
         model = (Qwen3_5MoeForSequenceClassification if score else Qwen3_5MoeForConditionalGeneration)(cfg)
     else:

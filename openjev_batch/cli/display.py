@@ -65,6 +65,21 @@ def _print_plan(p, command: str = "run") -> None:
     out.print(t)
 
 
+class _Bar(Progress):
+    """rich's Progress drawn two columns short of the terminal. Drawn full width, its last line leaves the
+    cursor in the last column, so the `^C` the terminal echoes wraps onto a new line; the final redraw then
+    clears that line and moves up one line too few, and the bar's first line was on screen twice after a
+    Ctrl-C. With two spare columns the echo stays on the bar's line, which the redraw overwrites."""
+
+    def get_renderable(self):
+        from rich.constrain import Constrain
+
+        whole = super().get_renderable()
+        if not hasattr(self, "live"):  # rich's __init__ asks before its Live (and so the console) exists
+            return whole
+        return Constrain(whole, max(self.console.width - 2, 1))
+
+
 @contextlib.contextmanager
 def _progress(label: str, noun: str, enabled: bool):
     """A rich progress bar on stderr over the job's live counts (pipeline/progress.py): records and rows done
@@ -84,7 +99,7 @@ def _progress(label: str, noun: str, enabled: bool):
         def render(self, task) -> Text:
             return Text(job.text(noun))
 
-    bar = Progress(
+    bar = _Bar(
         TextColumn(f"[bold]{label}"),
         BarColumn(bar_width=None),
         TaskProgressColumn(),

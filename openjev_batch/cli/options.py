@@ -132,11 +132,14 @@ def _resolve(model: str, tokenizer_only: bool = False) -> str:
 BACKEND = typer.Option(
     None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
 )
-KEEP = typer.Option("", "--keep", help="Comma-separated input columns copied to the output.")
+KEEP = typer.Option(
+    "", "--keep", help="Comma-separated input columns copied to the output; `all`: every input column."
+)
 SYSTEM_PROMPT = typer.Option(
     None,
     "--system-prompt",
-    help="The system message, replacing the default instructions; @FILE reads it from a file.",
+    help="The system message, replacing the default instructions; @FILE reads it from a file; @@TEXT is the "
+    "literal text @TEXT.",
 )
 PROGRESS = typer.Option(
     True,
@@ -158,15 +161,22 @@ GPUS_PER_WORKER = typer.Option(
 )
 
 
+def at_file(value: str) -> Path | None:
+    """The file a `@PATH` option value names; None for text, `@@` included."""
+    return Path(value[1:]) if value.startswith("@") and not value.startswith("@@") else None
+
+
 def _text_or_file(value: str, option: str) -> str:
-    """An option's text, or with `@PATH` that file's content (UTF-8). Raises ConfigError for a file that
-    cannot be read."""
+    """An option's text, or with `@PATH` that file's content (UTF-8); `@@TEXT` is the text `@TEXT` (a literal
+    leading `@` could not be given otherwise). Raises ConfigError for a file that cannot be read."""
     from ..errors import ConfigError
     from ..readouts.label_logprobs.questions import MAX_QUESTION_BYTES
     from ..values import read_at_most
 
     if not value.startswith("@"):
         return value
+    if value.startswith("@@"):
+        return value[1:]
     try:
         # read no more than the option's limit allows (`@/dev/zero` was read to its end, issue 25)
         raw = read_at_most(value[1:], MAX_QUESTION_BYTES + 3)

@@ -34,6 +34,7 @@ from .options import (
     _resolve,
     _spool_stdin,
     _text_or_file,
+    at_file,
 )
 
 
@@ -133,6 +134,7 @@ def _run_job(
     )
     from ..backends import default_backend
     from ..config import build_config, check_not_input
+    from ..pipeline.read import all_columns
 
     _quiet(progress)
     stack = contextlib.ExitStack()
@@ -156,17 +158,14 @@ def _run_job(
             kw["input"] = _spool_stdin(stack)
         prompt_file = None
         if kw.get("system_prompt") is not None:
-            if kw["system_prompt"].startswith("@"):
-                prompt_file = Path(kw["system_prompt"][1:])
+            prompt_file = at_file(kw["system_prompt"])
             kw["system_prompt"] = _text_or_file(kw["system_prompt"], "--system-prompt")
-        cfg = build_config(
-            **{
-                **kw,
-                "model": _resolve(kw["model"], tokenizer_only=dry_run or bool(show_prompt)),
-                "backend": kw["backend"] or default_backend(),
-                "keep": tuple(k.strip() for k in kw["keep"].split(",") if k.strip()),
-            }
-        )
+        keep = tuple(k.strip() for k in kw["keep"].split(",") if k.strip())
+        opts = {**kw, "model": _resolve(kw["model"], tokenizer_only=dry_run or bool(show_prompt)),
+                "backend": kw["backend"] or default_backend()}  # fmt: skip
+        cfg = build_config(**{**opts, "keep": () if keep == ("all",) else keep})
+        if keep == ("all",):  # every input column the readout neither reads nor writes, as the API's
+            cfg = build_config(**{**opts, "keep": all_columns(cfg)})
         if output is not None:  # the file the text came from is no part of the config, so checked here
             try:
                 check_not_input(output, prompt_file, "the --system-prompt file")

@@ -49,6 +49,18 @@ def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
     return path
 
 
+def all_columns(cfg: Any) -> tuple[str, ...]:
+    """`--keep all`, as the Python API's keep="all": every column of the input's first KEEP_SCAN_ROWS rows in
+    the order first seen (a schema's order for Parquet and CSV), except those `cfg`'s readout reads or
+    writes. Raises InputFileError as check_input does."""
+    from .. import readouts
+
+    skip = {*readouts.input_columns(cfg.readout), *readouts.build(cfg.readout, cfg).schema.names}
+    first = next(record_chunks(check_input(cfg.input), KEEP_SCAN_ROWS), [])
+    seen = dict.fromkeys(k for _, rec in first if isinstance(rec, dict) for k in rec)
+    return tuple(k for k in seen if k not in skip)
+
+
 def read_rows(
     path: str | Path,
     questions: Any = None,

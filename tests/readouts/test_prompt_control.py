@@ -181,3 +181,15 @@ def test_api_system_prompt_and_show_prompt(tiny_model):
     assert "control tokens of the prefix: <|im_start|>, <|im_end|>, <|im_start|>\n" in shown
     plain = ob.run(df, Q2, model=str(tiny_model), backend="hf")
     assert (out["prefix_tokens"] != plain["prefix_tokens"]).all()
+
+
+def test_show_prompt_names_a_bad_row_once(tiny_model, tmp_path):
+    """`--show-prompt` on bad rows: each error line names its row once (it read `row b: row b: …`)."""
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}, {"id": "b", "state": ""}, "[1]"])
+    r = cli("run", src, "-q", EXAMPLES / "ticket_questions.yaml", "-m", tiny_model, "--show-prompt", "3")
+    assert r.returncode == 0, r.stderr
+    bad = [line for line in r.stdout.splitlines() if line.startswith("═══ row") and "prefix" not in line]
+    assert bad == [
+        "═══ row b: state: empty conversation",
+        "═══ row at index 2: line 3: expected a JSON object, got list",
+    ]

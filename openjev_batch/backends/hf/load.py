@@ -4,6 +4,8 @@ checkpoint code unless asked)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from typing import Any
 
 import torch
@@ -40,9 +42,28 @@ def load_pretrained(auto_model: Any, opts: BackendOptions, dtype: torch.dtype, w
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
-        model = auto_model.from_pretrained(opts.model, dtype=dtype, **loader_options(opts))
+        with _no_loading_bar():
+            model = auto_model.from_pretrained(opts.model, dtype=dtype, **loader_options(opts))
     except Exception as e:
         raise BackendError(
             f"cannot load {what} {opts.model!r} with transformers: {e}{trust_hint(opts, e)}"
         ) from e
     return tokenizer, model
+
+
+@contextlib.contextmanager
+def _no_loading_bar():
+    """transformers' own tqdm bars (`Loading weights`) off while a model loads: drawn above the product's
+    bar, they were the first thing a run showed (issue 26). The hub's download bars are its own and stay.
+    `TRANSFORMERS_VERBOSITY=info` (or debug), transformers' own switch for more output, keeps them."""
+    from transformers.utils import logging as hf_logging
+
+    verbose = os.environ.get("TRANSFORMERS_VERBOSITY", "").lower() in ("info", "debug")
+    if verbose or not hasattr(hf_logging, "set_tqdm_hook"):
+        yield
+        return
+    previous = hf_logging.set_tqdm_hook(lambda factory, args, kwargs: hf_logging.EmptyTqdm(*args, **kwargs))
+    try:
+        yield
+    finally:
+        hf_logging.set_tqdm_hook(previous)

@@ -25,7 +25,9 @@ def render_rows(rows: list, prompter) -> str:
     out: list[str] = []
     for row in rows:
         if isinstance(row, RowError):
-            out.append(f"═══ row {row.id if row.id is not None else f'at index {row.pos}'}: {row.error}")
+            name = f"row {row.id}" if row.id is not None else f"row at index {row.pos}"
+            # the error already names its row (`row b: state: …`): said twice, it read `row b: row b: …`
+            out.append(f"═══ {row.error if row.error.startswith(name + ':') else f'{name}: {row.error}'}")
             continue
         rp, fails = built[row.pos]
         specs = {q.qid: q for q in row.questions if isinstance(q, QuestionSpec)}
