@@ -112,7 +112,9 @@ class NullSink:
     def write(self, chunk: int, records: list[dict[str, Any]], info: dict | None = None) -> None:
         schema, n = self.readout.schema, len(records)
         cols = [
-            pa.array([r[f.name] for r in records], f.type) if f.name in ("id", "error") else pa.nulls(n, f.type)
+            pa.array([r[f.name] for r in records], f.type)
+            if f.name in ("id", "error")
+            else pa.nulls(n, f.type)
             for f in schema
         ]
         self.last = (chunk, pa.Table.from_arrays(cols, schema=schema))

@@ -25,4 +25,6 @@ def stand_ins(readout: Any, row: Any, errors: list[str]) -> list[dict[str, Any]]
     n = readout.n_records(row)
     if isinstance(row, RowError):
         errors = [row.error] * n
-    return [{"id": row.id, "error": errors[k] if k < len(errors) else None} for k in range(max(n, len(errors)))]
+    return [
+        {"id": row.id, "error": errors[k] if k < len(errors) else None} for k in range(max(n, len(errors)))
+    ]

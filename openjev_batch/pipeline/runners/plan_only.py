@@ -37,8 +37,9 @@ class PlanCounts:
             self.branches += w.n_branches
             self.logical_tokens += w.logical_tokens
             self.unique_tokens += w.unique_tokens
+            # the hf backend keeps one prefix's cache: only an identical next prefix reuses it
             prev = None
-            for r in w.rows:  # the hf backend keeps one prefix's cache: only an identical next prefix reuses it
+            for r in w.rows:
                 fresh = len(r.prefix) if r.prefix != prev else 0
                 self.unique_tokens_hf += fresh + sum(len(b.suffix) for b in r.branches)
                 prev = r.prefix
