@@ -88,9 +88,9 @@ class MemorySink:
 class NullSink:
     """No output: nothing written, no lock, nothing to resume; each chunk's records are only counted (the
     loop's totals and count check). A runner that scores nothing (runners/plan_only, runners/parse_only)
-    gives records with `id` and `error` alone; `done(i)` is the part just written, in the readout's columns
-    with the others null, so the totals count it as they count a stored part. Only that part is held:
-    memory stays one chunk's, whatever the input's size."""
+    gives them as one table of stand-ins (runners.stand_ins: the readout's columns, `id` and `error`
+    filled), kept as the chunk's part so the totals count it as they count a stored part. Only the last part
+    is held: memory stays one chunk's, whatever the input's size."""
 
     keeps_manifest = False
     partial = None
@@ -109,16 +109,9 @@ class NullSink:
     def done(self, chunk: int) -> pa.Table | None:
         return self.last[1] if self.last is not None and self.last[0] == chunk else None
 
-    def write(self, chunk: int, records: list[dict[str, Any]], info: dict | None = None) -> None:
-        schema, n = self.readout.schema, len(records)
-        cols = [
-            pa.array([r[f.name] for r in records], f.type)
-            if f.name in ("id", "error")
-            else pa.nulls(n, f.type)
-            for f in schema
-        ]
-        self.last = (chunk, pa.Table.from_arrays(cols, schema=schema))
-        self.rows_written += n
+    def write(self, chunk: int, records: pa.Table, info: dict | None = None) -> None:
+        self.last = (chunk, records)
+        self.rows_written += records.num_rows
 
     def amend(self, key: str, value: Any) -> None:
         pass

@@ -9,6 +9,7 @@ from conftest import write_jsonl
 from openjev_batch import readouts
 from openjev_batch.config import build_config
 from openjev_batch.pipeline import loop
+from openjev_batch.pipeline.runners import stand_ins
 from openjev_batch.pipeline.runners.parse_only import ParseOnlyRunner
 from openjev_batch.pipeline.sink import NullSink
 from openjev_batch.pipeline.source import FileSource
@@ -40,11 +41,17 @@ def test_checks_every_row_without_a_tokenizer(tmp_path):
 def test_the_null_sink_holds_the_last_part_only(tmp_path):
     cfg = build_config(input=tmp_path / "x.jsonl", model="", backend="hf")
     readout = readouts.build(cfg.readout, cfg)
+    a, b = (
+        readout.parse_row(pos, {"id": k, "state": "s", "questions": Q}) for pos, k in ((0, "a"), (2, "b"))
+    )
     sink = NullSink().open({}, readout)
-    sink.write(0, [{"id": "a", "error": None}, {"id": "a", "error": "row a: bad"}])
+    sink.write(0, stand_ins(readout, [a, readout.unreadable(1, "not JSON")], {0: ["row a: bad"]}))
     part = sink.done(0)
-    assert part.schema == readout.schema and part.num_rows == 2
-    assert part.column("error").to_pylist() == [None, "row a: bad"] and part.column("answer").null_count == 2
-    sink.write(1, [{"id": "b", "error": None}])
-    assert sink.done(0) is None and sink.done(1).num_rows == 1 and sink.rows_written == 3
+    assert part.schema == readout.schema and part.num_rows == 3  # a's two questions, the line's one record
+    assert part.column("id").to_pylist() == ["a", "a", None]
+    assert (
+        part.column("error").to_pylist()[:2] == ["row a: bad", None] and part.column("answer").null_count == 3
+    )
+    sink.write(1, stand_ins(readout, [b], {}))
+    assert sink.done(0) is None and sink.done(1).num_rows == 2 and sink.rows_written == 5
     assert sink.close() is None and sink.partial is None

@@ -15,16 +15,25 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
 from ...core import RowError
 
 
-def stand_ins(readout: Any, row: Any, errors: list[str]) -> list[dict[str, Any]]:
-    """What stands for a row's output in a job that scores nothing: its `readout.n_records(row)` records,
-    `id` and `error` only (the null sink counts them), the first ones with `errors` (a RowError: all of
-    them, with its error). Which of a row's records an error belongs to does not matter to a count."""
-    n = readout.n_records(row)
-    if isinstance(row, RowError):
-        errors = [row.error] * n
-    return [
-        {"id": row.id, "error": errors[k] if k < len(errors) else None} for k in range(max(n, len(errors)))
-    ]
+def stand_ins(readout: Any, chunk: list, errors: dict[int, list[str]]) -> pa.Table:
+    """What stands for a chunk's output in a job that scores nothing (the null sink counts it): each row's
+    `readout.n_records(row)` records, as one table of the readout's columns with `id` and `error` filled and
+    the others null. A parsed row's first records carry its `errors` (by row position), a RowError's all
+    carry its error: which record an error belongs to does not matter to a count. Built column by column:
+    a dict per record made a 100k-row dry run seconds slower."""
+    ids: list[str | None] = []
+    errs: list[str | None] = []
+    for row in chunk:
+        n = readout.n_records(row)
+        e = [row.error] * n if isinstance(row, RowError) else list(errors.get(row.pos, ()))
+        ids.extend([row.id] * max(n, len(e)))
+        errs.extend(e)
+        errs.extend([None] * (n - len(e)))
+    schema, n = readout.schema, len(ids)
+    cols = {"id": pa.array(ids, pa.string()), "error": pa.array(errs, pa.string())}
+    return pa.Table.from_arrays([cols.get(f.name, pa.nulls(n, f.type)) for f in schema], schema=schema)

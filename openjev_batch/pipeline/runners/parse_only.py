@@ -36,17 +36,15 @@ class ParseOnlyRunner:
         return {"counted": self.checks}
 
     def score(self, todo: Iterator[tuple[int, list]], tracker=None, progress=None, on_progress=None):
-        """Check each row of each chunk of `todo`; yields (index, stand-in records, {})."""
+        """Check each row of each chunk of `todo`; yields (index, the chunk's stand-in records, {})."""
         r, c = self.readout, self.checks
         for i, chunk in todo:
-            records = []
+            problems: dict[int, list[str]] = {}  # by row position, for the stand-ins
             for row in chunk:
                 if isinstance(row, RowError):
                     c.errors.append(row.error)
-                    problems = []
                 else:
                     c.questions += r.n_records(row)
-                    problems = r.problems(row)
-                    c.errors.extend(problems)
-                records.extend(stand_ins(r, row, problems))
-            yield i, records, {}
+                    problems[row.pos] = r.problems(row)
+                    c.errors.extend(problems[row.pos])
+            yield i, stand_ins(r, chunk, problems), {}

@@ -81,8 +81,8 @@ class PlanOnlyRunner:
         }
 
     def score(self, todo: Iterator[tuple[int, list]], tracker=None, progress=None, on_progress=None):
-        """Prompt and plan each chunk of `todo` (memory stays one chunk's); yields (index, stand-in
-        records, {}) — nothing is prefilled, so there are no warm-up or scored tokens to report."""
+        """Prompt and plan each chunk of `todo` (memory stays one chunk's); yields (index, the chunk's
+        stand-in records, {}) — nothing is prefilled, so there are no warm-up or scored tokens to report."""
         for i, chunk in todo:
             prompted = prompt_chunk(chunk, self.prompter)
             self.counts.add(plan(prompted.prompts, self.budget, self.cfg.max_branches_per_window))
@@ -90,10 +90,5 @@ class PlanOnlyRunner:
                 from ...readouts.label_logprobs.show import render_rows
 
                 self.counts.shown.append(render_rows(chunk, self.prompter))
-            failed = prompted.failed
-            records = [rec for r in chunk for rec in stand_ins(self.readout, r, _errors(failed, r))]
-            yield i, records, {}
-
-
-def _errors(failed: dict[int, dict[str, str]], row: Any) -> list[str]:
-    return list(failed.get(getattr(row, "pos", None), {}).values())
+            failed = {pos: list(f.values()) for pos, f in prompted.failed.items()}
+            yield i, stand_ins(self.readout, chunk, failed), {}
