@@ -7,16 +7,17 @@ from pathlib import Path
 
 import typer
 
-from ..config import MAX_THREADS
 from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
-from .display import _progress
+from .display import _print_plan, _progress
 from .options import (
     CHUNK_ROWS_HELP,
+    DRY_RUN,
     ENGINE,
+    LIMIT,
     SYSTEM_PROMPT,
-    THREADS_HELP,
+    THREADS,
     _engine_options,
     _quiet,
     _resolve,
@@ -32,7 +33,10 @@ def eval_(
         ..., help="Benchmark .parquet/.jsonl: MMLU-Pro, MMLU, BoolQ, or noul input + label."
     ),
     output_dir: Path = typer.Option(
-        None, "-o", "--output-dir", help="Folder for the predictions and reports (not with --show-prompt)."
+        None,
+        "-o",
+        "--output-dir",
+        help="Folder for the predictions and reports (not with --show-prompt or --dry-run).",
     ),
     model: str = typer.Option(..., "--model", "-m", help="Hub id, local path, or a packaged name."),
     backend: str = typer.Option(
@@ -42,12 +46,7 @@ def eval_(
     shots: int = typer.Option(0, help="Worked examples of the same category from --dev (0: zero-shot)."),
     dev: Path = typer.Option(None, help="Dev/validation split (same format) for --shots."),
     sample: int = typer.Option(None, help="Score a reproducible subset of N questions (see --seed)."),
-    limit: int = typer.Option(
-        None,
-        "--limit",
-        min=1,
-        help="Only the first N questions, in file order (lm-eval's --limit; after --sample).",
-    ),
+    limit: int = LIMIT,
     system_prompt: str = SYSTEM_PROMPT,
     show_prompt: int = typer.Option(
         None,
@@ -55,11 +54,12 @@ def eval_(
         min=1,
         help="Print what the model gets for the first N questions and exit; tokenizer only, no -o.",
     ),
+    dry_run: bool = DRY_RUN,
     seed: int = typer.Option(42, help="Seed of --sample and of the --calibrate split."),
     calibrate: float = typer.Option(None, help="Fit one temperature on this share, report the rest scaled."),
     engine: dict = ENGINE,
     chunk_rows: int = typer.Option(2048, help=CHUNK_ROWS_HELP),
-    threads: int = typer.Option(None, "--threads", min=1, max=MAX_THREADS, help=THREADS_HELP),
+    threads: int = THREADS,
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output folder."),
@@ -79,9 +79,9 @@ def eval_(
     from ..evaluation import build_eval_config, run_eval
     from ..evaluation.report import rich_tables
 
-    if output_dir is None and not show_prompt:
+    if output_dir is None and not show_prompt and not dry_run:
         raise typer.BadParameter(
-            "missing: -o/--output-dir (only --show-prompt runs without it)", param_hint="'-o'"
+            "missing: -o/--output-dir (only --show-prompt and --dry-run run without it)", param_hint="'-o'"
         )
     _quiet(progress)
     stop_on_signals()  # SIGTERM (schedulers) ends the eval like Ctrl-C: message, partial kept, exit 143
@@ -89,13 +89,23 @@ def eval_(
         if system_prompt is not None:
             system_prompt = _text_or_file(system_prompt, "--system-prompt")
         cfg = build_eval_config(
-            input=input, output_dir=output_dir or Path("."), model=_resolve(model, tokenizer_only=bool(show_prompt)), model_name=model,
+            input=input, output_dir=output_dir or Path("."), model=_resolve(model, tokenizer_only=bool(show_prompt) or dry_run), model_name=model,
             limit=limit, system_prompt=system_prompt,
             backend=backend or default_backend(), format=fmt, shots=shots, dev=dev, sample=sample, seed=seed,
             calibrate=calibrate, chunk_rows=chunk_rows, max_branches_per_window=max_branches, progress=progress,
             force=force,
             resume=resume, **engine,
         )  # fmt: skip
+        if dry_run:
+            from ..evaluation.run import dry_run as plan_only
+
+            # the plan covers the whole benchmark; the output folder is neither read nor written
+            if show_prompt or resume:
+                raise ConfigError(
+                    "--dry-run plans the whole benchmark and writes nothing: drop --show-prompt/--resume"
+                )
+            _print_plan(plan_only(cfg), "eval")
+            return
         if show_prompt:
             from ..evaluation.run import show_prompt as render
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import typer
 
+from ..config import MAX_THREADS
+
 ENGINE: dict = {}  # where a command's engine options go (`_engine_options`); never a CLI option itself
 
 
@@ -147,6 +149,19 @@ PROGRESS = typer.Option(
     help="Show a live progress bar: done of the total, %, tok/s, cache hit rate, ETA.",
 )
 THREADS_HELP = "CPU threads for torch/OpenMP (default: the idle cores, cores minus the load average, ≥ 1)."
+# Every command that runs a job (run, classify, eval) takes these three, with these defaults.
+LIMIT = typer.Option(
+    None,
+    "--limit",
+    min=1,
+    help="Only the first N input rows, in file order (a quick look; eval: questions, after --sample, lm-eval's --limit).",
+)
+THREADS = typer.Option(None, "--threads", min=1, max=MAX_THREADS, help=THREADS_HELP)
+DRY_RUN = typer.Option(
+    False,
+    "--dry-run",
+    help="Plan only (tokenizer, no model, no -o): rows, questions, branches, logical/unique tokens, expected cache hit rate, peak RSS.",
+)
 CHUNK_ROWS_HELP = "Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
 RESUME = typer.Option(False, "--resume", help="Continue from OUT.partial, skipping finished chunks.")
 RAY = typer.Option(

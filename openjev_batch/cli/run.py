@@ -10,7 +10,6 @@ from pathlib import Path
 
 import typer
 
-from ..config import MAX_THREADS
 from ..errors import ConfigError, OpenjevError, OutputFinished
 from ..interrupts import stop_on_signals
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
@@ -18,16 +17,18 @@ from .display import _print_plan, _print_summary, _progress
 from .options import (
     BACKEND,
     CHUNK_ROWS_HELP,
+    DRY_RUN,
     ENGINE,
     GPUS_PER_WORKER,
     KEEP,
+    LIMIT,
     PROGRESS,
     RAY,
     RAY_ADDRESS,
     RESUME,
     STDIN_NAMES,
     SYSTEM_PROMPT,
-    THREADS_HELP,
+    THREADS,
     WORKERS,
     _engine_options,
     _quiet,
@@ -66,17 +67,13 @@ def run(
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     progress: bool = PROGRESS,
     resume: bool = RESUME,
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Plan only (tokenizer, no model): rows, branches, logical/unique tokens, expected cache hit rate, peak RSS.",
-    ),
+    dry_run: bool = DRY_RUN,
     ray: bool = RAY,
     ray_address: str = RAY_ADDRESS,
     workers: int = WORKERS,
     gpus_per_worker: float = GPUS_PER_WORKER,
-    limit: int = typer.Option(None, "--limit", min=1, help="Only the first N input rows (a quick look)."),
-    threads: int = typer.Option(None, "--threads", min=1, max=MAX_THREADS, help=THREADS_HELP),
+    limit: int = LIMIT,
+    threads: int = THREADS,
     system_prompt: str = SYSTEM_PROMPT,
     show_prompt: int = typer.Option(
         None,
@@ -118,8 +115,9 @@ def _run_job(
     """
     output, progress, resume = kw["output"], kw["progress"], kw["resume"]
     if output is None and not dry_run and not show_prompt:
+        also = " and --show-prompt" if command == "run" else ""
         raise typer.BadParameter(
-            "missing: -o/--output (only --dry-run and --show-prompt run without it)", param_hint="'-o'"
+            f"missing: -o/--output (only --dry-run{also} run without it)", param_hint="'-o'"
         )
     from ..config import apply_threads, default_threads
 
@@ -171,6 +169,8 @@ def _run_job(
                 check_not_input(output, prompt_file, "the --system-prompt file")
             except ValueError as e:
                 raise ConfigError(f"invalid options: {e}") from None
+        if not ray and (ray_address or workers is not None or gpus_per_worker is not None):
+            raise ConfigError("--ray-address, --workers and --gpus-per-worker need --ray")
         if show_prompt:
             from ..pipeline.dry_run import show_prompt as render
 
@@ -186,10 +186,12 @@ def _run_job(
 
             if resume:  # the plan covers the whole input; OUT.partial is neither read nor checked
                 raise ConfigError("--dry-run plans the whole input and ignores OUT.partial: drop --resume")
+            if ray:  # a plan here, in one process, is not what the Ray buckets would run: said, not ignored
+                raise ConfigError(
+                    "--dry-run plans on this machine with the tokenizer only, not per Ray bucket: drop --ray"
+                )
             _print_plan(plan_only(cfg), command)
             return
-        if not ray and (ray_address or workers is not None or gpus_per_worker is not None):
-            raise ConfigError("--ray-address, --workers and --gpus-per-worker need --ray")
         ray_opts = dict(
             address=ray_address, workers=1 if workers is None else workers, gpus_per_worker=gpus_per_worker
         )
@@ -240,7 +242,9 @@ def classify(
     input: Path = typer.Argument(
         ..., help="Input .parquet/.jsonl: `text`, or `premise` + `hypothesis`, per row."
     ),
-    output: Path = typer.Option(..., "-o", "--output", help="Output .parquet (written atomically)."),
+    output: Path = typer.Option(
+        None, "-o", "--output", help="Output .parquet (written atomically; not with --dry-run)."
+    ),
     model: str = typer.Option(
         ..., "--model", "-m", help="A *ForSequenceClassification checkpoint with id2label."
     ),
@@ -254,13 +258,13 @@ def classify(
     max_rows: int = typer.Option(4096, help="Most rows per window."),
     progress: bool = PROGRESS,
     resume: bool = RESUME,
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Plan only (tokenizer, no model): rows, logical/unique tokens, peak RSS."
-    ),
+    dry_run: bool = DRY_RUN,
     ray: bool = RAY,
     ray_address: str = RAY_ADDRESS,
     workers: int = WORKERS,
     gpus_per_worker: float = GPUS_PER_WORKER,
+    limit: int = LIMIT,
+    threads: int = THREADS,
 ) -> None:
     """Classify every row with a sequence-classification head (e.g. NLI): logits, probs, label per row."""
     from ..readouts.classifier_head.template import DEFAULT_TEMPLATE, unescape_template
@@ -271,8 +275,8 @@ def classify(
             input=input, output=output, model=model, backend=backend, readout="classifier-head",
             template=unescape_template(template) if template is not None else DEFAULT_TEMPLATE,
             keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_rows, progress=progress,
-            resume=resume, limit=None, **engine,
+            resume=resume, limit=limit, **engine,
         ),
         dry_run=dry_run, ray=ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
-        threads=None,
+        threads=threads,
     )  # fmt: skip

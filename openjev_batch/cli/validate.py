@@ -36,29 +36,23 @@ def validate(
     show: int = typer.Option(20, min=0, help="Print at most this many errors."),
 ) -> None:
     """Check the schema and limits of an input file without loading a model."""
-    from ..core import RowError
-    from ..pipeline.read import read_rows
+    from ..pipeline import loop
+    from ..pipeline.runners.parse_only import ParseOnlyRunner
+    from ..pipeline.sink import NullSink
+    from ..pipeline.source import FileSource
 
     stack = contextlib.ExitStack()
     try:
         if str(input) in STDIN_NAMES:
             input = _spool_stdin(stack)
         kept = tuple(k.strip() for k in keep.split(",") if k.strip())
-        r = _readout(readout, questions, template, kept)
-        rows = n_q = 0
-        errors: list[str] = []
-        for chunk in read_rows(input, readout=r):
-            for row in chunk:
-                rows += 1
-                if isinstance(row, RowError):
-                    errors.append(row.error)
-                    continue
-                n_q += r.n_records(row)
-                errors.extend(r.problems(row))
+        cfg, r = _job(input, readout, questions, template, kept)
+        s, _ = loop.run(cfg, FileSource(cfg), NullSink(), ParseOnlyRunner(), readout=r)
     except OpenjevError as e:
         _fail(e)
     finally:
         stack.close()
+    rows, n_q, errors = s.rows, s.counted.questions, s.counted.errors
     for e in errors[:show]:
         err.print("[red]✗[/] ", end="")
         err.print(printable(e), markup=False, highlight=False)  # a row's text: neither markup nor ESC codes
@@ -79,16 +73,17 @@ def validate(
     raise typer.Exit(EXIT_ROW_ERRORS if errors else EXIT_OK)
 
 
-def _readout(name: str, questions, template, keep: tuple[str, ...]):
-    """The readout whose rows are checked, through the config door `run` / `classify` use (the same
-    refusals of --keep, --questions and --template). No model: a classifier's labels are not needed for
-    its rows, and the backend is only a value the config requires."""
+def _job(input: Path, name: str, questions, template, keep: tuple[str, ...]):
+    """The job whose rows are checked and its readout, through the config door and the readouts registry
+    `run` / `classify` use (the same refusals of --keep, --questions and --template). No model: a
+    classifier's labels are not needed for its rows, and the backend is only a value the config requires."""
     from ..config import build_config
     from ..readouts import build
     from ..readouts.classifier_head.template import unescape_template
 
     cfg = build_config(
-        input=Path("-"), model="", backend="hf", readout=name, questions_file=questions or None,
+        input=input, model="", backend="hf", readout=name, questions_file=questions or None,
         template=unescape_template(template) if template else None, keep=keep,
+        chunk_rows=100_000,  # nothing is written per chunk: read in large ones, as before the loop
     )  # fmt: skip
-    return build(name, cfg)
+    return cfg, build(name, cfg)

@@ -220,15 +220,28 @@ def questions(cfg: EvalConfig):
 def show_prompt(cfg: EvalConfig, n: int) -> str:
     """What the model gets for the first `n` questions of the eval (`eval --show-prompt`), as `run
     --show-prompt` prints it; tokenizer only, nothing written to the output folder."""
-    import tempfile
-
     from ..pipeline.dry_run import show_prompt as render
+
+    return _tokenizer_only(cfg, lambda job: render(job, n))
+
+
+def dry_run(cfg: EvalConfig):
+    """`eval --dry-run`: the eval's job planned as `run --dry-run` plans one (pipeline.dry_run.PlanSummary);
+    tokenizer only, nothing written to the output folder."""
+    from ..pipeline.dry_run import dry_run as plan_only
+
+    return _tokenizer_only(cfg, plan_only)
+
+
+def _tokenizer_only(cfg: EvalConfig, use: Callable[[Any], Any]) -> Any:
+    """`use(the eval's RunConfig)` over its questions.jsonl written to a temporary folder, not the output's."""
+    import tempfile
 
     text = questions(cfg)[4]
     with tempfile.TemporaryDirectory(prefix="openjev-eval-") as tmp:
         q = Path(tmp) / QUESTIONS
         q.write_text(text, encoding="utf-8")
-        return render(cfg.job(q, Path(tmp) / PREDICTIONS), n)
+        return use(cfg.job(q, Path(tmp) / PREDICTIONS))
 
 
 def run_eval(

@@ -2,8 +2,8 @@
 `run(cfg, source, sink, runner)`.
 
     source (source.py: a file, a DataFrame) ──chunks of rows──▶ loop ──chunks to do──▶ runner
-    (runners/: a backend in-process) ──(index, records, info)──▶ loop ──▶ sink (sink.py: the output
-    store, an in-memory table)
+    (runners/: a backend in-process, or the tokenizer or parser alone) ──(index, records, info)──▶ loop
+    ──▶ sink (sink.py: the output store, an in-memory table, nowhere)
 
 The loop owns the job's bookkeeping, so it exists once: skip-if-done (`--resume`), the input ledger, live
 progress, the totals of the summary, one FailureTracker for the whole job, the count check and the join. Output
@@ -74,7 +74,7 @@ def run(
     t0 = time.perf_counter()
     source.check()  # before any model loads
     readout = readout or readouts.build(cfg.readout, cfg, runner.labels)
-    manifest = job_manifest(cfg, readout) if cfg.output is not None else {}
+    manifest = job_manifest(cfg, readout) if cfg.output is not None and sink.keeps_manifest else {}
     totals = Totals()
     lock = threading.Lock()  # the runner's host thread reads (todo) while this one writes
     # A store is locked before the model loads: a second job on the same -o is refused at once.

@@ -1,7 +1,9 @@
 """Where a job's records go (pipeline/loop.py writes every job through one of these): the output store
-(`StoreSink`: store.OutputStore, its parts, ledger, resume and join) or an in-memory table (`MemorySink`:
-the Python API). Opened for one job, a sink answers what the loop asks of the store: `begin_chunk`,
-`done(i)` (a finished part, or None), `write`, `amend`, `close`."""
+(`StoreSink`: store.OutputStore, its parts, ledger, resume and join), an in-memory table (`MemorySink`:
+the Python API) or nowhere (`NullSink`: `--dry-run`, `--show-prompt`, `validate`). Opened for one job, a
+sink answers what the loop asks of the store: `begin_chunk`, `done(i)` (a finished part, or None), `write`,
+`amend`, `close`. `keeps_manifest`: the sink keeps the job's manifest (the loop computes it only then: it
+fingerprints the model's files)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from ..readouts.base import Readout
 class StoreSink:
     """The output store at `cfg.output` (store.py); the kept columns get `source`'s types where it has a
     schema (a Parquet input's own), read when the store opens (after the source's checks)."""
+
+    keeps_manifest = True
 
     def __init__(self, cfg: Any, source: Any):
         self.cfg, self.source = cfg, source
@@ -32,6 +36,8 @@ class StoreSink:
 class MemorySink:
     """The job's output as one Arrow table in memory (the Python API); nothing to resume. Kept columns get
     their type from all their values at once (write.records_table), as one table of the whole job would."""
+
+    keeps_manifest = False
 
     def __init__(self) -> None:
         self.parts: dict[int, pa.Table] = {}  # the readout's columns, per chunk
@@ -71,6 +77,47 @@ class MemorySink:
             for k in r.keep:
                 table = table.append_column(k, kept.column(k))
         return table
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+class NullSink:
+    """No output: nothing written, no lock, nothing to resume; each chunk's records are only counted (the
+    loop's totals and count check). A runner that scores nothing (runners/plan_only, runners/parse_only)
+    gives them as one table of stand-ins (runners.stand_ins: the readout's columns, `id` and `error`
+    filled), kept as the chunk's part so the totals count it as they count a stored part. Only the last part
+    is held: memory stays one chunk's, whatever the input's size."""
+
+    keeps_manifest = False
+    partial = None
+
+    def __init__(self) -> None:
+        self.rows_written = 0
+        self.last: tuple[int, pa.Table] | None = None
+
+    def open(self, manifest: dict, readout: Readout):
+        self.readout = readout
+        return self
+
+    def begin_chunk(self, chunk: int, rows: int, records: int, input_sha256: str | None) -> None:
+        pass
+
+    def done(self, chunk: int) -> pa.Table | None:
+        return self.last[1] if self.last is not None and self.last[0] == chunk else None
+
+    def write(self, chunk: int, records: pa.Table, info: dict | None = None) -> None:
+        self.last = (chunk, records)
+        self.rows_written += records.num_rows
+
+    def amend(self, key: str, value: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        return None
 
     def __enter__(self):
         return self

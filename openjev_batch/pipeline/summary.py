@@ -45,6 +45,9 @@ class Summary:
     # when no row chose it), …), the question's options in their order (classify: one question, "label")
     answers: dict[str, tuple[tuple[str, int, float | None], ...]] = field(default_factory=dict)
     resumed_chunks: tuple[int, ...] = ()  # input chunks taken from OUT.partial (--resume); counted above
+    # what a runner that scores nothing counted instead (runners/plan_only.PlanCounts: --dry-run, --show-prompt;
+    # runners/parse_only.RowChecks: validate), from its describe()
+    counted: Any = None
 
     @property
     def computed_tokens(self) -> int:

@@ -1,0 +1,50 @@
+"""The parse-only runner (`validate`): no tokenizer, no model. Each row the loop gives it is checked by its
+readout (`readout.problems`: a row's invalid questions); a row refused whole is one error. Its records only
+stand for the job's output (the null sink counts them), so the loop's count check covers it too."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...core import RowError
+from ...readouts.base import Readout
+from . import stand_ins
+
+
+@dataclass
+class RowChecks:
+    """What `validate` reports: the records (questions) of the rows that parsed (a row refused whole has
+    none to count) and every error, in input order: a refused row's once, then each problem of a row."""
+
+    questions: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class ParseOnlyRunner:
+    name = "parse-only"
+    labels = None  # validate needs no classifier's labels to check its rows
+
+    @contextlib.contextmanager
+    def open(self, cfg: Any, readout: Readout):
+        self.readout, self.checks = readout, RowChecks()
+        yield self
+
+    def describe(self) -> dict[str, Any]:
+        return {"counted": self.checks}
+
+    def score(self, todo: Iterator[tuple[int, list]], tracker=None, progress=None, on_progress=None):
+        """Check each row of each chunk of `todo`; yields (index, the chunk's stand-in records, {})."""
+        r, c = self.readout, self.checks
+        for i, chunk in todo:
+            problems: dict[int, list[str]] = {}  # by row position, for the stand-ins
+            for row in chunk:
+                if isinstance(row, RowError):
+                    c.errors.append(row.error)
+                else:
+                    c.questions += r.n_records(row)
+                    problems[row.pos] = r.problems(row)
+                    c.errors.extend(problems[row.pos])
+            yield i, stand_ins(r, chunk, problems), {}

@@ -1,0 +1,94 @@
+"""The plan-only runner: the model's tokenizer alone, no weights. Each chunk the loop gives it is prompted and
+planned as a job would plan it (`--dry-run`: token counts and the expected cache hit rate), or rendered as
+the model would get it (`--show-prompt`). Its records only stand for the job's output (the null sink counts
+them), so the loop's count check and totals cover a dry run as they cover a job."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...backends.base import load_tokenizer
+from ...readouts.base import Readout
+from ..plan import plan
+from ..stages import prompt_chunk
+from . import stand_ins
+
+
+@dataclass
+class PlanCounts:
+    """What the planner counted over a job (tokens in tokens): windows, branches, logical tokens (Σ branch
+    lengths), unique tokens for sglang (the planner's LCP count per window: a radix cache shares any common
+    token prefix) and for hf (its KV cache is reused only by the next row with an identical prefix).
+    `shown`: with `show`, each chunk's rendered rows."""
+
+    windows: int = 0
+    branches: int = 0
+    logical_tokens: int = 0
+    unique_tokens: int = 0
+    unique_tokens_hf: int = 0
+    shown: list[str] = field(default_factory=list)
+
+    def add(self, windows) -> None:
+        for w in windows:
+            self.windows += 1
+            self.branches += w.n_branches
+            self.logical_tokens += w.logical_tokens
+            self.unique_tokens += w.unique_tokens
+            # the hf backend keeps one prefix's cache: only an identical next prefix reuses it
+            prev = None
+            for r in w.rows:
+                fresh = len(r.prefix) if r.prefix != prev else 0
+                self.unique_tokens_hf += fresh + sum(len(b.suffix) for b in r.branches)
+                prev = r.prefix
+
+
+class PlanOnlyRunner:
+    """`tokenizer`: one already loaded (tests), else the model's is loaded when the job opens. `show`: also
+    render each chunk's rows (readouts/label_logprobs/show.py) into `PlanCounts.shown`."""
+
+    name = "plan-only"
+    labels = None  # a classifier's labels come from its config.json (the registry reads them)
+
+    def __init__(self, tokenizer: Any = None, show: bool = False):
+        self.tokenizer, self.show = tokenizer, show
+
+    @contextlib.contextmanager
+    def open(self, cfg: Any, readout: Readout):
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
+        self.cfg, self.readout = cfg, readout
+        self.prompter = readout.prompter(self.tokenizer)
+        # no engine to ask: a budget no chunk reaches, so windows are cut by max_branches alone
+        self.budget = cfg.kv_budget_tokens or 1 << 20
+        self.counts = PlanCounts()
+        yield self
+
+    def describe(self) -> dict[str, Any]:
+        """The model's kind and the request pattern the sglang backend would choose for it, from its
+        config.json (both '' when it cannot be read), and the plan's counts."""
+        from ...model_info import model_info
+        from ..summary import describe_model
+
+        info = model_info(self.cfg.model)
+        asked = getattr(self.cfg, "request_pattern", "auto")
+        return {
+            "model": describe_model(info),
+            "pattern": info.sglang_pattern(asked) if info.known else "",
+            "counted": self.counts,
+        }
+
+    def score(self, todo: Iterator[tuple[int, list]], tracker=None, progress=None, on_progress=None):
+        """Prompt and plan each chunk of `todo` (memory stays one chunk's); yields (index, the chunk's
+        stand-in records, {}) — nothing is prefilled, so there are no warm-up or scored tokens to report."""
+        for i, chunk in todo:
+            prompted = prompt_chunk(chunk, self.prompter)
+            self.counts.add(plan(prompted.prompts, self.budget, self.cfg.max_branches_per_window))
+            if self.show:
+                from ...readouts.label_logprobs.show import render_rows
+
+                self.counts.shown.append(render_rows(chunk, self.prompter))
+            failed = {pos: list(f.values()) for pos, f in prompted.failed.items()}
+            yield i, stand_ins(self.readout, chunk, failed), {}
