@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from workloads import w1, w3  # noqa: E402
 
 from openjev_batch.config import build_config  # noqa: E402
-from openjev_batch.pipeline.job import run_job  # noqa: E402
-from openjev_batch.pipeline.ray.run import RayOptions, run_job_ray  # noqa: E402
+from openjev_batch.pipeline.job import run_job, run_job_ray  # noqa: E402
+from openjev_batch.pipeline.runners.ray import RayOptions  # noqa: E402
 
 
 def main() -> None:

@@ -34,6 +34,7 @@ from .options import (
     _resolve,
     _spool_stdin,
     _text_or_file,
+    ray_options,
 )
 
 
@@ -189,12 +190,7 @@ def _run_job(
                 raise ConfigError("--dry-run plans the whole input and ignores OUT.partial: drop --resume")
             _print_plan(plan_only(cfg), command)
             return
-        if not ray and (ray_address or workers is not None or gpus_per_worker is not None):
-            raise ConfigError("--ray-address, --workers and --gpus-per-worker need --ray")
-        ray_opts = dict(
-            address=ray_address, workers=1 if workers is None else workers, gpus_per_worker=gpus_per_worker
-        )
-        readout, s = _execute(cfg, command, ray_opts if ray else None)
+        readout, s = _execute(cfg, command, ray_options(ray, ray_address, workers, gpus_per_worker))
         if to_stdout:  # the summary and progress are on stderr: stdout holds the rows alone
             with open(output, "rb") as f:
                 shutil.copyfileobj(f, sys.stdout.buffer)
@@ -213,10 +209,10 @@ def _run_job(
         raise typer.Exit(EXIT_ROW_ERRORS)
 
 
-def _execute(cfg, command: str, ray_opts: dict | None):
+def _execute(cfg, command: str, ray_opts):
     """The job, local or on Ray (`ray_opts`), under a progress bar in the readout's unit. Returns the readout
     and the Summary."""
-    from ..pipeline.job import run_job
+    from ..pipeline.job import run_job, run_job_ray
     from ..readouts import build
 
     # classify reads its labels here (config.json only): a checkpoint that is no classifier is refused
@@ -224,9 +220,7 @@ def _execute(cfg, command: str, ray_opts: dict | None):
     readout = build(cfg.readout, cfg)
     with _progress("prefill" if command == "run" else command, f"{readout.noun}s", cfg.progress) as live:
         if ray_opts is not None:
-            from ..pipeline.ray.run import RayOptions, run_job_ray
-
-            s = run_job_ray(cfg, RayOptions(**ray_opts), progress=live)
+            s = run_job_ray(cfg, ray_opts, progress=live)
         else:
             s = run_job(cfg, progress=live)
     return readout, s

@@ -8,7 +8,7 @@
                          holds what the summary needs that the records do not (`part_info`: warm-up
                          and planned unique tokens), so a resumed job reports the whole job
       .part-*.tmp, .join-*.tmp  files being written (unique names, renamed into place when complete)
-      ray/               `run --ray` staging (pipeline/ray/staging.py)
+      ray/               `run --ray` staging (pipeline/runners/ray/staging.py)
 
 - One job owns the folder: the lock is taken before anything in it is read or deleted, and a second job
   on the same output is refused at start, naming the holder (lock.py: a crashed job never leaves it stuck).
@@ -61,7 +61,7 @@ _OWN_STAGE_GLOBS = ("r[0-9]*-[0-9]*.parquet", "r[0-9]*-[0-9]*.tmp")
 
 def part_info(part: pa.Table) -> dict[str, int]:
     """The numbers a part's chunk kept in its metadata (`OutputStore.write(info=…)`); {} for a part written
-    without them (the Ray runner's, which counts warm-up tokens per engine actor, not per chunk)."""
+    without them (by an older version)."""
     try:
         return {str(k): int(v) for k, v in json.loads((part.schema.metadata or {})[_META_INFO]).items()}
     except (KeyError, ValueError, TypeError, AttributeError):
@@ -400,12 +400,19 @@ class OutputStore:
                 w.write_table(pa.Table.from_arrays(cols, schema=schema))
 
     def abandon(self) -> None:
-        """The job ends without output: keep the partial for `--resume` if it holds a part, else remove the
+        """The job ends without output: keep the partial for `--resume` if it holds a part (or rows the Ray
+        runner staged), else remove the
         store's files and folder (nothing to resume, e.g. the model did not load) and release the lock."""
-        if self._fd is not None and not any(self.partial.glob("part-[0-9]*.parquet")):
+        if self._fd is not None and not self._holds_results():
             self._remove_own_files(self.job_id)
             self.release(remove=True)
         self.release()
+
+    def _holds_results(self) -> bool:
+        """A finished part, or rows the Ray runner staged (its crash safety within a chunk)."""
+        stage = self.partial / STAGE_DIR
+        staged = stage.is_dir() and any(stage.glob(_OWN_STAGE_GLOBS[0]))
+        return staged or any(self.partial.glob("part-[0-9]*.parquet"))
 
     def release(self, remove: bool = False) -> None:
         """Drop the lock (idempotent). `remove`: also delete the lock file and the folder if it is empty
