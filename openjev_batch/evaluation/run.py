@@ -232,6 +232,8 @@ def run_eval(
     from ..pipeline.job import run_job, run_job_ray
     from ..pipeline.lock import refuse_if_held
 
+    if ray is not None and backend is not None:
+        raise ConfigError("eval on Ray starts its backends in the engine actors: pass no backend")
     t0 = time.perf_counter()
     code = commit()  # the code that runs, read before a long run (the tree may change meanwhile)
     out_dir = Path(cfg.output_dir)
@@ -253,8 +255,6 @@ def run_eval(
         log_samples(ppath)
         return rescore(out_dir, cfg.calibrate)  # nothing left to run: the finished job, scored again
     if ray is not None:
-        if backend is not None:
-            raise ConfigError("eval on Ray starts its backends in the engine actors: pass no backend")
         s = run_job_ray(job, ray, on_progress, progress)
     else:
         s = run_job(job, backend=backend, on_progress=on_progress, progress=progress)

@@ -239,3 +239,32 @@ def test_every_runner_refuses_a_held_output_and_a_missing_keep_column(case, clus
         with pytest.raises(ConfigError, match="keep column"):
             clf.run(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "questions"} for r in rows[:2]]),
                     NOUL if case.readout == "label-logprobs" else None, keep="nope")  # fmt: skip
+
+
+def test_eval_on_ray_gives_the_local_predictions_and_report(tiny_model, hf_backend, cluster, tmp_path):
+    """`eval --ray` is the eval job with the Ray runner: the predictions and scores of the local eval."""
+    from conftest import ROOT
+
+    from openjev_batch.evaluation import run as er
+    from openjev_batch.pipeline.runners.ray import RayOptions
+
+    fix = ROOT / "evals" / "fixtures"
+    base = dict(input=fix / "mmlu_pro_test.jsonl", dev=fix / "mmlu_pro_validation.jsonl", shots=1,
+                model=str(tiny_model), backend="hf", device="cpu", chunk_rows=3, progress=False)  # fmt: skip
+    local = er.run_eval(er.build_eval_config(**base, output_dir=tmp_path / "local"), backend=hf_backend)
+    on_ray = er.run_eval(er.build_eval_config(**base, output_dir=tmp_path / "ray"), ray=RayOptions())
+    a, b = (pq.read_table(tmp_path / d / "predictions.parquet") for d in ("local", "ray"))
+    assert a.schema == b.schema and a.to_pylist() == b.to_pylist() and a.num_rows == 8
+    assert [on_ray[k] for k in ("overall", "categories")] == [local[k] for k in ("overall", "categories")]
+    with pytest.raises(ConfigError, match="pass no backend"):
+        er.run_eval(
+            er.build_eval_config(**base, output_dir=tmp_path / "both"), backend=hf_backend, ray=RayOptions()
+        )
+
+
+def test_eval_cli_takes_the_ray_options(tiny_model, tmp_path):
+    from conftest import ROOT, cli
+
+    r = cli("eval", ROOT / "evals" / "fixtures" / "mmlu_pro_test.jsonl", "-o", tmp_path / "ev", "-m", tiny_model,
+            "-b", "hf", "--workers", "2", "--no-progress")  # fmt: skip
+    assert r.returncode == 4 and "--ray-address, --workers and --gpus-per-worker need --ray" in r.stderr
