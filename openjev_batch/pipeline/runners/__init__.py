@@ -5,4 +5,7 @@ its records (warm-up and planned unique tokens). `labels` are a started backend'
 names the backend in errors, `describe()` gives the Summary's model, pattern and start-up.
 
 - `local.LocalRunner`: one backend in this process, the host stage of chunk k+1 under chunk k.
+- `ray.RayRunner`: engine actors on a Ray cluster, chunks handed back as their buckets return (in any
+  order); its staged rows are its own crash safety within a chunk. A runner's `summary_type` (default
+  `Summary`) takes what `describe()` adds (the Ray runner's workers, buckets, rows it scored).
 """
