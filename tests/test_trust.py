@@ -143,7 +143,7 @@ def test_tokenizer_only_paths_honour_trust_remote_code(tiny_model, tmp_path):
     assert r.returncode == 0 and marker.exists(), r.stderr
     assert type(load_tokenizer(str(folder), trust_remote_code=True)).__name__ == "RemoteTok"
     pytest.importorskip("ray")
-    from openjev_batch.pipeline.ray.stages import RenderStage
+    from openjev_batch.pipeline.runners.ray.stages import RenderStage
 
     stage = RenderStage(str(folder), LabelLogprobs(None), trust_remote_code=True)
     assert type(stage.prompter.tok).__name__ == "RemoteTok"

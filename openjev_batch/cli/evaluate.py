@@ -15,13 +15,18 @@ from .options import (
     CHUNK_ROWS_HELP,
     DRY_RUN,
     ENGINE,
+    GPUS_PER_WORKER,
     LIMIT,
+    RAY,
+    RAY_ADDRESS,
     SYSTEM_PROMPT,
     THREADS,
+    WORKERS,
     _engine_options,
     _quiet,
     _resolve,
     _text_or_file,
+    ray_options,
 )
 
 
@@ -68,6 +73,10 @@ def eval_(
         "--resume",
         help="Continue the unfinished job in the output folder (or re-score a finished one).",
     ),
+    ray: bool = RAY,
+    ray_address: str = RAY_ADDRESS,
+    workers: int = WORKERS,
+    gpus_per_worker: float = GPUS_PER_WORKER,
 ) -> None:
     """Turn a benchmark file into a scored report: accuracy with 95 % intervals, Brier, ECE, reliability PNG."""
     from ..config import apply_threads, default_threads
@@ -96,26 +105,29 @@ def eval_(
             force=force,
             resume=resume, **engine,
         )  # fmt: skip
+        on_ray = ray_options(ray, ray_address, workers, gpus_per_worker)  # refuses them without --ray
         if dry_run:
             from ..evaluation.run import dry_run as plan_only
 
             # the plan covers the whole benchmark; the output folder is neither read nor written
-            if show_prompt or resume:
+            if show_prompt or resume or ray:
                 raise ConfigError(
-                    "--dry-run plans the whole benchmark and writes nothing: drop --show-prompt/--resume"
+                    "--dry-run plans the whole benchmark and writes nothing: drop --show-prompt/--resume/--ray"
                 )
             _print_plan(plan_only(cfg), "eval")
             return
         if show_prompt:
             from ..evaluation.run import show_prompt as render
 
-            if resume or force:
-                raise ConfigError("--show-prompt prints the first questions and exits: drop --resume/--force")
+            if resume or force or ray:
+                raise ConfigError(
+                    "--show-prompt prints the first questions and exits: drop --resume/--force/--ray"
+                )
             # as it is (no markup or wrapping), but no raw control characters: a benchmark's ESC codes
             sys.stdout.write(printable(render(cfg, show_prompt)))
             return
         with _progress("prefill", "questions", progress) as live:
-            rep = run_eval(cfg, progress=live)
+            rep = run_eval(cfg, progress=live, ray=on_ray)
     except OpenjevError as e:
         _fail(e)
     except OSError as e:  # an output folder that cannot be made (under a file, on /proc) or that filled up

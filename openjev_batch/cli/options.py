@@ -181,6 +181,22 @@ def at_file(value: str) -> Path | None:
     return Path(value[1:]) if value.startswith("@") and not value.startswith("@@") else None
 
 
+def ray_options(ray: bool, address: str | None, workers: int | None, gpus_per_worker: float | None):
+    """--ray's options as a RayOptions (pipeline/runners/ray), None without --ray (run, classify, eval).
+    Raises ConfigError for a --ray option given without --ray."""
+    from ..errors import ConfigError
+
+    if not ray:
+        if address or workers is not None or gpus_per_worker is not None:
+            raise ConfigError("--ray-address, --workers and --gpus-per-worker need --ray")
+        return None
+    from ..pipeline.runners.ray import RayOptions
+
+    return RayOptions(
+        address=address, workers=1 if workers is None else workers, gpus_per_worker=gpus_per_worker
+    )
+
+
 def _text_or_file(value: str, option: str) -> str:
     """An option's text, or with `@PATH` that file's content (UTF-8); `@@TEXT` is the text `@TEXT` (a literal
     leading `@` could not be given otherwise). Raises ConfigError for a file that cannot be read."""

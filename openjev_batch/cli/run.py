@@ -36,6 +36,7 @@ from .options import (
     _spool_stdin,
     _text_or_file,
     at_file,
+    ray_options,
 )
 
 
@@ -169,8 +170,7 @@ def _run_job(
                 check_not_input(output, prompt_file, "the --system-prompt file")
             except ValueError as e:
                 raise ConfigError(f"invalid options: {e}") from None
-        if not ray and (ray_address or workers is not None or gpus_per_worker is not None):
-            raise ConfigError("--ray-address, --workers and --gpus-per-worker need --ray")
+        ray_opts = ray_options(ray, ray_address, workers, gpus_per_worker)  # refuses them without --ray
         if show_prompt:
             from ..pipeline.dry_run import show_prompt as render
 
@@ -192,10 +192,7 @@ def _run_job(
                 )
             _print_plan(plan_only(cfg), command)
             return
-        ray_opts = dict(
-            address=ray_address, workers=1 if workers is None else workers, gpus_per_worker=gpus_per_worker
-        )
-        readout, s = _execute(cfg, command, ray_opts if ray else None)
+        readout, s = _execute(cfg, command, ray_opts)
         if to_stdout:  # the summary and progress are on stderr: stdout holds the rows alone
             with open(output, "rb") as f:
                 shutil.copyfileobj(f, sys.stdout.buffer)
@@ -217,10 +214,10 @@ def _run_job(
         raise typer.Exit(EXIT_ROW_ERRORS)
 
 
-def _execute(cfg, command: str, ray_opts: dict | None):
+def _execute(cfg, command: str, ray_opts):
     """The job, local or on Ray (`ray_opts`), under a progress bar in the readout's unit. Returns the readout
     and the Summary."""
-    from ..pipeline.job import run_job
+    from ..pipeline.job import run_job, run_job_ray
     from ..readouts import build
 
     # classify reads its labels here (config.json only): a checkpoint that is no classifier is refused
@@ -228,9 +225,7 @@ def _execute(cfg, command: str, ray_opts: dict | None):
     readout = build(cfg.readout, cfg)
     with _progress("prefill" if command == "run" else command, f"{readout.noun}s", cfg.progress) as live:
         if ray_opts is not None:
-            from ..pipeline.ray.run import RayOptions, run_job_ray
-
-            s = run_job_ray(cfg, RayOptions(**ray_opts), progress=live)
+            s = run_job_ray(cfg, ray_opts, progress=live)
         else:
             s = run_job(cfg, progress=live)
     return readout, s

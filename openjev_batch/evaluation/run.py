@@ -1,4 +1,5 @@
-"""`openjev-batch eval`: benchmark file → the product's input → `run` (pipeline.run_job) → scored report.
+"""`openjev-batch eval`: benchmark file → the product's input → `run` (pipeline.run_job, or run_job_ray with
+`--ray`) → scored report.
 
 Writes into the output folder: questions.jsonl (the product input), predictions.parquet (the product output,
 one row per question, plus lm-eval-style per-sample columns `prediction` and `correct` next to the kept
@@ -249,14 +250,18 @@ def run_eval(
     backend=None,
     on_progress: Callable[[int, int], None] | None = None,
     progress=None,
+    ray=None,
 ) -> dict[str, Any]:
     """Convert `cfg.input`, run the job, score. `backend` may be passed in (tests) and is not closed here;
-    `on_progress` and `progress` (pipeline/progress.Progress) as for `run_job`.
+    `on_progress` and `progress` (pipeline/progress.Progress) as for `run_job`; `ray` (a
+    pipeline.runners.ray.RayOptions): the job runs on Ray (`eval --ray`), the same predictions.
     Returns the report. Raises ConfigError for bad benchmark data, options or a non-empty folder, other
     OpenjevErrors from the job."""
-    from ..pipeline.job import run_job
+    from ..pipeline.job import run_job, run_job_ray
     from ..pipeline.lock import refuse_if_held
 
+    if ray is not None and backend is not None:
+        raise ConfigError("eval on Ray starts its backends in the engine actors: pass no backend")
     t0 = time.perf_counter()
     code = commit()  # the code that runs, read before a long run (the tree may change meanwhile)
     out_dir = Path(cfg.output_dir)
@@ -279,7 +284,10 @@ def run_eval(
             log_samples(ppath)
             return rescore(out_dir, cfg.calibrate)  # nothing left to run: the finished job, scored again
         job = cfg.job(qpath, ppath, resume=False)  # no report (a kill after the join): run it again
-    s = run_job(job, backend=backend, on_progress=on_progress, progress=progress)
+    if ray is not None:
+        s = run_job_ray(job, ray, on_progress, progress)
+    else:
+        s = run_job(job, backend=backend, on_progress=on_progress, progress=progress)
     prompts, tokenization = prompt_texts(job)
     log_samples(ppath, prompts)
     device = getattr(backend, "device", None) or job.device

@@ -1,11 +1,13 @@
 """A job from a file to an output file: the one loop (loop.py) over an input file (`FileSource`), one
-backend in this process (`LocalRunner`, host stage of chunk k+1 overlapping chunk k) and the output store
-(`StoreSink`), for any readout (readouts/): `run` is the label-logprobs readout, `classify` the
-classifier-head one."""
+backend in this process (`run_job`: `LocalRunner`, host stage of chunk k+1 overlapping chunk k) or a pool of
+engine actors on Ray (`run_job_ray`: `RayRunner`), and the output store (`StoreSink`), for any readout
+(readouts/): `run` is the label-logprobs readout, `classify` the classifier-head one. Both write the same
+file and resume each other's partial output."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..backends import Backend
 from ..config import RunConfig
@@ -36,5 +38,30 @@ def run_job(
         raise ConfigError("an output path (-o) is needed; only --dry-run runs without one")
     source = FileSource(cfg)
     runner = LocalRunner(backend)
+    s, _ = loop.run(cfg, source, StoreSink(cfg, source), runner, progress=progress, on_progress=on_progress)
+    return s
+
+
+def run_job_ray(
+    cfg: RunConfig,
+    opts: Any = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
+):
+    """Run one job on Ray (`opts`: runners.ray.RayOptions, how it spreads) and return its RaySummary; the
+    output file equals `run_job`'s for the same config. `on_progress` and `progress` as for `run_job`, as
+    each bucket's results arrive. With `cfg.resume`, chunks finished by any earlier run (local or Ray) and
+    rows staged by an earlier Ray run are not run again. Uses the connected Ray session when there is one
+    (and leaves it open).
+
+    Raises OpenjevError subclasses as `run_job` does, and ConfigError when Ray Data is missing or an option
+    is out of range.
+    """
+    from .runners.ray import RayRunner
+
+    if cfg.output is None:
+        raise ConfigError("an output path (-o) is needed; only --dry-run runs without one")
+    runner = RayRunner(opts)  # Ray missing, bad options: refused before the input is read
+    source = FileSource(cfg)
     s, _ = loop.run(cfg, source, StoreSink(cfg, source), runner, progress=progress, on_progress=on_progress)
     return s

@@ -1,5 +1,5 @@
-"""The stage functions the local runner (runners/local.py) and the Ray actors (ray/) both call: the prompt stage of a
-chunk, and its plan → prefill → read-out stage."""
+"""The stage functions the local runner (runners/local.py) and the Ray actors (runners/ray/) both call: the
+prompt stage of a chunk, and its plan → prefill → read-out stage."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
       chunks.jsonl       per input chunk: rows, records, the input's sha256 up to its end (ledger.py)
       part-NNNNNN.parquet  one input chunk's output, its metadata naming the job id and chunk (parts.py)
       .part-*.tmp, .join-*.tmp  files being written (unique names, renamed into place when complete)
-      ray/               `run --ray` staging (pipeline/ray/staging.py)
+      ray/               `run --ray` staging (pipeline/runners/ray/staging.py)
     <out>                the parts joined after the count check (join.py), with the manifest in its
     <out>.manifest.json  Parquet metadata or, beside a text output, in this sidecar (output_manifest.py)
 
@@ -45,7 +45,7 @@ from .ledger import LEDGER, Ledger
 from .lock import acquire, lock_path, same_file
 from .parts import PART_GLOB, made_by, part_info, part_job, part_path, write_part
 
-__all__ = ["LEDGER", "MANIFEST", "STAGE_DIR", "OutputStore", "part_info"]  # part_info: loop.py, ray/run.py
+__all__ = ["LEDGER", "MANIFEST", "STAGE_DIR", "OutputStore", "part_info"]  # part_info: loop.py, runners/ray/runner.py
 
 MANIFEST = "manifest.json"
 STAGE_DIR = "ray"  # `run --ray` staging, under <out>.partial/
@@ -264,12 +264,19 @@ class OutputStore:
         return self.path
 
     def abandon(self) -> None:
-        """The job ends without output: keep the partial for `--resume` if it holds a part, else remove the
+        """The job ends without output: keep the partial for `--resume` if it holds a part (or rows the Ray
+        runner staged), else remove the
         store's files and folder (nothing to resume, e.g. the model did not load) and release the lock."""
-        if self._fd is not None and not any(self.partial.glob(PART_GLOB)):
+        if self._fd is not None and not self._holds_results():
             self._remove_own_files(self.job_id)
             self.release(remove=True)
         self.release()
+
+    def _holds_results(self) -> bool:
+        """A finished part, or rows the Ray runner staged (its crash safety within a chunk)."""
+        stage = self.partial / STAGE_DIR
+        staged = stage.is_dir() and any(stage.glob(_OWN_STAGE_GLOBS[0]))
+        return staged or any(self.partial.glob(PART_GLOB))
 
     def release(self, remove: bool = False) -> None:
         """Drop the lock (idempotent). `remove`: also delete the lock file and the folder if it is empty

@@ -183,8 +183,11 @@ class Totals:
                 f"the partial output has {self.records}; {fix}"
             )
 
-    def summary(self, warm: int, wall_s: float, output: str, **extra: Any) -> Summary:
-        return Summary(
+    def summary(
+        self, warm: int, wall_s: float, output: str, cls: type[Summary] = Summary, **extra: Any
+    ) -> Summary:
+        """The job's Summary; `cls` and `extra`: a runner's own (runners/ray: RaySummary, its actors)."""
+        return cls(
             rows=self.rows, questions=self.records, answered=self.records - self.errors, errors=self.errors,
             prefix_tokens=self.prefix, branch_tokens=self.branch, cached_tokens=self.cached,
             warm_tokens=warm, wall_s=wall_s, output=output, unique_tokens=self.unique,

@@ -12,10 +12,10 @@ from conftest import ROOT, cli, sglang_cpu_env, write_jsonl
 ray = pytest.importorskip("ray")
 
 from openjev_batch.config import build_config  # noqa: E402
-from openjev_batch.pipeline.job import run_job  # noqa: E402
+from openjev_batch.pipeline.job import run_job, run_job_ray  # noqa: E402
 from openjev_batch.pipeline.progress import Progress  # noqa: E402
-from openjev_batch.pipeline.ray.run import RayOptions, run_job_ray  # noqa: E402
-from openjev_batch.pipeline.ray.staging import STAGE_DIR, read_stage  # noqa: E402
+from openjev_batch.pipeline.runners.ray import RayOptions  # noqa: E402
+from openjev_batch.pipeline.runners.ray.staging import STAGE_DIR, read_stage  # noqa: E402
 
 CONVS = [
     "My card was charged twice for one order, please fix it.",
@@ -178,7 +178,7 @@ def test_ray_interrupted_then_resumed_equals_uninterrupted(job, cluster, tmp_pat
 
 def test_single_machine_path_does_not_import_ray():
     code = (
-        "import sys, openjev_batch.cli, openjev_batch.pipeline.job, openjev_batch.pipeline.ray.run; "
+        "import sys, openjev_batch.cli, openjev_batch.pipeline.job, openjev_batch.pipeline.runners.ray; "
         "sys.exit(any(m == 'ray' or m.startswith('ray.') for m in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

@@ -11,12 +11,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...backends import load_backend
-from ...backends.base import load_tokenizer
-from ...config import RunConfig
-from ...core import RowError
-from ...readouts.base import Readout
-from ..stages import Prompted, prompt_chunk, score_chunk
+from ....backends import load_backend
+from ....backends.base import load_tokenizer
+from ....config import RunConfig
+from ....core import RowError
+from ....readouts.base import Readout
+from ...prefill import FailureTracker
+from ...stages import Prompted, prompt_chunk, score_chunk
 
 _EXTRA = [("_pos", pa.int64()), ("_qidx", pa.int32()), ("_kept", pa.binary()), ("_warm", pa.int64()),
           ("_unique", pa.int64())]  # fmt: skip
@@ -71,12 +72,15 @@ class RenderStage:
 
 class ScoreStage:
     """Engine actor: one backend for its lifetime; each call scores one bucket (a block, or a group) with
-    the single-machine stage function `pipeline.score_chunk` → staged output rows."""
+    the single-machine stage function `pipeline.score_chunk` → staged output rows. One FailureTracker for
+    the actor's lifetime: the evidence of a broken backend spans the buckets it scores (the job loop's
+    tracker lives in the driver, another process)."""
 
     def __init__(self, cfg: RunConfig, readout: Readout):
         self.cfg, self.readout = cfg, readout
         self.backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
         self.budget = cfg.kv_budget_tokens or self.backend.kv_budget_tokens()
+        self.tracker = FailureTracker(self.backend.name)
 
     def __call__(self, group: pa.Table) -> pa.Table:
         items = sorted(
@@ -88,7 +92,10 @@ class ScoreStage:
             {it[0].pos: it[2] for it in items if it[2]},
         )
         warm0 = self.backend.warm_tokens
-        scored = score_chunk(chunk, self.readout, self.backend, self.budget, self.cfg.max_branches_per_window)
+        scored = score_chunk(
+            chunk, self.readout, self.backend, self.budget, self.cfg.max_branches_per_window,
+            tracker=self.tracker,
+        )  # fmt: skip
         return stage_table(
             scored.records, chunk.rows, self.readout, self.backend.warm_tokens - warm0, scored.unique_tokens
         )

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ... import errors
-from ...config import RunConfig
-from ...errors import BackendError, ConfigError, OpenjevError
-from ...readouts.base import Readout
+from .... import errors
+from ....config import RunConfig
+from ....errors import BackendError, ConfigError, OpenjevError
+from ....readouts.base import Readout
 from .stages import RenderStage, ScoreStage
 
 

@@ -12,10 +12,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...readouts.base import Readout
+from ....readouts.base import Readout
+from ...store import STAGE_DIR
 from .stages import _EXTRA
 
-STAGE_DIR = "ray"  # under <out>.partial/
+
+def stage_dir(output: str | Path) -> Path:
+    """`<out>.partial/ray/`, the folder the output store keeps for the Ray runner (store.STAGE_DIR)."""
+    out = Path(output)
+    return out.with_name(out.name + ".partial") / STAGE_DIR
 
 
 # -- staging (<out>.partial/ray/r<run>-<seq>.parquet) ----------------------------------------------------

@@ -1,1 +1,0 @@
-"""`--ray`: the job on Ray Data (run.py). Ray is imported only when it runs."""
