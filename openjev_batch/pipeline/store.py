@@ -45,7 +45,8 @@ from .ledger import LEDGER, Ledger
 from .lock import acquire, lock_path, same_file
 from .parts import PART_GLOB, made_by, part_info, part_job, part_path, write_part
 
-__all__ = ["LEDGER", "MANIFEST", "STAGE_DIR", "OutputStore", "part_info"]  # part_info: loop.py, runners/ray/runner.py
+# part_info: loop.py, runners/ray/runner.py
+__all__ = ["LEDGER", "MANIFEST", "STAGE_DIR", "OutputStore", "part_info"]
 
 MANIFEST = "manifest.json"
 STAGE_DIR = "ray"  # `run --ray` staging, under <out>.partial/
