@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .. import readouts
 from ..backends.base import load_tokenizer
+from ..backends.sglang.patterns import planned as planned_pattern
 from ..config import RunConfig
 from ..core import RowError
 from ..errors import ConfigError
@@ -84,7 +85,7 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
     info = model_info(cfg.model)
     return PlanSummary(
         rows, questions, errors, branches, logical, unique, windows, time.perf_counter() - t0, rss,
-        describe_model(info), info.sglang_pattern(getattr(cfg, "request_pattern", "auto")) if info.known else "",
+        describe_model(info), planned_pattern(cfg, info) if info.known else "",
         backend=cfg.backend, unique_tokens_hf=unique_hf,
     )  # fmt: skip
 

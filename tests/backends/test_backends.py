@@ -118,7 +118,7 @@ def test_sglang_every_request_carries_token_ids_logprob(sglang_backend, monkeypa
 
 
 def test_read_label_logprobs_by_id_not_position():
-    from openjev_batch.backends.sglang.engine import read_label_logprobs
+    from openjev_batch.backends.sglang.requests import read_label_logprobs
 
     meta = {"output_token_ids_logprobs": [[(-2.0, 40, None), (-1.0, 30, None)]]}
     assert read_label_logprobs(meta, (30, 40)) == ((-1.0, -2.0), None)
@@ -132,15 +132,13 @@ def test_read_label_logprobs_by_id_not_position():
 def test_sglang_groups_keep_prefix_runs_together():
     """The pipeline's cut (no engine needed): every branch once, a run of rows with one prefix in one group,
     warm-up = the first branch of each distinct prefix."""
-    from openjev_batch.backends.sglang.engine import SGLangBackend
+    from openjev_batch.backends.sglang.patterns.first_branch import groups as first_branch_groups
 
     shared = make_rows(n_rows=1, n_q=2, seed=3)[0].prefix
     rows = make_rows(n_rows=6, n_q=3, seed=1)
     rows = [RowPrompt(i, str(i), shared if 1 <= i <= 4 else r.prefix, r.branches) for i, r in enumerate(rows)]
     (w,) = plan(rows, 100_000, 10_000)
-    b = SGLangBackend.__new__(SGLangBackend)
-    b.groups_per_window = 4
-    groups = b._groups(w)
+    groups = first_branch_groups(w, 4)
     keys = [k for f, r in groups for k in f + r]
     assert sorted(keys) == [(i, j) for i in range(6) for j in range(3)]
     firsts = [k for f, _ in groups for k in f]

@@ -209,9 +209,17 @@ def cpu_mem_fraction(model: str, kv_tokens: int, available: int | None = None) -
     return round(min(0.9, max(0.05, need / max(available, 1))), 3)
 
 
-def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
+class EngineKwargs(dict):
+    """`sglang.Engine` keyword arguments; `batch_memory`: the batch-job memory split set in them (the run
+    summary names it)."""
+
+    batch_memory: dict[str, Any] = {}
+
+
+def engine_kwargs(opts: BackendOptions, recurrent: bool = False, **extra: Any) -> EngineKwargs:
     """`sglang.Engine` keyword arguments from the user's options: prefill-only defaults, sglang's CPU path
-    when there is no GPU, the declared options that are set, `extra` (e.g. is_embedding), then `--engine-arg`s, which win.
+    when there is no GPU, the declared options that are set, `extra` (e.g. is_embedding), then `--engine-arg`s,
+    which win; for a `recurrent`-state model on a GPU, the batch-job memory split where the user left it.
     Raises BackendError for an engine arg that `ServerArgs` does not have (never silently ignored)."""
     from sglang.srt.server_args import ServerArgs
 
@@ -267,4 +275,6 @@ def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
             f"add --allow-pickle (or use one of {', '.join(sorted(SAFE_LOAD_FORMATS))})"
         )
     kw.update(given)
-    return kw
+    out = EngineKwargs(kw)
+    out.batch_memory = hybrid_batch_memory(out, recurrent, fields)
+    return out
