@@ -209,6 +209,26 @@ def cpu_mem_fraction(model: str, kv_tokens: int, available: int | None = None) -
     return round(min(0.9, max(0.05, need / max(available, 1))), 3)
 
 
+def _trusted_engine_args(opts: BackendOptions) -> dict[str, Any]:
+    """The `--engine-arg`s, refused (BackendError) where one would run the checkpoint's code or load pickle
+    weights without the option that allows it."""
+    given = opts.engine_args
+    if given.get("trust_remote_code") and not opts.trust_remote_code:
+        raise BackendError(
+            "--engine-arg trust_remote_code=true runs the checkpoint's own code: add --trust-remote-code"
+        )
+    if (
+        "load_format" in given
+        and str(given["load_format"]) not in SAFE_LOAD_FORMATS
+        and not opts.allow_pickle
+    ):
+        raise BackendError(
+            f"--engine-arg load_format={given['load_format']} can load pickle weights, which can run code: "
+            f"add --allow-pickle (or use one of {', '.join(sorted(SAFE_LOAD_FORMATS))})"
+        )
+    return given
+
+
 class EngineKwargs(dict):
     """`sglang.Engine` keyword arguments; `batch_memory`: the batch-job memory split set in them (the run
     summary names it)."""
@@ -260,21 +280,7 @@ def engine_kwargs(opts: BackendOptions, recurrent: bool = False, **extra: Any) -
     if not opts.allow_pickle:
         kw["load_format"] = "safetensors"
     kw.update(extra)
-    given = opts.engine_args
-    if given.get("trust_remote_code") and not opts.trust_remote_code:
-        raise BackendError(
-            "--engine-arg trust_remote_code=true runs the checkpoint's own code: add --trust-remote-code"
-        )
-    if (
-        "load_format" in given
-        and str(given["load_format"]) not in SAFE_LOAD_FORMATS
-        and not opts.allow_pickle
-    ):
-        raise BackendError(
-            f"--engine-arg load_format={given['load_format']} can load pickle weights, which can run code: "
-            f"add --allow-pickle (or use one of {', '.join(sorted(SAFE_LOAD_FORMATS))})"
-        )
-    kw.update(given)
+    kw.update(_trusted_engine_args(opts))
     out = EngineKwargs(kw)
     out.batch_memory = hybrid_batch_memory(out, recurrent, fields)
     return out
