@@ -7,9 +7,9 @@ from pathlib import Path
 
 import typer
 
-from ..config import MAX_THREADS
 from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
+from ..threads import MAX_THREADS
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
 from .display import _progress
 from .options import (
@@ -70,7 +70,7 @@ def eval_(
     ),
 ) -> None:
     """Turn a benchmark file into a scored report: accuracy with 95 % intervals, Brier, ECE, reliability PNG."""
-    from ..config import apply_threads, default_threads
+    from ..threads import apply_threads, default_threads
 
     threads = threads or default_threads()
     if threads:

@@ -413,7 +413,6 @@ def test_request_pattern_decides_multi_item_at_start(tiny_model, monkeypatch):
 def test_request_options_are_validated_and_refused_by_hf(tmp_path):
     from conftest import EXAMPLES
 
-    from openjev_batch.backends import BackendError
     from openjev_batch.config import build_config
     from openjev_batch.errors import ConfigError
 
@@ -424,7 +423,7 @@ def test_request_options_are_validated_and_refused_by_hf(tmp_path):
         build_config(**base, backend="sglang", groups_per_window=0)
     for kw, flag in [({"request_pattern": "prefix-first"}, "--request-pattern"),
                      ({"pipeline_depth": 1}, "--pipeline-depth")]:  # fmt: skip
-        with pytest.raises(BackendError, match=f"drop {flag}"):
+        with pytest.raises(ConfigError, match=f"the hf backend does not read {flag} \\(sglang only\\)"):
             build_config(**base, backend="hf", **kw)
     assert build_config(**base, backend="hf").request_pattern == "auto"
 

@@ -35,6 +35,7 @@ class SGLangBackend(Backend):
     name = "sglang"
 
     def __init__(self, opts: BackendOptions):
+        opts.check_backend("sglang")  # ConfigError naming an hf option given here
         sglang = import_sglang()
         self.model_info: ModelInfo = model_info(opts.model)
         kw = engine_kwargs(opts, recurrent=self.model_info.recurrent)
@@ -54,7 +55,7 @@ class SGLangBackend(Backend):
         # `engine_class` imports sglang's Engine (and sgl_kernel): inside start_engine's `try`, so a missing
         # kernel is its one-line message, not a traceback raised while the call's arguments are evaluated
         self.engine, self._error_file = sglang_signals.start_engine(
-            lambda **kw: engine_class(opts.sglang_patches)(**kw), kw, opts
+            lambda **kw: engine_class(opts.sglang.sglang_patches)(**kw), kw, opts
         )
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         self._read_engine(self.engine.get_server_info(), kw)
@@ -161,7 +162,7 @@ class SGLangBackend(Backend):
         --pipeline-depth for the next job; sets the read-only facts `request_pattern`, `pattern`,
         `kv_capacity_tokens`. Raises ConfigError when this engine cannot serve the pattern asked for."""
         name = patterns.resolve(
-            opts.request_pattern,
+            opts.sglang.request_pattern,
             multi_item=self.multi_item,
             hybrid=self.auto_state_budget is not None,
             multi_item_off=self.multi_item_off_reason,
@@ -175,9 +176,9 @@ class SGLangBackend(Backend):
                 or StateBudget(slots=FALLBACK_SLOTS)
             )
         self.request_pattern = name
-        self.groups_per_window = opts.groups_per_window
-        self.depth = opts.pipeline_depth
-        self.hybrid_lead = opts.pipeline_depth  # prefix-first: steps in flight
+        self.groups_per_window = opts.sglang.groups_per_window
+        self.depth = opts.sglang.pipeline_depth
+        self.hybrid_lead = opts.sglang.pipeline_depth  # prefix-first: steps in flight
         self.kv_capacity_tokens = self._capacity
         self.pattern = self._describe_pattern()
 

@@ -11,6 +11,7 @@ from typing import Any
 from ...errors import BackendError
 from ..base import BackendOptions
 from .mis import exactness
+from .options import engine_arguments
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -129,8 +130,8 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: 
     """Decide multi-item scoring for an engine about to start with `kw` (from `engine_kwargs`); sets
     `enable_mis` and flashinfer attention in `kw` when it is chosen. Returns None when it is on, else why not.
     Raises BackendError when the user asked for it (`enable_mis=true`) and it cannot be exact or cannot run."""
-    asked = opts.engine_args.get("enable_mis")
-    pattern = getattr(opts, "request_pattern", "auto")  # --request-pattern multi-item asks for it too
+    asked = opts.sglang.engine_args.get("enable_mis")
+    pattern = opts.sglang.request_pattern  # --request-pattern multi-item asks for it too
     if pattern != "auto" and asked is not None and bool(asked) != (pattern == "multi-item"):
         raise BackendError(f"--request-pattern {pattern} contradicts --engine-arg enable_mis={asked}")
     if pattern != "auto":
@@ -143,8 +144,8 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: 
         why = f"needs sglang >= 0.5.17, not {sglang_version}"
     elif kw.get("device") != "cuda":
         why = "needs a CUDA GPU (flashinfer attention)"
-    elif opts.attention_backend not in (None, "flashinfer"):
-        why = f"needs flashinfer attention, not {opts.attention_backend}"
+    elif opts.sglang.attention_backend not in (None, "flashinfer"):
+        why = f"needs flashinfer attention, not {opts.sglang.attention_backend}"
     elif asked is None and not MULTI_ITEM_DEFAULT:
         return "off by default"
     else:
@@ -212,7 +213,7 @@ def cpu_mem_fraction(model: str, kv_tokens: int, available: int | None = None) -
 def _trusted_engine_args(opts: BackendOptions) -> dict[str, Any]:
     """The `--engine-arg`s, refused (BackendError) where one would run the checkpoint's code or load pickle
     weights without the option that allows it."""
-    given = opts.engine_args
+    given = opts.sglang.engine_args
     if given.get("trust_remote_code") and not opts.trust_remote_code:
         raise BackendError(
             "--engine-arg trust_remote_code=true runs the checkpoint's own code: add --trust-remote-code"
@@ -244,7 +245,7 @@ def engine_kwargs(opts: BackendOptions, recurrent: bool = False, **extra: Any) -
     from sglang.srt.server_args import ServerArgs
 
     fields = {f.name for f in dataclasses.fields(ServerArgs)}
-    if unknown := sorted(set(opts.engine_args) - fields):
+    if unknown := sorted(set(opts.sglang.engine_args) - fields):
         raise BackendError(f"unknown sglang engine arg(s): {', '.join(unknown)}")
     device = opts.device
     if device == "auto":
@@ -273,7 +274,7 @@ def engine_kwargs(opts: BackendOptions, recurrent: bool = False, **extra: Any) -
         )
     else:
         kw.update(gpu_prefill_defaults(fields))
-    kw.update(opts.sglang_kwargs())  # the declared engine options that are set (options.ENGINE_OPTIONS)
+    kw.update(engine_arguments(opts))  # the declared engine options that are set (options.ENGINE_OPTIONS)
     # sglang's "auto" loader reads .bin pickles and retries a legacy-tar one with weights_only=False, which
     # runs its code; "safetensors" reads nothing else. Its model config honours trust_remote_code.
     kw["trust_remote_code"] = opts.trust_remote_code

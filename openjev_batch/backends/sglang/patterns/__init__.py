@@ -79,7 +79,7 @@ def engine_multi_item(opts: Any) -> tuple[bool, str | None]:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    kw = {"device": device, **opts.engine_args}  # as engine_kwargs has it: `cuda:1` runs no multi-item
+    kw = {"device": device, **opts.sglang.engine_args}  # as engine_kwargs has it: `cuda:1` runs no multi-item
     why = choose_multi_item(opts, kw, importlib.metadata.version("sglang"))
     return why is None, why
 
@@ -92,7 +92,9 @@ def planned(cfg: Any, info: Any) -> str:
     try:
         if cfg.backend == "sglang":
             multi, why = engine_multi_item(cfg)
-        name = resolve(cfg.request_pattern, multi_item=multi, hybrid=info.recurrent, multi_item_off=why)
+        name = resolve(
+            cfg.sglang.request_pattern, multi_item=multi, hybrid=info.recurrent, multi_item_off=why
+        )
     except (BackendError, ConfigError) as e:
         return f"refused when the engine starts: {e}"
     return words(name, info)
