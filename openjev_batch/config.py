@@ -229,17 +229,6 @@ def build_config(**kw: Any) -> RunConfig:
     return cfg
 
 
-def parse_engine_args(pairs: list[str]) -> dict[str, Any]:
-    """`key=value` strings → dict; values parsed as YAML scalars (numbers, booleans, null, strings)."""
-    out: dict[str, Any] = {}
-    for p in pairs:
-        key, sep, val = p.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--engine-arg expects key=value, got {p!r}")
-        out[key.strip().replace("-", "_")] = yaml.safe_load(val) if val else ""
-    return out
-
-
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML (and JSON, a subset) loader that refuses a mapping with a repeated key: plain safe_load keeps
     the last value silently, which merged two options of one name into one."""
