@@ -511,3 +511,30 @@ def test_cpu_engine_memory_is_sized_from_the_model(tiny_model, tmp_path):
     assert cpu_mem_fraction(str(tmp_path / "none"), CPU_KV_TOKENS) == 0.05  # unreadable: as before
     kw = engine_kwargs(BackendOptions(model=str(tiny_model), device="cpu"))
     assert kw["mem_fraction_static"] == cpu_mem_fraction(str(tiny_model), CPU_KV_TOKENS)
+
+
+def test_a_warm_up_that_stops_is_logged_and_start_up_goes_on(caplog):
+    """The kernel warm-up is an optimisation: what stops it short of an engine failure (here the cache
+    flush) is a logged warning, and the start-up goes on (it used to pass silently). No engine needed."""
+    import logging
+    import types
+
+    from openjev_batch.backends.sglang.engine import SGLangBackend
+
+    sent = []
+
+    class Engine:
+        def generate(self, **kw):
+            sent.append(len(kw["input_ids"][0]))
+            return [{"meta_info": {}} for _ in kw["input_ids"]]
+
+        def flush_cache(self):
+            raise RuntimeError("no cache to flush")
+
+    b = SGLangBackend.__new__(SGLangBackend)
+    b.engine, b.tokenizer = Engine(), types.SimpleNamespace(eos_token_id=2)
+    b.pack_tokens, b.context_length, b.max_new_tokens = 16_384, 1000, 0
+    with caplog.at_level(logging.WARNING, logger="openjev_batch.backends.sglang.engine"):
+        assert b._warm_up() >= 0.0
+    assert sent == [64, 128, 500, 999, 999, 400]  # every shape, capped below the context
+    assert "warm-up stopped (RuntimeError: no cache to flush); the job compiles as it goes" in caplog.text
