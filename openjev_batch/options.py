@@ -169,6 +169,14 @@ OWNED: dict[str, type[_Frozen]] = {"sglang": SGLangOptions, "hf": HFOptions}  # 
 _Shared = _options_type("_Shared", None, "The options every backend reads.")
 
 
+def _owned_keywords(kw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Take the flat keywords of each backend's own options out of `kw`: {backend: {name: value}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for k in [k for k in kw if k in BY_NAME and BY_NAME[k].owner is not None]:
+        out.setdefault(str(BY_NAME[k].owner), {})[k] = kw.pop(k)
+    return out
+
+
 class EngineOptions(_Shared):
     """The engine options (ENGINE_OPTIONS) that `run`, `classify` and `eval` share: every backend's options
     here, each backend's own nested (`sglang`, `hf`). The flat keywords of the CLI and the API
@@ -184,22 +192,18 @@ class EngineOptions(_Shared):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        for owner in OWNED:
-            flat = {k: data.pop(k) for k in list(data) if k in BY_NAME and BY_NAME[k].owner == owner}
-            if flat:
-                nested = data.get(owner)
-                base = nested.model_dump() if isinstance(nested, BaseModel) else dict(nested or {})
-                data[owner] = {**base, **flat}
+        for owner, flat in _owned_keywords(data).items():
+            nested = data.get(owner)
+            base = nested.model_dump() if isinstance(nested, BaseModel) else dict(nested or {})
+            data[owner] = {**base, **flat}
         return data
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False):
         """A copy with `update`, whose flat keywords of a backend's options go to its nested options (pydantic
         would set them beside the field, where `opts.tp_size` never reads)."""
         update = dict(update or {})
-        for owner in OWNED:
-            flat = {k: update.pop(k) for k in list(update) if k in BY_NAME and BY_NAME[k].owner == owner}
-            if flat:
-                update[owner] = getattr(self, owner).model_copy(update=flat)
+        for owner, flat in _owned_keywords(update).items():
+            update[owner] = getattr(self, owner).model_copy(update=flat)
         return super().model_copy(update=update, deep=deep)
 
     def engine_values(self) -> dict[str, Any]:
