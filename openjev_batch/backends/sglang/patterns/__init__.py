@@ -80,7 +80,11 @@ def engine_multi_item(opts: Any) -> tuple[bool, str | None]:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     kw = {"device": device, **opts.sglang.engine_args}  # as engine_kwargs has it: `cuda:1` runs no multi-item
-    why = choose_multi_item(opts, kw, importlib.metadata.version("sglang"))
+    try:
+        version = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:  # importable without its metadata: the start decides
+        return False, "sglang's version is unknown before the engine starts"
+    why = choose_multi_item(opts, kw, version)
     return why is None, why
 
 
