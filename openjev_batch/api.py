@@ -69,7 +69,8 @@ class Classifier:
         system_prompt: str | None = None,
         **engine_options: Any,
     ):
-        from .config import apply_threads, build_config
+        from .config import build_config
+        from .threads import apply_threads
 
         if threads is not None:
             apply_threads(threads)

@@ -70,30 +70,6 @@ class ModelInfo:
         """Whether a config was read at all."""
         return bool(self.architecture or self.model_type)
 
-    def sglang_pattern(self, request_pattern: str = "auto") -> str:
-        """The request pattern the sglang backend uses for this model (shown by `--dry-run`), or the one
-        `--request-pattern` names (multi-item: where the engine runs it, on a GPU)."""
-        prefix_first = (
-            "prefix-only request per prefix, then its branches; rows in flight sized by state slots"
-        )
-        first_branch = "first branch of each prefix as the warm-up, then the other branches"
-        named = {
-            "prefix-first": prefix_first,
-            "first-branch": first_branch,
-            "multi-item": "multi-item scoring: one request per prefix with its suffixes (GPU, flashinfer)",
-        }
-        if request_pattern in named:
-            return named[request_pattern]
-        if not self.recurrent:
-            return first_branch
-        if self.state_bytes:  # the slots themselves are the engine's, known once it starts (run summary)
-            prefix_first += (
-                f"; {self.state_bytes / 2**20:.0f} MiB of recurrent state a sequence (slots and the running "
-                "cap: the run summary; a GPU gets the batch-job memory split, e.g. 807 slots, ≤ 269 running "
-                "for the 35B-A3B shape on an H200)"
-            )
-        return prefix_first
-
     def describe(self) -> str:
         parts = [self.architecture or self.model_type or "unknown architecture"]
         if self.recurrent:

@@ -1,9 +1,11 @@
 """Engine options, each declared once in ENGINE_OPTIONS: that one line makes the field of EngineOptions (and so
 of RunConfig, EvalConfig and BackendOptions), the CLI option of every command that takes it
-(cli/options.py), the sglang.Engine argument (backends/sglang/kwargs.py), the `--resume` key
-(pipeline.job.job_manifest) and the hf backend's refusal of sglang-only settings. Adding an engine option is
-adding an `EngineOption` here. Also the names of the backends and of the output formats, which config
-validates."""
+(cli/options.py), the sglang.Engine argument (backends/sglang/options.py), the `--resume` key
+(pipeline.loop.job_manifest) and, by its `owner`, which backend reads it: a backend's options are their own
+type (`SGLangOptions`, `HFOptions`, `extra="forbid"`, nested in EngineOptions as `sglang` / `hf`), so an option
+given to a backend that does not read it is refused (`EngineOptions.check_backend`), never ignored. Adding an
+engine option is adding an `EngineOption` here. Also the names of the backends and of the output formats,
+which config validates."""
 
 from __future__ import annotations
 
@@ -17,10 +19,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     create_model,
+    model_validator,
 )
 
-from .errors import BackendError
+from .errors import ConfigError
 
 BACKENDS = ("hf", "sglang")  # the --backend choices (backends/__init__.py maps each to its classes)
 
@@ -56,8 +60,8 @@ def output_format(path: str | Path) -> str:
 class EngineOption:
     """One engine option. `sglang`: an `sglang.Engine` argument of the same name, passed when set (not None,
     not "auto"); `resume_key`: it changes the numbers, so it is part of the `--resume` manifest;
-    `engine_only`: an sglang engine setting, refused (when not its default) by the hf backend, which has no
-    engine; `commands`: the CLI commands that offer it; `flag`: its CLI name (default `--name-with-dashes`);
+    `owner`: the one backend that reads it (a field of that backend's options type; None: every backend's),
+    refused (when not its default) for any other backend; `commands`: the CLI commands that offer it; `flag`: its CLI name (default `--name-with-dashes`);
     `constraints`: pydantic Field bounds; `choices`: the values it takes (`cuda:N`: cuda, a colon and a
     device number), refused otherwise when the config is built — by `--dry-run` and `validate` too, not
     only by a loading backend."""
@@ -68,7 +72,7 @@ class EngineOption:
     help: str
     sglang: bool = False
     resume_key: bool = False
-    engine_only: bool = False
+    owner: str | None = None
     commands: tuple[str, ...] = ("run", "classify", "eval")
     flag: str = ""
     constraints: dict[str, Any] = field(default_factory=dict)
@@ -97,18 +101,18 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
     ),
     # tensor parallelism changes the bf16 reduction order, so it is part of the resume key
     EngineOption("tp_size", int, 1, "sglang tensor parallel size.", sglang=True, resume_key=True,
-                 engine_only=True, constraints={"gt": 0}),
-    EngineOption("dp_size", int, 1, "sglang data parallel size.", sglang=True, engine_only=True,
+                 owner="sglang", constraints={"gt": 0}),
+    EngineOption("dp_size", int, 1, "sglang data parallel size.", sglang=True, owner="sglang",
                  constraints={"gt": 0}),
     EngineOption("mem_fraction_static", float | None, None, "sglang: GPU memory fraction for weights + KV pool.",
-                 sglang=True, engine_only=True, constraints={"gt": 0, "lt": 1}),
+                 sglang=True, owner="sglang", constraints={"gt": 0, "lt": 1}),
     EngineOption("attention_backend", str | None, None, "sglang attention backend (e.g. triton, torch_native).",
-                 sglang=True, resume_key=True, engine_only=True),
+                 sglang=True, resume_key=True, owner="sglang"),
     EngineOption("context_length", int | None, None, "Model context length override.", sglang=True,
                  resume_key=True, constraints={"gt": 0}),
     EngineOption("engine_args", dict[str, Any], {},
                  "Extra sglang.Engine argument key=value (repeatable; unknown keys are errors).",
-                 resume_key=True, engine_only=True, flag="--engine-arg"),
+                 resume_key=True, owner="sglang", flag="--engine-arg"),
     # Checkpoints are data too: pickle weights and a model's own Python code run only when asked for.
     EngineOption("allow_pickle", bool, False,
                  "Load pickle-format weights (.bin/.pt), which can run code [refused]."),
@@ -118,25 +122,25 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
     EngineOption("sglang_patches", str, "all",
                  "sglang: the scheduler workarounds installed: all | gather (label gather, sglang#39642) | "
                  "readback (multi-item logprobs) | none.",
-                 engine_only=True, commands=("run", "eval"),
+                 owner="sglang", commands=("run", "eval"),
                  constraints={"pattern": "^(all|gather|readback|none)$"}),
     EngineOption("batch_tokens", int, 16_384, "hf: most padded tokens per forward pass.",
-                 commands=("classify",), constraints={"gt": 0}),
-    # How the sglang backend sends a window's requests (backends/sglang/request_options.py). Scheduling only,
+                 owner="hf", commands=("classify",), constraints={"gt": 0}),
+    # How the sglang backend sends a window's requests (backends/sglang/patterns/). Scheduling only,
     # not the math of a branch, so not resume keys (like dp_size); applied at start-up and again to a
     # backend handed to `run_job`, so a benchmark compares patterns on one started engine.
     EngineOption("request_pattern", str, "auto",
                  "sglang requests: auto (multi-item where exact and on, prefix-first for recurrent-state "
                  "models, else first-branch) | prefix-first | first-branch | multi-item.",
-                 engine_only=True, commands=("run", "eval"),
+                 owner="sglang", commands=("run", "eval"),
                  choices=("auto", "prefix-first", "first-branch", "multi-item")),
     EngineOption("groups_per_window", int, 8, "sglang first-branch pattern: groups a window is cut into.",
-                 engine_only=True, commands=("run", "eval"), constraints={"gt": 0}),
+                 owner="sglang", commands=("run", "eval"), constraints={"gt": 0}),
     EngineOption("pipeline_depth", int, 2, "sglang: groups in flight at once (first-branch, multi-item; prefix-first: request steps in flight).",
-                 engine_only=True, commands=("run", "eval"), constraints={"gt": 0}),
+                 owner="sglang", commands=("run", "eval"), constraints={"gt": 0}),
     EngineOption("skip_prefix_warmup", bool, False,
                  "sglang classify: no warm-up request per shared prefix (a benchmark baseline).",
-                 engine_only=True, commands=("classify",)),
+                 owner="sglang", commands=("classify",)),
 )  # fmt: skip
 
 
@@ -151,11 +155,56 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-_EngineFields = create_model("_EngineFields", __base__=_Frozen, **{o.name: _field(o) for o in ENGINE_OPTIONS})  # type: ignore[call-overload]
+BY_NAME = {o.name: o for o in ENGINE_OPTIONS}
 
 
-class EngineOptions(_EngineFields):
-    """The engine options (ENGINE_OPTIONS) that `run`, `classify` and `eval` share."""
+def _options_type(name: str, owner: str | None, doc: str) -> type[_Frozen]:
+    fields = {o.name: _field(o) for o in ENGINE_OPTIONS if o.owner == owner}
+    return create_model(name, __base__=_Frozen, __doc__=doc, **fields)  # type: ignore[call-overload]
+
+
+SGLangOptions = _options_type("SGLangOptions", "sglang", "The options only the sglang backend reads.")
+HFOptions = _options_type("HFOptions", "hf", "The options only the hf (transformers) backend reads.")
+OWNED: dict[str, type[_Frozen]] = {"sglang": SGLangOptions, "hf": HFOptions}  # backend → its options type
+_Shared = _options_type("_Shared", None, "The options every backend reads.")
+
+
+def _owned_keywords(kw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Take the flat keywords of each backend's own options out of `kw`: {backend: {name: value}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for k in [k for k in kw if k in BY_NAME and BY_NAME[k].owner is not None]:
+        out.setdefault(str(BY_NAME[k].owner), {})[k] = kw.pop(k)
+    return out
+
+
+class EngineOptions(_Shared):
+    """The engine options (ENGINE_OPTIONS) that `run`, `classify` and `eval` share: every backend's options
+    here, each backend's own nested (`sglang`, `hf`). The flat keywords of the CLI and the API
+    (`tp_size=2`) are accepted and read as before (`opts.tp_size` is `opts.sglang.tp_size`)."""
+
+    sglang: SGLangOptions = Field(default_factory=SGLangOptions)  # type: ignore[valid-type]
+    hf: HFOptions = Field(default_factory=HFOptions)  # type: ignore[valid-type]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest(cls, data: Any) -> Any:
+        """Flat keywords into the options type of the backend that owns them."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for owner, flat in _owned_keywords(data).items():
+            nested = data.get(owner)
+            base = nested.model_dump() if isinstance(nested, BaseModel) else dict(nested or {})
+            data[owner] = {**base, **flat}
+        return data
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False):
+        """A copy with `update`, whose flat keywords of a backend's options go to its nested options (pydantic
+        would set them beside the field, where `opts.tp_size` never reads)."""
+        update = dict(update or {})
+        for owner, flat in _owned_keywords(update).items():
+            update[owner] = getattr(self, owner).model_copy(update=flat)
+        return super().model_copy(update=update, deep=deep)
 
     def engine_values(self) -> dict[str, Any]:
         return {o.name: getattr(self, o.name) for o in ENGINE_OPTIONS}
@@ -173,26 +222,39 @@ class EngineOptions(_EngineFields):
                 out[o.name] = {k: repr(x) for k, x in sorted(v.items())} if isinstance(v, dict) else v
         return out
 
-    def sglang_kwargs(self) -> dict[str, Any]:
-        """The declared options that are `sglang.Engine` arguments and set (not None, not "auto")."""
-        return {
+    def check_backend(self, backend: str) -> None:
+        """Raise ConfigError naming each option set (not at its default) that `backend` does not read, as
+        `backend`'s own options type (which forbids every other key) finds them: a user who asked for
+        `--tp-size 2` from hf, or `--batch-tokens` from sglang, must not silently get what they did not ask."""
+        given = {
             o.name: v
             for o in ENGINE_OPTIONS
-            if o.sglang and (v := getattr(self, o.name)) is not None and v != "auto"
+            if o.owner is not None and (v := getattr(self, o.name)) != o.default
         }
+        try:
+            OWNED[backend].model_validate(given)
+        except ValidationError as e:
+            bad = [BY_NAME[str(err["loc"][0])] for err in e.errors() if err["type"] == "extra_forbidden"]
+            if not bad:
+                raise
+            flags = [
+                o.cli_flag + (" " + ", ".join(sorted(v)) if isinstance(v := given[o.name], dict) else "")
+                for o in bad
+            ]
+            owners = " / ".join(sorted({str(o.owner) for o in bad}))
+            raise ConfigError(
+                f"the {backend} backend does not read {', '.join(flags)} ({owners} only); drop "
+                + ("it" if len(bad) == 1 else "them")
+            ) from None
 
-    def refuse_engine_only(self, backend: str) -> None:
-        """Raise BackendError naming each sglang engine option set for a backend that has no engine (hf),
-        rather than ignoring it: a user who asked for `--tp-size 2` must not silently get one device."""
-        given = []
-        for o in ENGINE_OPTIONS:
-            v = getattr(self, o.name)
-            if o.engine_only and v != o.default:
-                given.append(o.cli_flag + (" " + ", ".join(sorted(v)) if isinstance(v, dict) else ""))
-        if given:
-            raise BackendError(
-                f"the {backend} backend has no engine options; drop {'; '.join(given)} (sglang only)"
-            )
+
+def _read_owned(o: EngineOption) -> property:
+    return property(lambda self: getattr(getattr(self, str(o.owner)), o.name), doc=o.help)
+
+
+for _o in ENGINE_OPTIONS:  # `opts.tp_size`: read through to `opts.sglang.tp_size`
+    if _o.owner is not None:
+        setattr(EngineOptions, _o.name, _read_owned(_o))
 
 
 class BackendOptions(EngineOptions):

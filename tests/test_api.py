@@ -12,7 +12,7 @@ import pytest
 from conftest import cli, write_jsonl
 
 import openjev_batch as ob
-from openjev_batch.errors import BackendError, ConfigError
+from openjev_batch.errors import ConfigError
 
 Q = {
     "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
@@ -88,8 +88,14 @@ def test_refusals(clf):
         clf.run(pa.table([["a"], ["b"]], names=["state", "state"]), Q)
     with pytest.raises(ConfigError, match="keep: score already output"):
         clf.run(pl.DataFrame({"state": ["x"], "score": [1]}), Q, keep=["score"])
-    with pytest.raises(BackendError, match="hf backend has no engine options"):
+    with pytest.raises(
+        ConfigError, match=r"^the hf backend does not read --tp-size \(sglang only\); drop it$"
+    ):
         ob.Classifier("m", backend="hf", tp_size=2)
+    with pytest.raises(
+        ConfigError, match=r"^the sglang backend does not read --batch-tokens \(hf only\); drop it$"
+    ):
+        ob.Classifier("m", backend="sglang", readout="classifier-head", batch_tokens=5)
     with pytest.raises(ConfigError, match="did you mean smollm2-135m"):
         ob.Classifier("smollm2", backend="hf")
 

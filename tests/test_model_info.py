@@ -9,7 +9,13 @@ import shutil
 import pytest
 from conftest import EXAMPLES, cli
 
+from openjev_batch.backends.sglang.patterns import resolve, words
 from openjev_batch.model_info import UNKNOWN, from_config, model_info
+
+
+def auto_pattern(info) -> str:
+    """The words `--dry-run` shows for `auto` where the engine runs no multi-item scoring (a CPU, hf)."""
+    return words(resolve("auto", multi_item=False, hybrid=info.recurrent), info)
 
 
 def _cfg(config, arch: str) -> dict:
@@ -27,7 +33,7 @@ def test_qwen3_5_moe_35b_a3b_is_hybrid_moe():
     assert (info.experts, info.experts_per_token) == (256, 8)
     assert 2.3e9 < info.active_params < 2.5e9  # "~2.4 B active parameters a token"
     assert "hybrid" in info.describe() and "256 experts" in info.describe()
-    assert "prefix-only" in info.sglang_pattern()
+    assert "prefix-only" in auto_pattern(info)
 
 
 def test_multimodal_checkpoint_is_read_through_its_text_config():
@@ -65,7 +71,7 @@ def test_plain_moe_and_dense_models_keep_no_state():
     assert 2.5e9 < info.active_params < 3.0e9  # Qwen3-30B-A3B: ~3.3 B active with embeddings
     dense = from_config(_cfg(Qwen3Config(num_hidden_layers=2), "Qwen3ForCausalLM"))
     assert not dense.moe and not dense.recurrent and dense.layers == 2
-    assert "warm-up" in dense.sglang_pattern()
+    assert "warm-up" in auto_pattern(dense)
 
 
 def test_unreadable_config_is_unknown(tmp_path):
@@ -96,9 +102,7 @@ def test_dry_run_shows_a_dense_model(tmp_path, tiny_model, arch):
 def test_dry_run_names_the_request_pattern_asked_for(tmp_path, tiny_model):
     """Hostile trial: `--dry-run --request-pattern prefix-first` still printed the automatic pattern."""
     info = model_info(str(tiny_model))
-    assert info.sglang_pattern().startswith("first branch of each prefix")
-    assert info.sglang_pattern("prefix-first").startswith("prefix-only request per prefix")
-    assert info.sglang_pattern("multi-item").startswith("multi-item scoring")
+    assert auto_pattern(info).startswith("first branch of each prefix")
     pytest.importorskip("sglang")  # -b sglang: the option is refused by hf
     r = cli("run", EXAMPLES / "tickets.jsonl", "-m", tiny_model, "-b", "sglang", "--dry-run",
             "--request-pattern", "prefix-first")  # fmt: skip
@@ -112,10 +116,10 @@ def test_the_recurrent_state_of_a_sequence_matches_sglangs_pool():
 
     info = from_config(_cfg(Qwen3_5MoeTextConfig(), "Qwen3_5MoeForCausalLM"))
     assert abs(info.state_bytes * 1222 - (71.60 + 1.68) * 2**30) < 0.01 * 2**30
-    assert "61 MiB of recurrent state" in info.sglang_pattern()
+    assert "61 MiB of recurrent state" in auto_pattern(info)
     half = from_config(
         {**_cfg(Qwen3_5MoeTextConfig(), "Qwen3_5MoeForCausalLM"), "mamba_ssm_dtype": "bfloat16"}
     )
     assert half.state_bytes < 0.52 * info.state_bytes  # the SSM part halves, the conv state stays
     dense = from_config({"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 4})
-    assert dense.state_bytes is None and "MiB" not in dense.sglang_pattern()
+    assert dense.state_bytes is None and "MiB" not in words("prefix-first", dense)

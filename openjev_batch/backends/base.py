@@ -37,12 +37,6 @@ from ..options import BackendOptions
 from .trust import trust_hint
 
 
-def refuse_engine_options(opts: BackendOptions, backend: str) -> None:
-    """Raise BackendError naming each sglang engine option set for a backend that has no engine (hf); the
-    list is derived from options.ENGINE_OPTIONS."""
-    opts.refuse_engine_only(backend)
-
-
 def load_tokenizer(model: str, trust_remote_code: bool = False) -> Any:
     """The model's Hugging Face tokenizer, for the stages that tokenize without a backend (`--dry-run`, the
     Ray render actors and driver), with the checkpoint-trust option the backends use. Raises BackendError
@@ -108,8 +102,8 @@ class Backend(ABC):
 
     def configure(self, opts: Any) -> None:  # noqa: B027 - optional hook
         """Apply `opts`' request options (an EngineOptions); raises ConfigError for ones this backend's
-        engine cannot serve. Backends without request options have nothing to do (the hf backend's
-        non-default ones are refused when the config is built)."""
+        engine cannot serve. Backends without request options have nothing to do (another backend's options
+        are refused when the config is built, and by each backend's `__init__`: `opts.check_backend`)."""
 
     def check_alive(self) -> None:  # noqa: B027 - optional hook
         """Raise BackendError when the engine is dead (called after a failed window)."""
@@ -124,4 +118,4 @@ class Backend(ABC):
         self.close()
 
 
-__all__ = ["Backend", "BackendOptions", "BranchResult", "refuse_engine_options"]
+__all__ = ["Backend", "BackendOptions", "BranchResult"]

@@ -9,6 +9,7 @@ import typer
 
 from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
+from ..threads import MAX_THREADS
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
 from .display import _print_plan, _progress
 from .options import (
@@ -79,7 +80,7 @@ def eval_(
     gpus_per_worker: float = GPUS_PER_WORKER,
 ) -> None:
     """Turn a benchmark file into a scored report: accuracy with 95 % intervals, Brier, ECE, reliability PNG."""
-    from ..config import apply_threads, default_threads
+    from ..threads import apply_threads, default_threads
 
     threads = threads or default_threads()
     if threads:

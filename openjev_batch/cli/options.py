@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from ..config import MAX_THREADS
+from ..threads import MAX_THREADS
 
 ENGINE: dict = {}  # where a command's engine options go (`_engine_options`); never a CLI option itself
 
@@ -22,7 +22,6 @@ def _engine_options(command: str):
     parameter stands, each as its CLI option; the command receives them as one dict `engine` of config
     fields (`--engine-arg key=value` pairs parsed). Also `--config FILE` (cli/jobfile.py): every command
     that runs a job takes its options from a file."""
-    from ..config import parse_engine_args
     from ..options import ENGINE_OPTIONS
 
     declared = [o for o in ENGINE_OPTIONS if command in o.commands]
@@ -76,6 +75,21 @@ def _engine_options(command: str):
         return wrapper
 
     return deco
+
+
+def parse_engine_args(pairs: list[str]) -> dict[str, typing.Any]:
+    """`key=value` strings → dict; values parsed as YAML scalars (numbers, booleans, null, strings)."""
+    import yaml
+
+    from ..errors import ConfigError
+
+    out: dict[str, typing.Any] = {}
+    for p in pairs:
+        key, sep, val = p.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--engine-arg expects key=value, got {p!r}")
+        out[key.strip().replace("-", "_")] = yaml.safe_load(val) if val else ""
+    return out
 
 
 _SPOOLED: list[str] = []  # the temporary files that stand for `-` in this process

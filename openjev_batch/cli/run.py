@@ -12,6 +12,7 @@ import typer
 
 from ..errors import ConfigError, OpenjevError, OutputFinished
 from ..interrupts import stop_on_signals
+from ..threads import MAX_THREADS
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
 from .display import _print_plan, _print_summary, _progress
 from .options import (
@@ -120,7 +121,7 @@ def _run_job(
         raise typer.BadParameter(
             f"missing: -o/--output (only --dry-run{also} run without it)", param_hint="'-o'"
         )
-    from ..config import apply_threads, default_threads
+    from ..threads import apply_threads, default_threads
 
     given, threads = threads, threads or default_threads()
     if threads:

@@ -282,14 +282,47 @@ def test_hf_refuses_sglang_engine_options(tiny_model, tmp_path):
     out = tmp_path / "o.parquet"
     inp = EXAMPLES / "tickets_inline.jsonl"
     r = cli("run", inp, "-m", tiny_model, "-b", "hf", "-o", out, "--tp-size", "2", "--no-progress")
-    assert r.returncode == 4 and "hf backend has no engine options; drop --tp-size" in r.stderr, r.stderr
+    assert r.returncode == 4, r.stderr
+    assert "error: the hf backend does not read --tp-size (sglang only); drop it" in r.stderr, r.stderr
     assert not out.exists()
     # refused when the options are validated, before any model (or Ray cluster) starts
-    from openjev_batch.backends import BackendError
     from openjev_batch.config import build_config
+    from openjev_batch.errors import ConfigError
 
-    with pytest.raises(BackendError, match="drop --engine-arg chunked_prefill_size"):
+    with pytest.raises(ConfigError, match=r"does not read --engine-arg chunked_prefill_size \(sglang only\)"):
         build_config(input=inp, output=out, model="m", backend="hf", engine_args={"chunked_prefill_size": 1})
+
+
+def test_sglang_refuses_hf_options(tiny_classifier, tmp_path):
+    """`classify -b sglang --batch-tokens 5` used to drop the option without a word (only the hf classifier
+    reads it): refused in one line, exit 4, before any engine starts; the default is no refusal."""
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": "fine"}])
+    out = tmp_path / "o.parquet"
+    r = cli(
+        "classify",
+        inp,
+        "-m",
+        tiny_classifier,
+        "-b",
+        "sglang",
+        "-o",
+        out,
+        "--batch-tokens",
+        "5",
+        "--no-progress",
+    )
+    assert r.returncode == 4, r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert line == "error: the sglang backend does not read --batch-tokens (hf only); drop it", r.stderr
+    assert not out.exists() and not (tmp_path / "o.parquet.partial").exists()
+    from openjev_batch.config import build_config
+    from openjev_batch.errors import ConfigError
+
+    base = dict(input=inp, output=out, model="m", readout="classifier-head")
+    with pytest.raises(ConfigError, match="sglang backend does not read --batch-tokens"):
+        build_config(**base, backend="sglang", batch_tokens=5)
+    assert build_config(**base, backend="sglang", batch_tokens=16_384).sglang.tp_size == 1
+    assert build_config(**base, backend="hf", batch_tokens=5).hf.batch_tokens == 5
 
 
 def test_refusals_found_by_a_hostile_input_trial(tmp_path):

@@ -170,7 +170,7 @@ def test_small_habits(tmp_path):
     assert r.returncode == 0 and "--questions" not in r.stdout and "--template" in r.stdout
     # --threads: the environment is set before torch loads, and torch uses that many threads
     code = (
-        "import os; from openjev_batch.config import apply_threads; apply_threads(1); import torch; "
+        "import os; from openjev_batch.threads import apply_threads; apply_threads(1); import torch; "
         "print(torch.get_num_threads(), os.environ['OMP_NUM_THREADS'])"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -189,7 +189,9 @@ def test_sglang_reports_each_request_batch(sglang_backend, monkeypatch):
         assert live.cached == sum(r.cached_tokens for r in flat)
 
     sglang_backend.engine.flush_cache()
-    run(2 * len(sglang_backend._groups(w)))  # per group: its first branches, then the rest
+    from openjev_batch.backends.sglang.patterns.first_branch import groups as first_branch_groups
+
+    run(2 * len(first_branch_groups(w, sglang_backend.groups_per_window)))  # per group: firsts, then the rest
     budget = StateBudget(slots=20, per_request=3)
     monkeypatch.setattr(sglang_backend, "state_budget", budget)
     groups = state_groups(

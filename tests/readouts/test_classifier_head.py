@@ -330,7 +330,7 @@ def test_skip_prefix_warmup_is_a_job_option(sglang_cls, tmp_path):
     s_off, off = job("off", skip_prefix_warmup=True)
     s_on, on = job("on")
     assert s_off.warm_tokens == 0 and s_on.warm_tokens > 0 and off == on
-    with pytest.raises(BackendError, match="drop --skip-prefix-warmup"):
+    with pytest.raises(ConfigError, match=r"hf backend does not read --skip-prefix-warmup \(sglang only\)"):
         build_classify_config(input=src, output=tmp_path / "x.parquet", model="-", backend="hf",
                               skip_prefix_warmup=True)  # fmt: skip
 

@@ -234,7 +234,7 @@ def test_threads_default_to_the_idle_cores(monkeypatch):
     (the quick start took 753 s with torch's all-cores default at load 6–13 on 2 cores, 43 s with 1)."""
     import os
 
-    from openjev_batch.config import default_threads, idle_cores
+    from openjev_batch.threads import default_threads, idle_cores
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3}, raising=False)
     for load, want in ((0.0, 4), (1.4, 3), (2.6, 1), (9.0, 1)):
@@ -251,8 +251,9 @@ def test_threads_and_system_prompt_limits(tmp_path):
     RuntimeError and left OMP_NUM_THREADS=-1; a 1 MB --system-prompt failed every row slowly."""
     import os
 
-    from openjev_batch.config import MAX_THREADS, apply_threads, build_config
+    from openjev_batch.config import build_config
     from openjev_batch.errors import ConfigError
+    from openjev_batch.threads import MAX_THREADS, apply_threads
 
     before = os.environ.get("OMP_NUM_THREADS")
     for bad in (-1, 0, "2", 2.5, True, MAX_THREADS + 1):

@@ -24,7 +24,7 @@ import math
 import torch
 
 from ...core import Window
-from ..base import Backend, BackendOptions, BranchResult, refuse_engine_options
+from ..base import Backend, BackendOptions, BranchResult
 from .load import device_and_dtype, load_pretrained
 
 
@@ -34,7 +34,7 @@ class HFBackend(Backend):
     def __init__(self, opts: BackendOptions):
         from transformers import AutoModelForCausalLM
 
-        refuse_engine_options(opts, "hf")
+        opts.check_backend("hf")  # ConfigError naming an sglang option given here
         device, dtype = device_and_dtype(opts)
         self.tokenizer, model = load_pretrained(AutoModelForCausalLM, opts, dtype, "model")
         self.model = model.to(device).eval()

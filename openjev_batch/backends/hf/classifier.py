@@ -20,7 +20,7 @@ import torch
 
 from ...core import BranchResult, Window
 from ...errors import BackendError
-from ..base import Backend, BackendOptions, refuse_engine_options
+from ..base import Backend, BackendOptions
 from ..checkpoint import read_checkpoint
 from .load import device_and_dtype, load_pretrained
 
@@ -32,7 +32,7 @@ class HFClassifier(Backend):
     def __init__(self, opts: BackendOptions):
         from transformers import AutoModelForSequenceClassification
 
-        refuse_engine_options(opts, "hf")
+        opts.check_backend("hf")  # ConfigError naming an sglang option given here
         ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before any weights load
         device, dtype = device_and_dtype(opts)
         auto = AutoModelForSequenceClassification
@@ -54,7 +54,7 @@ class HFClassifier(Backend):
             text_cfg.pad_token_id = self.model.config.pad_token_id = pad
         self.pad_id = int(pad)
         self.device = device
-        self.batch_tokens = opts.batch_tokens
+        self.batch_tokens = opts.hf.batch_tokens
         self.context_length = opts.context_length or getattr(text_cfg, "max_position_embeddings", None)
         self._base = getattr(self.model, getattr(self.model, "base_model_prefix", ""), None)
         self._score = getattr(self.model, "score", None)

@@ -66,7 +66,7 @@ def engine_kwargs(opts: BackendOptions, ckpt: Checkpoint) -> dict[str, Any]:
     for an overridden architecture whose engine name differs (Qwen3.5) the `architectures` override; for a
     text-only one (Qwen3.5) `enable_multimodal=False` unless the user set it."""
     kw = engine_kwargs_base(opts, is_embedding=True)
-    if ckpt.architecture in TEXT_ONLY and "enable_multimodal" not in opts.engine_args:
+    if ckpt.architecture in TEXT_ONLY and "enable_multimodal" not in opts.sglang.engine_args:
         from sglang.srt.server_args import ServerArgs
 
         if "enable_multimodal" in ServerArgs.__dataclass_fields__:  # sglang 0.5.17–0.5.19 have it
@@ -85,6 +85,7 @@ class SGLangClassifier(Backend):
     warm_prefixes = True  # N+1 warm-up of shared prefixes (off: --skip-prefix-warmup, benchmarks' baseline)
 
     def __init__(self, opts: BackendOptions):
+        opts.check_backend("sglang")  # ConfigError naming an hf option given here
         ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before the engine starts
         import_sglang()  # says how to get sglang when it is missing
         self.labels = ckpt.labels
@@ -137,7 +138,7 @@ class SGLangClassifier(Backend):
         self.context_length = int(info.get("max_req_input_len") or 0) or opts.context_length
 
     def configure(self, opts) -> None:
-        self.warm_prefixes = not opts.skip_prefix_warmup
+        self.warm_prefixes = not opts.sglang.skip_prefix_warmup
 
     def kv_budget_tokens(self) -> int:
         # Leave room for the running batch's activations and radix-tree fragmentation.

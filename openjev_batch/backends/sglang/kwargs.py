@@ -11,6 +11,7 @@ from typing import Any
 from ...errors import BackendError
 from ..base import BackendOptions
 from .mis import exactness
+from .options import engine_arguments
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -129,8 +130,8 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: 
     """Decide multi-item scoring for an engine about to start with `kw` (from `engine_kwargs`); sets
     `enable_mis` and flashinfer attention in `kw` when it is chosen. Returns None when it is on, else why not.
     Raises BackendError when the user asked for it (`enable_mis=true`) and it cannot be exact or cannot run."""
-    asked = opts.engine_args.get("enable_mis")
-    pattern = getattr(opts, "request_pattern", "auto")  # --request-pattern multi-item asks for it too
+    asked = opts.sglang.engine_args.get("enable_mis")
+    pattern = opts.sglang.request_pattern  # --request-pattern multi-item asks for it too
     if pattern != "auto" and asked is not None and bool(asked) != (pattern == "multi-item"):
         raise BackendError(f"--request-pattern {pattern} contradicts --engine-arg enable_mis={asked}")
     if pattern != "auto":
@@ -143,8 +144,8 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: 
         why = f"needs sglang >= 0.5.17, not {sglang_version}"
     elif kw.get("device") != "cuda":
         why = "needs a CUDA GPU (flashinfer attention)"
-    elif opts.attention_backend not in (None, "flashinfer"):
-        why = f"needs flashinfer attention, not {opts.attention_backend}"
+    elif opts.sglang.attention_backend not in (None, "flashinfer"):
+        why = f"needs flashinfer attention, not {opts.sglang.attention_backend}"
     elif asked is None and not MULTI_ITEM_DEFAULT:
         return "off by default"
     else:
@@ -209,14 +210,42 @@ def cpu_mem_fraction(model: str, kv_tokens: int, available: int | None = None) -
     return round(min(0.9, max(0.05, need / max(available, 1))), 3)
 
 
-def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
+def _trusted_engine_args(opts: BackendOptions) -> dict[str, Any]:
+    """The `--engine-arg`s, refused (BackendError) where one would run the checkpoint's code or load pickle
+    weights without the option that allows it."""
+    given = opts.sglang.engine_args
+    if given.get("trust_remote_code") and not opts.trust_remote_code:
+        raise BackendError(
+            "--engine-arg trust_remote_code=true runs the checkpoint's own code: add --trust-remote-code"
+        )
+    if (
+        "load_format" in given
+        and str(given["load_format"]) not in SAFE_LOAD_FORMATS
+        and not opts.allow_pickle
+    ):
+        raise BackendError(
+            f"--engine-arg load_format={given['load_format']} can load pickle weights, which can run code: "
+            f"add --allow-pickle (or use one of {', '.join(sorted(SAFE_LOAD_FORMATS))})"
+        )
+    return given
+
+
+class EngineKwargs(dict):
+    """`sglang.Engine` keyword arguments; `batch_memory`: the batch-job memory split set in them (the run
+    summary names it)."""
+
+    batch_memory: dict[str, Any] = {}
+
+
+def engine_kwargs(opts: BackendOptions, recurrent: bool = False, **extra: Any) -> EngineKwargs:
     """`sglang.Engine` keyword arguments from the user's options: prefill-only defaults, sglang's CPU path
-    when there is no GPU, the declared options that are set, `extra` (e.g. is_embedding), then `--engine-arg`s, which win.
+    when there is no GPU, the declared options that are set, `extra` (e.g. is_embedding), then `--engine-arg`s,
+    which win; for a `recurrent`-state model on a GPU, the batch-job memory split where the user left it.
     Raises BackendError for an engine arg that `ServerArgs` does not have (never silently ignored)."""
     from sglang.srt.server_args import ServerArgs
 
     fields = {f.name for f in dataclasses.fields(ServerArgs)}
-    if unknown := sorted(set(opts.engine_args) - fields):
+    if unknown := sorted(set(opts.sglang.engine_args) - fields):
         raise BackendError(f"unknown sglang engine arg(s): {', '.join(unknown)}")
     device = opts.device
     if device == "auto":
@@ -245,26 +274,14 @@ def engine_kwargs(opts: BackendOptions, **extra: Any) -> dict[str, Any]:
         )
     else:
         kw.update(gpu_prefill_defaults(fields))
-    kw.update(opts.sglang_kwargs())  # the declared engine options that are set (options.ENGINE_OPTIONS)
+    kw.update(engine_arguments(opts))  # the declared engine options that are set (options.ENGINE_OPTIONS)
     # sglang's "auto" loader reads .bin pickles and retries a legacy-tar one with weights_only=False, which
     # runs its code; "safetensors" reads nothing else. Its model config honours trust_remote_code.
     kw["trust_remote_code"] = opts.trust_remote_code
     if not opts.allow_pickle:
         kw["load_format"] = "safetensors"
     kw.update(extra)
-    given = opts.engine_args
-    if given.get("trust_remote_code") and not opts.trust_remote_code:
-        raise BackendError(
-            "--engine-arg trust_remote_code=true runs the checkpoint's own code: add --trust-remote-code"
-        )
-    if (
-        "load_format" in given
-        and str(given["load_format"]) not in SAFE_LOAD_FORMATS
-        and not opts.allow_pickle
-    ):
-        raise BackendError(
-            f"--engine-arg load_format={given['load_format']} can load pickle weights, which can run code: "
-            f"add --allow-pickle (or use one of {', '.join(sorted(SAFE_LOAD_FORMATS))})"
-        )
-    kw.update(given)
-    return kw
+    kw.update(_trusted_engine_args(opts))
+    out = EngineKwargs(kw)
+    out.batch_memory = hybrid_batch_memory(out, recurrent, fields)
+    return out

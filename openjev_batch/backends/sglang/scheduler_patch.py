@@ -197,48 +197,6 @@ def apply() -> bool:
     return True
 
 
-class _TracebackAtInfo(logging.Filter):
-    """Drops sglang's "Scheduler hit an exception: <traceback>" record unless its logger shows info
-    (`--engine-arg log_level=info`): the parent's one-line message names the cause from the error file, and
-    the ~40-line traceback printed above it buried that line (issue 25)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not record.getMessage().startswith("Scheduler hit an exception"):
-            return True
-        return logging.getLogger(record.name).getEffectiveLevel() <= logging.INFO
-
-
-def report_failures() -> None:
-    """In the scheduler process: also write the last line of the exception sglang's scheduler hits (it logs
-    the traceback, then SIGQUITs the parent) to the file named by $OPENJEV_ENGINE_ERROR_FILE, so the
-    parent's message names the cause (sglang_signals); the traceback itself is logged only at level info
-    (`_TracebackAtInfo`). Changes nothing without that variable or when the scheduler module has no
-    `get_exception_traceback`."""
-    import os
-
-    path = os.environ.get("OPENJEV_ENGINE_ERROR_FILE")
-    if not path:
-        return
-    import sglang.srt.managers.scheduler as sch
-
-    orig = getattr(sch, "get_exception_traceback", None)
-    if not callable(orig):
-        return
-
-    def traced() -> str:
-        tb = orig()
-        last = next((ln.strip() for ln in reversed(tb.splitlines()) if ln.strip()), "")
-        try:
-            with open(path, "a") as f:
-                f.write(last[:2000] + "\n")
-        except OSError:
-            pass
-        return tb
-
-    sch.get_exception_traceback = traced
-    sch.logger.addFilter(_TracebackAtInfo())
-
-
 IDLE_CHECK_INTERVAL_S = 30.0
 
 
@@ -295,6 +253,8 @@ def install(patches: tuple[str, ...] = PATCH_SETS["all"]) -> dict[str, bool]:
 
 def run_scheduler_process_with(patches: tuple[str, ...], *args: Any, **kwargs: Any) -> Any:
     """sglang's scheduler process entry point with `patches` installed first (spawned by reference)."""
+    from .scheduler_errors import report_failures
+
     install(patches)
     report_failures()
     from sglang.srt.managers.scheduler import run_scheduler_process as run

@@ -96,7 +96,7 @@ def failure_cause() -> str:
     lines = _error_lines(_state["error_file"])
     if MAIN_GUARD in lines:
         return MAIN_GUARD
-    if lines:  # the traceback is not printed (scheduler_patch._TracebackAtInfo): say how to see it
+    if lines:  # the traceback is not printed (scheduler_errors._TracebackAtInfo): say how to see it
         return f"the sglang scheduler failed: {lines[-1]} (its traceback: --engine-arg log_level=info)"
     for engine in list(_engines):
         # sglang's SubprocessWatchdog holds the engine's processes (it has already reaped a dead one, so

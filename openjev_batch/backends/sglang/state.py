@@ -1,6 +1,6 @@
 """The recurrent-state budget of a hybrid (linear-attention / mamba) sglang engine, and the groups of rows it
 allows in flight (pure: no engine, no I/O). The sglang backend's prefix-first pattern runs each group as
-prefix-only requests, then its branches (engine.py); `request_options.py` sets the budget per job."""
+prefix-only requests, then its branches (engine.py); `SGLangBackend.configure` sets the budget per job."""
 
 from __future__ import annotations
 

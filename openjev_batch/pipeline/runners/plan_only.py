@@ -69,14 +69,14 @@ class PlanOnlyRunner:
     def describe(self) -> dict[str, Any]:
         """The model's kind and the request pattern the sglang backend would choose for it, from its
         config.json (both '' when it cannot be read), and the plan's counts."""
+        from ...backends.sglang.patterns import planned
         from ...model_info import model_info
         from ..summary import describe_model
 
         info = model_info(self.cfg.model)
-        asked = getattr(self.cfg, "request_pattern", "auto")
         return {
             "model": describe_model(info),
-            "pattern": info.sglang_pattern(asked) if info.known else "",
+            "pattern": planned(self.cfg, info) if info.known else "",  # the backend's own resolver
             "counted": self.counts,
         }
 

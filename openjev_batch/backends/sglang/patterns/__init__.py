@@ -1,0 +1,104 @@
+"""How the sglang backend sends a window's requests, and THE resolver of `--request-pattern`, asked by a started
+backend (`SGLangBackend.configure`) and by `--dry-run` (`planned`, without starting sglang):
+
+    auto          what the backend picks from the model and the engine: multi-item where the engine was
+                  started with it (kwargs.choose_multi_item), prefix-first for recurrent-state (hybrid)
+                  models (model_info), else first-branch
+    prefix-first  one prefix-only request per distinct prefix, then its branches, groups sized by the
+                  engine's recurrent-state slots (for a dense model: its running-request slots)
+    first-branch  the first branch of each prefix as its warm-up, then the rest (the dense pattern)
+    multi-item    one request per prefix carrying all of its suffixes (an engine started for it)
+
+Multi-item is a property of the engine (no radix cache; every request carries delimiters), so it is fixed at
+start-up: a job may not switch a started engine into or out of it. The others are per job: the runner applies
+a config's options to a backend passed in, so a benchmark compares patterns on one engine.
+
+The patterns themselves: first_branch.py, prefix_first.py, multi_item.py (each `prefill(backend, window)`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ....errors import BackendError, ConfigError
+
+PATTERNS = ("prefix-first", "first-branch", "multi-item")
+
+
+def resolve(asked: str, *, multi_item: bool, hybrid: bool, multi_item_off: str | None = None) -> str:
+    """The pattern a job asking for `asked` (auto or one of PATTERNS) runs on an engine started with or
+    without multi-item scoring (`multi_item`; `multi_item_off`: why not), for a recurrent-state model or not
+    (`hybrid`). Raises ConfigError when that engine cannot serve the pattern asked for."""
+    if multi_item and asked not in ("auto", "multi-item"):
+        raise ConfigError(
+            f"--request-pattern {asked}: this engine was started for multi-item scoring (every request "
+            "carries item delimiters); start one with --request-pattern first-branch or prefix-first"
+        )
+    if not multi_item and asked == "multi-item":
+        raise ConfigError(
+            "--request-pattern multi-item: this engine was started without multi-item scoring "
+            f"({multi_item_off or 'off'}); it is chosen when the engine starts"
+        )
+    if multi_item:
+        return "multi-item"
+    if asked == "first-branch" or (asked == "auto" and not hybrid):
+        return "first-branch"
+    return "prefix-first"
+
+
+def words(name: str, info: Any = None) -> str:
+    """Pattern `name` in words, before an engine has started (`--dry-run`); `info`: the model's ModelInfo
+    (a recurrent state's size is named beside prefix-first)."""
+    if name == "multi-item":
+        return "multi-item scoring: one request per prefix with its suffixes (GPU, flashinfer)"
+    if name == "first-branch":
+        return "first branch of each prefix as the warm-up, then the other branches"
+    text = "prefix-only request per prefix, then its branches; rows in flight sized by state slots"
+    if getattr(info, "state_bytes", None):  # the slots are the engine's, known once it starts (run summary)
+        text += (
+            f"; {info.state_bytes / 2**20:.0f} MiB of recurrent state a sequence (slots and the running "
+            "cap: the run summary; a GPU gets the batch-job memory split, e.g. 807 slots, ≤ 269 running "
+            "for the 35B-A3B shape on an H200)"
+        )
+    return text
+
+
+def engine_multi_item(opts: Any) -> tuple[bool, str | None]:
+    """Whether an sglang engine started with `opts` would run multi-item scoring, decided as the backend
+    decides it at start-up (kwargs.choose_multi_item) but without starting one: (on, why not). Raises
+    BackendError where the start would refuse it (asked for where it cannot run)."""
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        return False, "sglang is not installed"
+    from ..kwargs import choose_multi_item
+
+    device = opts.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    kw = {"device": device, **opts.sglang.engine_args}  # as engine_kwargs has it: `cuda:1` runs no multi-item
+    try:
+        version = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:  # importable without its metadata: the start decides
+        return False, "sglang's version is unknown before the engine starts"
+    why = choose_multi_item(opts, kw, version)
+    return why is None, why
+
+
+def planned(cfg: Any, info: Any) -> str:
+    """The pattern a run of `cfg` (a RunConfig) would use for the model `info` describes, in words: the
+    same resolver a started backend asks, with multi-item scoring predicted from the options. A pattern
+    the engine would refuse is named with the refusal."""
+    multi, why = False, None
+    try:
+        if cfg.backend == "sglang":
+            multi, why = engine_multi_item(cfg)
+        name = resolve(
+            cfg.sglang.request_pattern, multi_item=multi, hybrid=info.recurrent, multi_item_off=why
+        )
+    except (BackendError, ConfigError) as e:
+        return f"refused when the engine starts: {e}"
+    return words(name, info)
