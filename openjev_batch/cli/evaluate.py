@@ -9,7 +9,6 @@ import typer
 
 from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
-from ..threads import MAX_THREADS
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
 from .display import _print_plan, _progress
 from .options import (
