@@ -34,6 +34,8 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w])")
 FOREIGN_FLAGS = {"--no-deps"}
 # Names of third-party packages that are also names of modules of ours (`sglang.Engine`, `ray.init`).
 FOREIGN_MODULES = {"sglang", "ray", "torch", "transformers", "yaml", "json", "typer", "pyarrow", "polars"}
+# Dotted names that are data, not modules: the Parquet metadata key the finished output's manifest is under.
+DATA_KEYS = {"openjev_batch.manifest"}
 EXTENSIONS = {
     "py",
     "md",
@@ -205,6 +207,8 @@ def module_basenames() -> dict[str, list[Path]]:
 
 
 def check_module(dotted: str) -> str | None:
+    if dotted in DATA_KEYS:
+        return None
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
         f = module_file(parts[:i])
