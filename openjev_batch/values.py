@@ -5,6 +5,7 @@ field), never raised past a row."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,12 @@ def yaml_alias_problem(node: Any) -> str | None:
     except ValueError as e:
         return str(e)
     return None
+
+
+def sha256_file(path: str | Path) -> str:
+    """The hex sha256 of a file's bytes, read in 16 MiB pieces (a model's weights, an output, a benchmark)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(1 << 24):
+            h.update(piece)
+    return h.hexdigest()

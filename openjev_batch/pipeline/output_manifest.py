@@ -15,7 +15,6 @@ do; another job's → refused, naming what differs, as a partial of another job 
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -24,6 +23,7 @@ from typing import Any
 
 from ..errors import ConfigError, OutputFinished
 from ..options import output_format
+from ..values import sha256_file
 
 KEY = b"openjev_batch.manifest"
 SIDECAR = ".manifest.json"
@@ -51,18 +51,10 @@ def parquet_metadata(doc: dict[str, Any]) -> dict[bytes, bytes]:
     return {KEY: json.dumps(doc, ensure_ascii=False).encode()}
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while piece := f.read(1 << 20):
-            h.update(piece)
-    return h.hexdigest()
-
-
 def write_sidecar(output: Path, doc: dict[str, Any], joined: Path) -> Path:
     """The sidecar of `output` describing `joined` (the output file about to be renamed into place), written
     under a temporary name (`replace_output` renames it). Returns the temporary file."""
-    full = {**doc, "output": {"bytes": joined.stat().st_size, "sha256": _sha256(joined)}}
+    full = {**doc, "output": {"bytes": joined.stat().st_size, "sha256": sha256_file(joined)}}
     # beside `joined`, in the partial folder: a crash leaves it among the store's temporaries (.join-*.tmp)
     tmp = joined.with_name(f"{joined.name.removesuffix('.tmp')}-manifest.tmp")
     tmp.write_text(json.dumps(full, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
@@ -114,7 +106,7 @@ def read(output: Path) -> dict[str, Any] | None:
     if doc is None:
         return None
     seen = doc.get("output") or {}
-    if seen.get("bytes") != output.stat().st_size or seen.get("sha256") != _sha256(output):
+    if seen.get("bytes") != output.stat().st_size or seen.get("sha256") != sha256_file(output):
         raise ConfigError(
             f"--resume: {output} changed since its job wrote it ({side.name} no longer describes it); "
             "rerun without --resume to replace it"

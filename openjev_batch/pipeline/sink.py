@@ -33,17 +33,12 @@ class StoreSink:
         )
 
 
-class MemorySink:
-    """The job's output as one Arrow table in memory (the Python API); nothing to resume. Kept columns get
-    their type from all their values at once (write.records_table), as one table of the whole job would."""
+class _Unstored:
+    """What a sink that keeps no files shares: no manifest, no partial to resume, no ledger; it is its own
+    context (nothing to lock or release)."""
 
     keeps_manifest = False
-
-    def __init__(self) -> None:
-        self.parts: dict[int, pa.Table] = {}  # the readout's columns, per chunk
-        self.kept: dict[int, list[dict[str, Any]]] = {}  # the kept columns' values, per chunk
-        self.rows_written = 0
-        self.partial = None  # no partial output to offer for --resume
+    partial = None  # no partial output to offer for --resume
 
     def open(self, manifest: dict, readout: Readout):
         self.readout = readout
@@ -51,6 +46,25 @@ class MemorySink:
 
     def begin_chunk(self, chunk: int, rows: int, records: int, input_sha256: str | None) -> None:
         pass
+
+    def amend(self, key: str, value: Any) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+class MemorySink(_Unstored):
+    """The job's output as one Arrow table in memory (the Python API); nothing to resume. Kept columns get
+    their type from all their values at once (write.records_table), as one table of the whole job would."""
+
+    def __init__(self) -> None:
+        self.parts: dict[int, pa.Table] = {}  # the readout's columns, per chunk
+        self.kept: dict[int, list[dict[str, Any]]] = {}  # the kept columns' values, per chunk
+        self.rows_written = 0
 
     def done(self, chunk: int) -> pa.Table | None:
         return self.parts.get(chunk)
@@ -61,9 +75,6 @@ class MemorySink:
         self.parts[chunk] = records_table(records, (), self.readout.schema)
         self.kept[chunk] = [{k: r[k] for k in self.readout.keep} for r in records]
         self.rows_written += len(records)
-
-    def amend(self, key: str, value: Any) -> None:
-        pass
 
     def close(self) -> pa.Table:
         """Every part in chunk order, as one table (the readout's columns, then the kept ones)."""
@@ -78,33 +89,17 @@ class MemorySink:
                 table = table.append_column(k, kept.column(k))
         return table
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc) -> None:
-        pass
-
-
-class NullSink:
+class NullSink(_Unstored):
     """No output: nothing written, no lock, nothing to resume; each chunk's records are only counted (the
     loop's totals and count check). A runner that scores nothing (runners/plan_only, runners/parse_only)
     gives them as one table of stand-ins (runners.stand_ins: the readout's columns, `id` and `error`
     filled), kept as the chunk's part so the totals count it as they count a stored part. Only the last part
     is held: memory stays one chunk's, whatever the input's size."""
 
-    keeps_manifest = False
-    partial = None
-
     def __init__(self) -> None:
         self.rows_written = 0
         self.last: tuple[int, pa.Table] | None = None
-
-    def open(self, manifest: dict, readout: Readout):
-        self.readout = readout
-        return self
-
-    def begin_chunk(self, chunk: int, rows: int, records: int, input_sha256: str | None) -> None:
-        pass
 
     def done(self, chunk: int) -> pa.Table | None:
         return self.last[1] if self.last is not None and self.last[0] == chunk else None
@@ -113,14 +108,5 @@ class NullSink:
         self.last = (chunk, records)
         self.rows_written += records.num_rows
 
-    def amend(self, key: str, value: Any) -> None:
-        pass
-
     def close(self) -> None:
         return None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
