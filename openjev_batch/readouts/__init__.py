@@ -4,8 +4,9 @@ one place that names them; each readout's module builds it from a job's options 
 - `label-logprobs` (label_logprobs/): questions answered from option-label next-token logprobs (`run`).
 - `classifier-head` (classifier_head/): a sequence-classification head's logits (`classify`).
 
-Adding a readout: its module (a `Readout` subclass, `BASE_COLUMNS`, a `build` function), one `register` line
-here, and a backend class per backend for its `backend_kind` (backends/__init__.py).
+Adding a readout: its module (a `Readout` subclass, `BASE_COLUMNS`, `INPUT_COLUMNS`, `TEXT_COLUMN`, `OPTIONS`,
+`COMMAND`, a `build` function), one `register` line here, and a backend class per backend for its
+`backend_kind` (backends/__init__.py).
 """
 
 from __future__ import annotations
@@ -56,3 +57,17 @@ def input_columns(name: str) -> tuple[str, ...]:
 def text_column(name: str) -> str:
     """The column a bare list of texts fills (the Python API: a Series or a list of strings)."""
     return _module(name).TEXT_COLUMN
+
+
+def foreign_option(name: str, field: str) -> str | None:
+    """Why job option `field` (a RunConfig field, set) is refused for readout `name`: it is another readout's
+    (each declares the job options it reads in `OPTIONS`, field → flag, and the command that runs it in
+    `COMMAND`). None when `name` reads it, or no readout declares it."""
+    mine = _module(name)
+    if field in mine.OPTIONS:
+        return None
+    for other in NAMES:
+        m = _module(other)
+        if field in m.OPTIONS:
+            return f"{m.OPTIONS[field]} is for {m.COMMAND} ({other}), not for {mine.COMMAND} ({name})"
+    return None

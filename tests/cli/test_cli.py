@@ -123,7 +123,7 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
         ),
         (
             ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf", "--keep", "score"],
-            "keep: score already output column(s)",
+            "keep: --keep column(s) score clash with output columns",
         ),
         (
             ["run", "examples/tickets.jsonl", "-o", "examples", "-m", "M", "-b", "hf"],

@@ -41,6 +41,10 @@ from .template import DEFAULT_TEMPLATE, Template
 BASE_COLUMNS = ("id", "logits", "probs", "label", "prompt_tokens", "error")
 INPUT_COLUMNS = ("id", "text", "premise", "hypothesis")
 TEXT_COLUMN = "text"  # the Python API takes a Series or a list of strings as this column
+OPTIONS = {
+    "template": "--template"
+}  # the job options it reads (RunConfig field → flag); another readout refuses them
+COMMAND = "classify"  # the CLI command that runs it
 
 
 def build(cfg: Any, labels: tuple[str, ...] | None = None, questions: Any = None) -> ClassifierHead:

@@ -25,6 +25,11 @@ from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
 
 INPUT_COLUMNS = ("id", "state", "questions")
 TEXT_COLUMN = "state"  # the Python API takes a Series or a list of strings as this column
+OPTIONS = {
+    "questions_file": "--questions",
+    "system_prompt": "--system-prompt",
+}  # the job options it reads (RunConfig field → flag); another readout refuses them
+COMMAND = "run"  # the CLI command that runs it
 
 SEP = "\x1f"  # as pipeline.summary.SEP: a question's id, type and options joined into one answer key
 
