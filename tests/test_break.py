@@ -24,7 +24,7 @@ def _questions(tmp_path):
         ("bad.jsonl.gz", b"\x1f\x8b\x08\x00garbage", "Truncated compressed stream"),
         (
             "cut.jsonl.gz",
-            gzip.compress(b'{"id": "a", "state": "x"}\n' * 200)[:-30],
+            gzip.compress(b'{"id": "a", "state": "x"}\n' * 200, mtime=0)[:-30],
             "Truncated compressed stream",
         ),
         ("bad.jsonl.zst", b"\x28\xb5\x2f\xfdgarbage", "ZSTD decompress failed"),
