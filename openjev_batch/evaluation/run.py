@@ -11,7 +11,6 @@ job's resume key still matches).
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import time
@@ -27,6 +26,17 @@ from ..errors import ConfigError
 from ..options import EngineOptions
 from ..values import sha256_file
 from .build import KEEP, build_rows, fewshot_blocks, prepare
+from .folder import (
+    JOB,
+    PREDICTIONS,
+    QUESTIONS,
+    claim,
+    job_key,
+    jsonl_line,
+    refuse_another_job,
+    refuse_other_predictions,
+    write_if_changed,
+)
 from .report import commit, hardware, write_reports
 from .samples import log_samples, prompt_texts
 
@@ -81,141 +91,13 @@ def build_eval_config(**kw: Any) -> EvalConfig:
 
 
 # what eval writes into its folder (with the store's OUT.partial / OUT.lock and the temporaries)
-QUESTIONS, PREDICTIONS, JOB = "questions.jsonl", "predictions.parquet", "eval_job.json"
-WRITES = (
-    QUESTIONS, f"{QUESTIONS}.tmp", JOB, f"{JOB}.tmp", PREDICTIONS, f"{PREDICTIONS}.tmp", f"{PREDICTIONS}.partial",
-    f"{PREDICTIONS}.lock", "report.json", "report.md", "reliability.png",
-)  # fmt: skip
-
-
-def _claim(out_dir: Path, cfg: EvalConfig) -> None:
-    """Refuse a benchmark or dev file that eval would write over, and a non-empty output folder unless
-    --force (its files are replaced) or --resume of the eval job it holds."""
-    from ..config import check_not_input
-
-    for what, path in (("the benchmark file", cfg.input), ("the --dev file", cfg.dev)):
-        for name in WRITES:  # hostile trial, issue 25: `eval DIR/questions.jsonl -o DIR` wrote over it
-            try:
-                check_not_input(out_dir / name, path, what)
-            except ValueError:
-                raise ConfigError(
-                    f"eval: {what} {path} is {out_dir / name}, a file eval writes; copy it out of {out_dir} "
-                    "or choose another -o"
-                ) from None
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"eval: {out_dir} is a file, not a folder")
-    names = {p.name for p in out_dir.iterdir()} if out_dir.is_dir() else set()
-    if names and not (cfg.force or cfg.resume):
-        raise ConfigError(
-            f"eval: {out_dir} is not empty; pass --force to overwrite it or --resume to continue its job"
-        )
-    # an eval job: its questions, with its predictions (finished or partial) or nothing else yet (a job
-    # stopped before its first part); --resume elsewhere would write over the folder's reports (issue 25)
-    job = QUESTIONS in names and bool({PREDICTIONS, f"{PREDICTIONS}.partial"} & names or names == {QUESTIONS})
-    if names and cfg.resume and not job:
-        raise ConfigError(
-            f"eval --resume: {out_dir} holds no eval job to continue (no {QUESTIONS} with {PREDICTIONS} or "
-            "its .partial); pass --force to overwrite its files, or use an empty folder"
-        )
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-
-def _jsonl_line(row: dict[str, Any]) -> str:
-    """One questions.jsonl line: UTF-8 text as it is, but a lone surrogate (undecodable benchmark text) as a
-    JSON escape, so the file can be written and the job's row checks name the row and field (hostile trial:
-    a UnicodeEncodeError traceback and a stray .tmp)."""
-    line = json.dumps(row, ensure_ascii=False)
-    try:
-        line.encode("utf-8")
-    except UnicodeEncodeError:
-        line = json.dumps(row)
-    return line + "\n"
-
-
-def _write_if_changed(path: Path, text: str) -> bool:
-    """Write `text` unless the file already holds it (its mtime is part of the job's resume key)."""
-    if path.exists() and path.read_text(encoding="utf-8") == text:
-        return False
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return True
-
-
-def _job_key(cfg: EvalConfig, fmt: str) -> dict[str, Any]:
-    """What makes an eval's numbers (eval_job.json): the benchmark and dev files by content, how they are
-    sampled and prompted, the model, the backend and the engine options that change the numbers. The
-    temperature-fit share is not in it: --resume --calibrate re-scores a finished job."""
-    return {
-        "input sha256": sha256_file(Path(cfg.input)),
-        "format": fmt,
-        "sample": cfg.sample,
-        "seed": cfg.seed,
-        "limit": cfg.limit,
-        "shots": cfg.shots,
-        "dev sha256": sha256_file(Path(cfg.dev)) if cfg.dev else None,
-        "system_prompt sha256": None
-        if cfg.system_prompt is None
-        else hashlib.sha256(cfg.system_prompt.strip().encode()).hexdigest(),
-        "model": cfg.model,
-        "backend": cfg.backend,
-        **cfg.resume_key(),
-    }
-
-
-def _refuse_another_job(out_dir: Path, key: dict[str, Any], text: str) -> None:
-    """--resume continues or re-scores the folder's own job only (as `run --resume`): another --sample,
-    seed, shots, format, model or engine setting would be reported under the old job's predictions, or
-    recompute and overwrite them (hostile trial, issue 26). Raises ConfigError naming what changed; checked
-    before anything in the folder is written."""
-    old: dict[str, Any] | None = None
-    if (out_dir / JOB).exists():
-        old = json.loads((out_dir / JOB).read_text(encoding="utf-8"))
-    elif (out_dir / "report.json").exists():  # a folder from before eval_job.json: what its report records
-        rep = json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
-        d, r = rep.get("dataset", {}), rep.get("run", {})
-        old = {"input sha256": d.get("sha256"), "model": r.get("model_path"), "backend": r.get("backend")}
-        old |= {k: d[k] for k in ("format", "sample", "seed", "shots") if k in d}
-    diff = sorted(k for k in (old or {}) if old[k] != key.get(k))
-    if (
-        not diff
-        and (out_dir / QUESTIONS).exists()
-        and (out_dir / QUESTIONS).read_text(encoding="utf-8") != text
-    ):
-        diff = [QUESTIONS]
-    if diff:
-        changes = "; ".join(f"{k}: {old[k]!r} → {key.get(k)!r}" if old and k in old else k for k in diff)
-        raise ConfigError(
-            f"eval --resume: {out_dir} holds another job (differs in {changes}); --resume continues the "
-            "same job: pass --force to run this one there, or choose another -o"
-        )
-
-
-def _refuse_other_predictions(predictions: Path, job) -> None:
-    """Finished predictions are re-scored only when their manifest (pipeline/output_manifest.py) is this
-    job's: it names the model by content, eval_job.json by path (weights swapped under it are refused)."""
-    from ..pipeline import output_manifest
-    from ..pipeline.loop import job_manifest
-
-    doc = output_manifest.read(predictions)
-    if doc is not None and (diff := output_manifest.differences(doc["manifest"], job_manifest(job))):
-        raise ConfigError(
-            f"eval --resume: {predictions} was made by another job (differs in {', '.join(diff)}); --resume "
-            "continues the same job: pass --force to run this one there, or choose another -o"
-        )
-
-
 def questions(cfg: EvalConfig):
     """The benchmark read, sampled, limited and converted: (all items, chosen items, dev items, format,
     the text of questions.jsonl). Raises ConfigError as `prepare`."""
     items, chosen, dev_items, fmt = prepare(cfg.input, cfg.format, cfg.shots, cfg.dev, cfg.sample, cfg.seed)
     chosen = chosen[: cfg.limit] if cfg.limit else chosen
     blocks = fewshot_blocks({it.category for it in chosen}, dev_items, cfg.shots)
-    text = "".join(_jsonl_line(r) for r in build_rows(chosen, blocks))
+    text = "".join(jsonl_line(r) for r in build_rows(chosen, blocks))
     return items, chosen, dev_items, fmt, text
 
 
@@ -269,17 +151,17 @@ def run_eval(
     items, chosen, dev_items, fmt, text = questions(cfg)
     blocks = fewshot_blocks({it.category for it in chosen}, dev_items, cfg.shots)
     qpath, ppath = out_dir / QUESTIONS, out_dir / PREDICTIONS
-    _claim(out_dir, cfg)
+    claim(out_dir, cfg)
     job = cfg.job(qpath, ppath)  # its option checks (--system-prompt's size …) before a file is written
     refuse_if_held(ppath)  # a running eval's questions are not rewritten by a second one it refuses
-    key = _job_key(cfg, fmt)
+    key = job_key(cfg, fmt)
     finished = ppath.exists() and not ppath.with_name(ppath.name + ".partial").exists()
     if cfg.resume:
-        _refuse_another_job(out_dir, key, text)
+        refuse_another_job(out_dir, key, text)
         if finished:
-            _refuse_other_predictions(ppath, job)
-    changed = _write_if_changed(qpath, text)
-    _write_if_changed(out_dir / JOB, json.dumps(key, indent=1, sort_keys=True) + "\n")
+            refuse_other_predictions(ppath, job)
+    changed = write_if_changed(qpath, text)
+    write_if_changed(out_dir / JOB, json.dumps(key, indent=1, sort_keys=True) + "\n")
     if cfg.resume and finished:
         if not changed and (out_dir / "report.json").exists():
             log_samples(ppath)
