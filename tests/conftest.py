@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`-n auto`, the README's test command; CI has 2 cores), tests that share one heavy
     thing run in one worker, one after another (`--dist loadgroup`): the CPU sglang engine (one per test
