@@ -110,87 +110,24 @@ def _run_job(
 ) -> None:
     """The one body of `run` and `classify` (the readout is in `kw`): build the config, then the dry run,
     the prompt display, the Ray run or the local job; print the summary; exit 3 when some rows or
-    questions have errors.
-
-    Length (over ~60 lines): the one body of `run` and `classify` (dry run, prompt display, Ray, local job) and their exit codes, in one place.
-    """
-    output, progress, resume = kw["output"], kw["progress"], kw["resume"]
+    questions have errors."""
+    output, resume = kw["output"], kw["resume"]
     if output is None and not dry_run and not show_prompt:
         also = " and --show-prompt" if command == "run" else ""
         raise typer.BadParameter(
             f"missing: -o/--output (only --dry-run{also} run without it)", param_hint="'-o'"
         )
-    from ..threads import apply_threads, default_threads
-
-    given, threads = threads, threads or default_threads()
-    if threads:
-        apply_threads(threads)  # before torch is imported (default_backend, the backends)
-    # the summary says what the default picked: a slow run on a busy machine is often its thread count
-    threads_note = (
-        f"{threads} ({'--threads' if given else 'default: the idle cores'})"
-        if threads
-        else f"{os.environ.get('OMP_NUM_THREADS')} (OMP_NUM_THREADS)"
-    )
-    from ..backends import default_backend
-    from ..config import build_config, check_not_input
-    from ..pipeline.read import all_columns
-
-    _quiet(progress)
+    threads_note = _threads(threads)
+    _quiet(kw["progress"])
     stack = contextlib.ExitStack()
     stop_on_signals()  # SIGTERM (schedulers) ends the job like Ctrl-C: message, partial kept, exit 143
     try:
         to_stdout = str(output) == "-"
-        if (
-            to_stdout
-        ):  # `-o -`: JSONL on standard output, joined in a temporary folder first (atomic, as a file)
-            import tempfile
-
-            if resume:
-                raise ConfigError("--resume needs an output file: standard output cannot be continued")
-            output = kw["output"] = (
-                Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdout-")))
-                / "stdout.jsonl"
-            )
-        if str(kw["input"]) in STDIN_NAMES:
-            if resume:
-                raise ConfigError("--resume needs an input file: standard input cannot be read again")
-            kw["input"] = _spool_stdin(stack)
-        prompt_file = None
-        if kw.get("system_prompt") is not None:
-            prompt_file = at_file(kw["system_prompt"])
-            kw["system_prompt"] = _text_or_file(kw["system_prompt"], "--system-prompt")
-        keep = tuple(k.strip() for k in kw["keep"].split(",") if k.strip())
-        opts = {**kw, "model": _resolve(kw["model"], tokenizer_only=dry_run or bool(show_prompt)),
-                "backend": kw["backend"] or default_backend()}  # fmt: skip
-        cfg = build_config(**{**opts, "keep": () if keep == ("all",) else keep})
-        if keep == ("all",):  # every input column the readout neither reads nor writes, as the API's
-            cfg = build_config(**{**opts, "keep": all_columns(cfg)})
-        if output is not None:  # the file the text came from is no part of the config, so checked here
-            try:
-                check_not_input(output, prompt_file, "the --system-prompt file")
-            except ValueError as e:
-                raise ConfigError(f"invalid options: {e}") from None
+        cfg = _config(kw, stack, tokenizer_only=dry_run or bool(show_prompt))
+        output = cfg.output
         ray_opts = ray_options(ray, ray_address, workers, gpus_per_worker)  # refuses them without --ray
-        if show_prompt:
-            from ..pipeline.dry_run import show_prompt as render
-
-            if dry_run or resume or ray:
-                raise ConfigError(
-                    "--show-prompt prints the first rows and exits: drop --dry-run/--resume/--ray"
-                )
-            # as it is (no markup, emoji codes or wrapping), but no raw control characters: a row's ESC codes
-            sys.stdout.write(printable(render(cfg, show_prompt)))
-            return
-        if dry_run:
-            from ..pipeline.dry_run import dry_run as plan_only
-
-            if resume:  # the plan covers the whole input; OUT.partial is neither read nor checked
-                raise ConfigError("--dry-run plans the whole input and ignores OUT.partial: drop --resume")
-            if ray:  # a plan here, in one process, is not what the Ray buckets would run: said, not ignored
-                raise ConfigError(
-                    "--dry-run plans on this machine with the tokenizer only, not per Ray bucket: drop --ray"
-                )
-            _print_plan(plan_only(cfg), command)
+        if show_prompt or dry_run:
+            _plan_only(cfg, command, show_prompt, dry_run=dry_run, resume=resume, ray=ray)
             return
         readout, s = _execute(cfg, command, ray_opts)
         if to_stdout:  # the summary and progress are on stderr: stdout holds the rows alone
@@ -212,6 +149,76 @@ def _run_job(
     _print_summary(command, readout, s, threads_note)
     if s.errors:
         raise typer.Exit(EXIT_ROW_ERRORS)
+
+
+def _threads(threads: int | None) -> str:
+    """Apply --threads (or its default, the idle cores) before torch is imported (default_backend, the
+    backends); returns what the summary says of it: a slow run on a busy machine is often its thread count."""
+    from ..threads import apply_threads, default_threads
+
+    given, threads = threads, threads or default_threads()
+    if threads:
+        apply_threads(threads)
+        return f"{threads} ({'--threads' if given else 'default: the idle cores'})"
+    return f"{os.environ.get('OMP_NUM_THREADS')} (OMP_NUM_THREADS)"
+
+
+def _config(kw: dict, stack: contextlib.ExitStack, tokenizer_only: bool):
+    """The job's RunConfig from the command's options: `-o -` and `-` (stdin) as temporary files that
+    `stack` removes, --system-prompt's @FILE read, --keep all resolved, the model name resolved."""
+    from ..backends import default_backend
+    from ..config import build_config, check_not_input
+    from ..pipeline.read import all_columns
+
+    resume = kw["resume"]
+    if str(kw["output"]) == "-":  # JSONL on standard output, joined in a temporary folder first (atomic)
+        import tempfile
+
+        if resume:
+            raise ConfigError("--resume needs an output file: standard output cannot be continued")
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdout-")))
+        kw["output"] = tmp / "stdout.jsonl"
+    if str(kw["input"]) in STDIN_NAMES:
+        if resume:
+            raise ConfigError("--resume needs an input file: standard input cannot be read again")
+        kw["input"] = _spool_stdin(stack)
+    prompt_file = None
+    if kw.get("system_prompt") is not None:
+        prompt_file = at_file(kw["system_prompt"])
+        kw["system_prompt"] = _text_or_file(kw["system_prompt"], "--system-prompt")
+    keep = tuple(k.strip() for k in kw["keep"].split(",") if k.strip())
+    opts = {**kw, "model": _resolve(kw["model"], tokenizer_only=tokenizer_only),
+            "backend": kw["backend"] or default_backend()}  # fmt: skip
+    cfg = build_config(**{**opts, "keep": () if keep == ("all",) else keep})
+    if keep == ("all",):  # every input column the readout neither reads nor writes, as the API's
+        cfg = build_config(**{**opts, "keep": all_columns(cfg)})
+    if cfg.output is not None:  # the file the text came from is no part of the config, so checked here
+        try:
+            check_not_input(cfg.output, prompt_file, "the --system-prompt file")
+        except ValueError as e:
+            raise ConfigError(f"invalid options: {e}") from None
+    return cfg
+
+
+def _plan_only(cfg, command: str, show_prompt: int | None, *, dry_run: bool, resume: bool, ray: bool) -> None:
+    """--show-prompt (the first rows' prompts) or --dry-run (the plan): the tokenizer alone, nothing written."""
+    if show_prompt:
+        from ..pipeline.dry_run import show_prompt as render
+
+        if dry_run or resume or ray:
+            raise ConfigError("--show-prompt prints the first rows and exits: drop --dry-run/--resume/--ray")
+        # as it is (no markup, emoji codes or wrapping), but no raw control characters: a row's ESC codes
+        sys.stdout.write(printable(render(cfg, show_prompt)))
+        return
+    from ..pipeline.dry_run import dry_run as plan_only
+
+    if resume:  # the plan covers the whole input; OUT.partial is neither read nor checked
+        raise ConfigError("--dry-run plans the whole input and ignores OUT.partial: drop --resume")
+    if ray:  # a plan here, in one process, is not what the Ray buckets would run: said, not ignored
+        raise ConfigError(
+            "--dry-run plans on this machine with the tokenizer only, not per Ray bucket: drop --ray"
+        )
+    _print_plan(plan_only(cfg), command)
 
 
 def _execute(cfg, command: str, ray_opts):
