@@ -140,7 +140,7 @@ class Classifier:
         `last_summary` holds the run's counts (a pipeline.Summary). Raises ConfigError for bad arguments or
         invalid shared questions, OutputCheckError when a row lacks records (the count check).
         """
-        from .frames import as_frame, columns_of, convert, input_index, kind_of, restore_ids
+        from .frames import as_frame, convert, input_index, kind_of, restore_ids
         from .pipeline import loop
         from .pipeline.sink import MemorySink
         from .pipeline.source import FrameSource
@@ -148,23 +148,7 @@ class Classifier:
         self._open()  # a closed Classifier says so (not an AttributeError on its backend)
         data = as_frame(data, self._text_column())
         kind = kind_of(data)
-        if output == "auto":
-            output = kind if kind in ("polars", "pandas", "arrow") else "polars"
-        if output not in ("polars", "pandas", "arrow"):
-            raise ConfigError(f"output must be auto, polars, pandas or arrow, got {output!r}")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise ConfigError(f"limit must be an integer, got {type(limit).__name__}")
-        if limit is not None and limit <= 0:
-            raise ConfigError("limit must be positive")
-        if kind == "records" and (isinstance(data, (str, bytes, dict)) or not isinstance(data, Iterable)):
-            # a path or a dict of columns would otherwise be iterated: one row error per character or key
-            raise ConfigError(
-                "data must be a DataFrame, a pyarrow Table or an iterable of row dicts, got "
-                f"{type(data).__name__} (a file: use the CLI, or read it into a DataFrame)"
-            )
-        cols = columns_of(data, kind)
-        if kind != "records" and cols and (dup := sorted({c for c in cols if cols.count(c) > 1})):
-            raise ConfigError(f"data has column(s) {', '.join(map(repr, dup))} twice")  # which one to read?
+        output, cols = _checked(data, kind, output, limit)
         cfg, readout = self._job(questions, template, keep, cols, limit)
         source = FrameSource(data, kind, CHUNK_ROWS, limit)
         self.last_summary, table = loop.run(
@@ -263,3 +247,29 @@ def run(data: Any, questions: Any = None, *, model: str, backend: str | None = N
     run_kw = {k: kw.pop(k) for k in names if k in kw}
     with Classifier(model, backend, **kw) as clf:
         return clf.run(data, questions, **run_kw)
+
+
+def _checked(data: Any, kind: str, output: str, limit: Any) -> tuple[str, list[str] | None]:
+    """`Classifier.run`'s arguments checked before anything runs: the output kind ("auto" resolved), the
+    limit, data that would be iterated wrongly, a column named twice. Returns the output kind and the
+    data's columns. Raises ConfigError."""
+    from .frames import columns_of
+
+    if output == "auto":
+        output = kind if kind in ("polars", "pandas", "arrow") else "polars"
+    if output not in ("polars", "pandas", "arrow"):
+        raise ConfigError(f"output must be auto, polars, pandas or arrow, got {output!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise ConfigError(f"limit must be an integer, got {type(limit).__name__}")
+    if limit is not None and limit <= 0:
+        raise ConfigError("limit must be positive")
+    if kind == "records" and (isinstance(data, (str, bytes, dict)) or not isinstance(data, Iterable)):
+        # a path or a dict of columns would otherwise be iterated: one row error per character or key
+        raise ConfigError(
+            "data must be a DataFrame, a pyarrow Table or an iterable of row dicts, got "
+            f"{type(data).__name__} (a file: use the CLI, or read it into a DataFrame)"
+        )
+    cols = columns_of(data, kind)
+    if kind != "records" and cols and (dup := sorted({c for c in cols if cols.count(c) > 1})):
+        raise ConfigError(f"data has column(s) {', '.join(map(repr, dup))} twice")  # which one to read?
+    return output, cols

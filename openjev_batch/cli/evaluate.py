@@ -26,6 +26,7 @@ from .options import (
     _quiet,
     _resolve,
     _text_or_file,
+    apply_threads_option,
     ray_options,
 )
 
@@ -79,11 +80,7 @@ def eval_(
     gpus_per_worker: float = GPUS_PER_WORKER,
 ) -> None:
     """Turn a benchmark file into a scored report: accuracy with 95 % intervals, Brier, ECE, reliability PNG."""
-    from ..threads import apply_threads, default_threads
-
-    threads = threads or default_threads()
-    if threads:
-        apply_threads(threads)  # before torch is imported (the backends)
+    apply_threads_option(threads)  # before torch is imported (the backends)
     from ..backends import default_backend
     from ..evaluation import build_eval_config, run_eval
     from ..evaluation.report import rich_tables
@@ -106,25 +103,8 @@ def eval_(
             resume=resume, **engine,
         )  # fmt: skip
         on_ray = ray_options(ray, ray_address, workers, gpus_per_worker)  # refuses them without --ray
-        if dry_run:
-            from ..evaluation.run import dry_run as plan_only
-
-            # the plan covers the whole benchmark; the output folder is neither read nor written
-            if show_prompt or resume or ray:
-                raise ConfigError(
-                    "--dry-run plans the whole benchmark and writes nothing: drop --show-prompt/--resume/--ray"
-                )
-            _print_plan(plan_only(cfg), "eval")
-            return
-        if show_prompt:
-            from ..evaluation.run import show_prompt as render
-
-            if resume or force or ray:
-                raise ConfigError(
-                    "--show-prompt prints the first questions and exits: drop --resume/--force/--ray"
-                )
-            # as it is (no markup or wrapping), but no raw control characters: a benchmark's ESC codes
-            sys.stdout.write(printable(render(cfg, show_prompt)))
+        if dry_run or show_prompt:
+            _plan_only(cfg, show_prompt, dry_run=dry_run, resume=resume, force=force, ray=ray)
             return
         with _progress("prefill", "questions", progress) as live:
             rep = run_eval(cfg, progress=live, ray=on_ray)
@@ -143,3 +123,23 @@ def eval_(
     if rep["errors"]:
         err.print(f"[yellow]{rep['errors']} question(s) have errors[/]: see {output_dir}/predictions.parquet")
         raise typer.Exit(EXIT_ROW_ERRORS)
+
+
+def _plan_only(cfg, show_prompt: int | None, *, dry_run: bool, resume: bool, force: bool, ray: bool) -> None:
+    """--dry-run (the plan of the whole benchmark) or --show-prompt (the first questions' prompts): the
+    tokenizer alone; the output folder is neither read nor written."""
+    if dry_run:
+        from ..evaluation.run import dry_run as plan_only
+
+        if show_prompt or resume or ray:
+            raise ConfigError(
+                "--dry-run plans the whole benchmark and writes nothing: drop --show-prompt/--resume/--ray"
+            )
+        _print_plan(plan_only(cfg), "eval")
+        return
+    from ..evaluation.run import show_prompt as render
+
+    if resume or force or ray:
+        raise ConfigError("--show-prompt prints the first questions and exits: drop --resume/--force/--ray")
+    # as it is (no markup or wrapping), but no raw control characters: a benchmark's ESC codes
+    sys.stdout.write(printable(render(cfg, show_prompt)))

@@ -230,3 +230,15 @@ def _text_or_file(value: str, option: str) -> str:
         return raw.decode("utf-8-sig")  # a BOM is not text, as in the input files
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{option} {value}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+
+
+def apply_threads_option(threads: int | None) -> str:
+    """Apply --threads (or its default, the idle cores) before torch is imported (default_backend, the
+    backends); returns what the summary says of it: a slow run on a busy machine is often its thread count."""
+    from ..threads import apply_threads, default_threads
+
+    given, threads = threads, threads or default_threads()
+    if threads:
+        apply_threads(threads)
+        return f"{threads} ({'--threads' if given else 'default: the idle cores'})"
+    return f"{os.environ.get('OMP_NUM_THREADS')} (OMP_NUM_THREADS)"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -35,6 +34,7 @@ from .options import (
     _resolve,
     _spool_stdin,
     _text_or_file,
+    apply_threads_option,
     at_file,
     ray_options,
 )
@@ -117,7 +117,7 @@ def _run_job(
         raise typer.BadParameter(
             f"missing: -o/--output (only --dry-run{also} run without it)", param_hint="'-o'"
         )
-    threads_note = _threads(threads)
+    threads_note = apply_threads_option(threads)
     _quiet(kw["progress"])
     stack = contextlib.ExitStack()
     stop_on_signals()  # SIGTERM (schedulers) ends the job like Ctrl-C: message, partial kept, exit 143
@@ -149,18 +149,6 @@ def _run_job(
     _print_summary(command, readout, s, threads_note)
     if s.errors:
         raise typer.Exit(EXIT_ROW_ERRORS)
-
-
-def _threads(threads: int | None) -> str:
-    """Apply --threads (or its default, the idle cores) before torch is imported (default_backend, the
-    backends); returns what the summary says of it: a slow run on a busy machine is often its thread count."""
-    from ..threads import apply_threads, default_threads
-
-    given, threads = threads, threads or default_threads()
-    if threads:
-        apply_threads(threads)
-        return f"{threads} ({'--threads' if given else 'default: the idle cores'})"
-    return f"{os.environ.get('OMP_NUM_THREADS')} (OMP_NUM_THREADS)"
 
 
 def _config(kw: dict, stack: contextlib.ExitStack, tokenizer_only: bool):

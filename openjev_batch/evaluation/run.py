@@ -174,13 +174,15 @@ def run_eval(
     prompts, tokenization = prompt_texts(job)
     log_samples(ppath, prompts)
     device = getattr(backend, "device", None) or job.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if job.backend == "sglang" or torch.cuda.is_available() else "cpu"
-    shots_used = {c: sum(d.category == c for d in dev_items or []) for c in blocks} if cfg.shots else {}
     run = _run_record(cfg, job, s, device, t0, code, tokenization)
-    dataset = {
+    return write_reports(out_dir, run, _dataset_record(cfg, fmt, items, dev_items, blocks))
+
+
+def _dataset_record(cfg: EvalConfig, fmt: str, items: list, dev_items: list | None, blocks: dict) -> dict:
+    """report.json's `dataset`: the benchmark file by content, how it was sampled, the few-shot categories
+    short of examples."""
+    shots_used = {c: sum(d.category == c for d in dev_items or []) for c in blocks} if cfg.shots else {}
+    return {
         "input": str(cfg.input),
         "sha256": sha256_file(Path(cfg.input)),
         "format": fmt,
@@ -193,7 +195,6 @@ def run_eval(
         "shots_short": sorted(c for c, n in shots_used.items() if n < cfg.shots),
         "calibrate": cfg.calibrate,
     }
-    return write_reports(out_dir, run, dataset)
 
 
 def _run_record(
@@ -201,6 +202,10 @@ def _run_record(
 ) -> dict[str, Any]:
     """What ran: model, backend, device, dtype, hardware, date, wall times, version, commit, the prompt's
     tokenization (a result reproduces only under the same one), tokens."""
+    if device == "auto":
+        import torch
+
+        device = "cuda" if job.backend == "sglang" or torch.cuda.is_available() else "cpu"
     return {
         "model": cfg.model_name or job.model,
         "model_path": job.model,

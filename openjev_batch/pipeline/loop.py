@@ -84,25 +84,6 @@ def run(
         if progress is not None and progress.total_rows is None:
             progress.total_rows = source.count_rows()
 
-        def todo():
-            """The chunks still to do: skip-if-done once, for every runner."""
-            for i, (chunk, sha) in enumerate(source.chunks(readout)):
-                need = sum(readout.n_records(r) for r in chunk)
-                with lock:
-                    totals.rows += len(chunk)
-                    totals.expected += need
-                    out.begin_chunk(i, len(chunk), need, sha)  # resuming: refuses a changed input
-                    if progress is not None:
-                        progress.chunk_read(len(chunk), need)
-                    part = out.done(i) if cfg.resume else None
-                    if part is not None:
-                        totals.resumed.append(i)
-                        totals.add(readout, part, _part_info(part))
-                        if progress is not None:
-                            progress.resumed(len(chunk), need)
-                if part is None:
-                    yield i, chunk
-
         with runner.open(cfg, readout) as r:
             _record_downloaded_model(cfg, manifest, out)
             tracker = FailureTracker(  # one per job: the evidence of a broken backend spans chunks
@@ -110,7 +91,7 @@ def run(
                 partial=None if out.partial is None else str(out.partial),
                 kept=lambda: out.rows_written > 0 or bool(totals.resumed),  # a part on disk to resume
             )
-            chunks = todo()
+            chunks = _todo(cfg, source, readout, out, totals, lock, progress)
             with contextlib.closing(chunks):  # the reader stops with the job, also when it fails
                 for i, records, info in r.score(chunks, tracker, progress, on_progress):
                     with lock:
@@ -123,6 +104,28 @@ def run(
     cls = getattr(runner, "summary_type", Summary)  # a runner's own facts (the Ray runner's actors, buckets)
     s = totals.summary(totals.warm, time.perf_counter() - t0, where, cls, **extra)
     return s, result
+
+
+def _todo(cfg: Any, source: Any, readout: Readout, out: Any, totals: Totals, lock: threading.Lock, progress):
+    """The chunks still to do, (index, rows): skip-if-done once, for every runner. Each chunk read enters
+    the ledger (resuming: a changed input is refused) and the totals; a chunk the sink already holds is
+    counted from its part and not yielded. Runs in the runner's host thread, hence `lock`."""
+    for i, (chunk, sha) in enumerate(source.chunks(readout)):
+        need = sum(readout.n_records(r) for r in chunk)
+        with lock:
+            totals.rows += len(chunk)
+            totals.expected += need
+            out.begin_chunk(i, len(chunk), need, sha)
+            if progress is not None:
+                progress.chunk_read(len(chunk), need)
+            part = out.done(i) if cfg.resume else None
+            if part is not None:
+                totals.resumed.append(i)
+                totals.add(readout, part, _part_info(part))
+                if progress is not None:
+                    progress.resumed(len(chunk), need)
+        if part is None:
+            yield i, chunk
 
 
 def _part_info(part) -> dict[str, int]:
