@@ -86,7 +86,7 @@ def test_refusals(clf):
         clf.run([{"state": "x", "c": 1}, {"state": "y"}], Q, keep="c,nope")
     with pytest.raises(ConfigError, match="data has column\\(s\\) 'state' twice"):  # hostile trial
         clf.run(pa.table([["a"], ["b"]], names=["state", "state"]), Q)
-    with pytest.raises(ConfigError, match="keep: score already output"):
+    with pytest.raises(ConfigError, match="keep: --keep column.s. score clash with output columns"):
         clf.run(pl.DataFrame({"state": ["x"], "score": [1]}), Q, keep=["score"])
     with pytest.raises(
         ConfigError, match=r"^the hf backend does not read --tp-size \(sglang only\); drop it$"
