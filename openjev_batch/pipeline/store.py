@@ -63,8 +63,8 @@ class OutputStore:
     """Writes one job's results chunk by chunk under ``<out>.partial/`` so it can be resumed, and makes
     ``<out>`` appear only when complete (see the module docstring for the layout and the guarantees).
 
-    Use: `begin_chunk(i, …)` for every input chunk as it is read (records, or on resume checks, the
-    input hash), `done(i)` / `write(i, records)`, then `close()`; `release()` (or the context manager)
+    Use: with `--resume`, `check_finished(digests)` first; `begin_chunk(i, …)` for every input chunk as it
+    is read, `done(i)` / `write(i, records)`, then `close()`; `release()` (or the context manager)
     drops the lock on every path. Raises OutputBusyError when another job holds the output, ConfigError
     when resuming a partial made by a different job or from a different input.
     """
