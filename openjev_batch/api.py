@@ -31,7 +31,7 @@ CHUNK_ROWS = 20_000
 def _questions(questions: Any):
     """None (use each row's `questions`), a mapping question_id → question, or a JSON/YAML file path;
     every question of a shared map must be valid. Raises ConfigError."""
-    from .config import load_questions, shared_questions
+    from .readouts.label_logprobs.questions import load_questions, shared_questions
 
     if questions is None:
         return None

@@ -22,7 +22,7 @@ def load_job_file(ctx: typer.Context, param: Any, value: Path | None) -> Path | 
     """The eager `--config` callback: the file's options as this command's defaults."""
     if value is None or ctx.resilient_parsing:
         return value
-    from ..config import load_data_file
+    from ..data_files import load_data_file
     from ..errors import ConfigError
     from . import _fail
 

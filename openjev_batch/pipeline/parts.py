@@ -26,6 +26,13 @@ META_JOB, META_CHUNK, META_TYPES = b"openjev.job", b"openjev.chunk", b"openjev.k
 META_INFO = b"openjev.info"
 
 
+def atomic_write(path: Path, data: bytes) -> None:
+    """`data` at `path`, complete or not at all (a temporary beside it, renamed into place)."""
+    tmp = path.with_name(f".part-{path.name}-{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 def part_path(partial: Path, chunk: int) -> Path:
     return partial / f"part-{chunk:06d}.parquet"
 

@@ -43,20 +43,13 @@ from . import output_manifest
 from .join import Join, check_parts
 from .ledger import LEDGER, Ledger
 from .lock import acquire, lock_path, same_file
-from .parts import PART_GLOB, made_by, part_info, part_job, part_path, write_part
+from .parts import PART_GLOB, atomic_write, made_by, part_info, part_job, part_path, write_part
 
-# part_info: loop.py, runners/ray/runner.py
-__all__ = ["LEDGER", "MANIFEST", "STAGE_DIR", "OutputStore", "part_info"]
+__all__ = ["LEDGER", "MANIFEST", "STAGE_DIR", "OutputStore", "part_info"]  # part_info: loop, Ray runner
 
 MANIFEST = "manifest.json"
 STAGE_DIR = "ray"  # `run --ray` staging, under <out>.partial/
 _OWN_STAGE_GLOBS = ("r[0-9]*-[0-9]*.parquet", "r[0-9]*-[0-9]*.tmp")
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".part-{path.name}-{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 class OutputStore:
@@ -134,7 +127,7 @@ class OutputStore:
             self._remove_own_files(old_job, manifest=False)  # the manifest is replaced, atomically
             self.job_id = uuid.uuid4().hex
             self.ledger = Ledger(self.partial)
-            _atomic_write(mpath, json.dumps({**manifest, "job_id": self.job_id}).encode())
+            atomic_write(mpath, json.dumps({**manifest, "job_id": self.job_id}).encode())
 
     def check_finished(self, digests: Iterable[str | None]) -> None:
         """`--resume` with no partial to continue: the finished `<out>`, if it carries a manifest, is this
@@ -190,7 +183,7 @@ class OutputStore:
         m = json.loads(mpath.read_bytes())
         self.manifest = {**self.manifest, key: value}
         if m.get(key) != value:
-            _atomic_write(mpath, json.dumps({**m, key: value}).encode())
+            atomic_write(mpath, json.dumps({**m, key: value}).encode())
 
     def _remove_own_files(self, job: str | None, manifest: bool = True) -> None:
         """Delete what job `job` wrote here: its parts (by the job id in their metadata) and, as the folder

@@ -178,7 +178,7 @@ def test_small_habits(tmp_path):
 
 
 def test_yaml_true_false_keys_and_text_column_hint(tmp_path):
-    from openjev_batch.config import load_questions
+    from openjev_batch.readouts.label_logprobs.questions import load_questions
 
     qf = tmp_path / "q.yaml"
     qf.write_text(

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 from conftest import ROOT, cli
 
-from openjev_batch.config import shared_questions
 from openjev_batch.core import RowError
 from openjev_batch.errors import InputFileError, InputWarning
 from openjev_batch.pipeline.formats import kept_types
 from openjev_batch.pipeline.read import read_rows
+from openjev_batch.readouts.label_logprobs.questions import shared_questions
 from openjev_batch.readouts.label_logprobs.rows import Row
 from openjev_batch.values import MAX_LINE_BYTES
 

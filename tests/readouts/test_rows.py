@@ -160,7 +160,7 @@ def test_error_rows_keep_known_question_types_and_drop_unknown_ones():
 
 
 def test_malformed_line_with_shared_questions_keeps_their_types(tmp_path):
-    from openjev_batch.config import load_questions
+    from openjev_batch.readouts.label_logprobs.questions import load_questions
 
     qf = tmp_path / "q.json"
     qf.write_text(json.dumps({"ok": {"type": "noul", "instructions": "?"}, "u": Q["u"]}))
@@ -220,7 +220,7 @@ def test_two_rows_without_a_usable_id_are_not_duplicates(tmp_path):
 
 
 def test_bad_id_row_with_shared_questions_keeps_one_output_row_per_question(tmp_path):
-    from openjev_batch.config import load_questions
+    from openjev_batch.readouts.label_logprobs.questions import load_questions
 
     qf = tmp_path / "q.json"
     qf.write_text(json.dumps({"ok": {"type": "noul", "instructions": "?"}, "u": Q["u"]}))

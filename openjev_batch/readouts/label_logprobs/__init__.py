@@ -65,7 +65,7 @@ def build(cfg: Any, labels: Any = None, questions: Any = None) -> LabelLogprobs:
     keep, system_prompt = tuple(cfg.keep), cfg.system_prompt
     if questions is not None or not cfg.questions_file:
         return LabelLogprobs(questions, keep, system_prompt=system_prompt)
-    from ...config import load_questions
+    from .questions import load_questions
 
     parsed = load_questions(cfg.questions_file)  # raises ConfigError for a missing or bad file
     # the questions' content, not their path: an edited file must not mix old and new answers

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from ...core import MAX_ID_CHARS
+from ...errors import ConfigError
 from ...values import no_duplicate_keys, text_bytes, value_problem
 
 MAX_QUESTIONS = 64
@@ -265,3 +267,32 @@ def parse_questions(raw: Any) -> tuple[QuestionSpec | QuestionError, ...]:
             shown = repr(str(k)[:40])
             raise ValueError(f"question id {shown}: {problem or f'longer than {MAX_ID_CHARS:,} characters'}")
     return tuple(parse_question(str(k), v) for k, v in d.items())
+
+
+def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
+    """Read a `--questions` file (JSON or YAML mapping question_id → question); every question must be
+    valid. Raises ConfigError with each question's problem."""
+    from ...data_files import load_data_file
+
+    why = f"more than {MAX_QUESTIONS} questions at their text limit hold"
+    raw = load_data_file(path, "--questions", MAX_QUESTIONS_FILE_BYTES, why)
+    if not isinstance(raw, dict):  # a plain string would be read as the JSON text of a map (a row's cell)
+        got = "nothing" if raw is None else f"a {type(raw).__name__}"
+        raise ConfigError(
+            f"--questions {path}: the YAML/JSON questions file must be a mapping question_id → question, "
+            f"got {got}"
+        )
+    return shared_questions(raw, f"--questions {path}")
+
+
+def shared_questions(raw: Any, source: str) -> tuple[QuestionSpec, ...]:
+    """A question map applied to every row (a `--questions` file's content, or the Python API's mapping):
+    every question must be valid. Raises ConfigError naming `source` and each question's problem."""
+    try:
+        qs = parse_questions(raw)
+    except ValueError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    bad = [q.error for q in qs if isinstance(q, QuestionError)]
+    if bad:
+        raise ConfigError(f"{source}: " + "; ".join(bad))
+    return qs  # type: ignore[return-value]

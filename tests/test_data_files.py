@@ -1,6 +1,6 @@
-"""config.py's file loading: question ids and option names in YAML are names, kept as written."""
+"""data_files.py: question ids and option names in YAML are names, kept as written."""
 
-from openjev_batch.config import load_questions
+from openjev_batch.readouts.label_logprobs.questions import load_questions
 
 
 def test_yaml_keys_are_names_as_written_not_numbers_nulls_or_booleans(tmp_path):

@@ -1,0 +1,68 @@
+"""Small JSON/YAML files a job reads whole (`--questions`, `--config`): bounded reads, JSON first, YAML
+with repeated keys, alias bombs and non-name keys refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+from .values import no_duplicate_keys
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML (and JSON, a subset) loader that refuses a mapping with a repeated key: plain safe_load keeps
+    the last value silently, which merged two options of one name into one."""
+
+    def compose_document(self):
+        from .values import yaml_alias_problem
+
+        node = super().compose_document()
+        if node is not None and (problem := yaml_alias_problem(node)) is not None:
+            raise yaml.composer.ComposerError(None, None, problem, node.start_mark)
+        return node
+
+    def construct_mapping(self, node, deep=False):
+        keys = set()
+        for k, _ in node.value:
+            if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:str":
+                # a key here is always a name (a question id, noul criteria `true:`/`false:`, a choice option
+                # `yes:`, an option of --config), so it keeps the text as written: YAML 1.1 reads unquoted
+                # `yes:` / `off:` as booleans, `null:` as None (id "None") and `007:` as the number 7
+                k.tag = "tag:yaml.org,2002:str"
+            key = self.construct_object(k, deep=deep)
+            if key in keys:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", k.start_mark)
+            keys.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_data_file(path: Path, what: str, limit: int, why: str = "") -> Any:
+    """A small JSON or YAML file (`--questions`, `--config`): read at most `limit` bytes, JSON first, YAML
+    with repeated keys refused. Raises ConfigError naming `what` and the file."""
+    from .values import read_at_most
+
+    try:
+        raw = read_at_most(path, limit)  # `-q /dev/zero` was read to its end (issue 25)
+        if len(raw) > limit:
+            raise ConfigError(f"{what} {path}: over {limit:,} bytes" + (f", {why}" if why else ""))
+        # utf-8-sig: a byte-order mark at the start is not part of the first key
+        text = raw.decode("utf-8-sig")
+        try:
+            # JSON first: PyYAML (YAML 1.1) refuses valid JSON — an escaped emoji `\ud83d\ude00` (json.dumps'
+            # default) becomes two lone surrogates, a tab-indented file and a key over 1,024 characters
+            # do not parse
+            return json.loads(text, object_pairs_hook=no_duplicate_keys)
+        except json.JSONDecodeError:
+            return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506
+    except FileNotFoundError:
+        raise ConfigError(f"{what}: no such file {path}") from None
+    except OSError as e:  # a folder, no permission, an I/O error: the job cannot start (no traceback)
+        raise ConfigError(f"{what} {path}: cannot read: {e.strerror or e}") from None
+    except RecursionError:  # PyYAML composes and constructs recursively, one frame per level
+        raise ConfigError(f"{what} {path}: cannot parse: nested too deeply") from None
+    except (yaml.YAMLError, ValueError) as e:  # ValueError: UnicodeDecodeError, a duplicate JSON key
+        raise ConfigError(f"{what} {path}: cannot parse: {e}") from None
