@@ -83,8 +83,8 @@ def repo_files() -> tuple[set[str], set[str]]:
     files, dirs = set(), set()
     for p in ROOT.rglob("*"):
         rel = p.relative_to(ROOT)
-        if SKIP_DIRS & set(rel.parts):
-            continue
+        if SKIP_DIRS & set(rel.parts) or any(part.startswith(".venv") for part in rel.parts):
+            continue  # .venv-plain: CI's second venv, inside the tree (its site-packages has an io.py)
         (dirs if p.is_dir() else files).add(rel.as_posix())
     return files, dirs
 

@@ -490,6 +490,8 @@ def test_cpu_engine_memory_is_sized_from_the_model(tiny_model, tmp_path):
     for > 0.11): the CPU share is sized from the float32 weights and a KV budget."""
     import json
 
+    pytest.importorskip("sglang")  # engine_kwargs reads sglang's ServerArgs (not in the plain install)
+
     from openjev_batch.backends import BackendOptions
     from openjev_batch.backends.sglang.kwargs import CPU_KV_TOKENS, cpu_mem_fraction, engine_kwargs
 
