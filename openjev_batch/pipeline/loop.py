@@ -79,7 +79,7 @@ def run(
     lock = threading.Lock()  # the runner's host thread reads (todo) while this one writes
     # A store is locked before the model loads: a second job on the same -o is refused at once.
     with sink.open(manifest, readout) as out:
-        if cfg.resume and hasattr(out, "check_finished"):  # OutputFinished: this job made the output
+        if cfg.resume:  # OutputFinished: this job made the output (a store's check; the others have none)
             out.check_finished(sha for _, sha in source.chunks(readout))
         if progress is not None and progress.total_rows is None:
             progress.total_rows = source.count_rows()

@@ -1,7 +1,7 @@
 """Where a job's records go (pipeline/loop.py writes every job through one of these): the output store
 (`StoreSink`: store.OutputStore, its parts, ledger, resume and join), an in-memory table (`MemorySink`:
 the Python API) or nowhere (`NullSink`: `--dry-run`, `--show-prompt`, `validate`). Opened for one job, a
-sink answers what the loop asks of the store: `begin_chunk`, `done(i)` (a finished part, or None), `write`,
+sink answers what the loop asks of the store: `check_finished` (`--resume`), `begin_chunk`, `done(i)` (a finished part, or None), `write`,
 `amend`, `close`. `keeps_manifest`: the sink keeps the job's manifest (the loop computes it only then: it
 fingerprints the model's files)."""
 
@@ -46,6 +46,9 @@ class _Unstored:
 
     def begin_chunk(self, chunk: int, rows: int, records: int, input_sha256: str | None) -> None:
         pass
+
+    def check_finished(self, digests) -> None:
+        pass  # no finished output to find: `digests` is left unread
 
     def amend(self, key: str, value: Any) -> None:
         pass
