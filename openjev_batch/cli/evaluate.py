@@ -48,7 +48,11 @@ def eval_(
     backend: str = typer.Option(
         None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
     ),
-    fmt: str = typer.Option("auto", "--format", help="auto | mmlu-pro | mmlu | boolq | noul."),
+    fmt: str = typer.Option(
+        "auto",
+        "--format",
+        help="auto | mmlu-pro | mmlu | boolq | noul | nli | text-classification (a classifier head).",
+    ),
     shots: int = typer.Option(0, help="Worked examples of the same category from --dev (0: zero-shot)."),
     dev: Path = typer.Option(None, help="Dev/validation split (same format) for --shots."),
     sample: int = typer.Option(None, help="Score a reproducible subset of N questions (see --seed)."),

@@ -9,14 +9,20 @@ rows of that category in the dev split, worked in the product's own layout (``Qu
 the option texts with no description, so the product prints ``A. <option text>`` (names ``A``/``opt0``
 with the text as description would print ``A. A: <text>``). Option names must be unique: a repeated text
 gets `` (2)``, `` (3)``… (9 of MMLU's 14,042 test questions), an empty one ``(empty)``.
+
+Classification (the classifier-head formats): the row is the item's text fields as they are (``premise`` +
+``hypothesis``, or ``text``), which the classifier-head readout renders through its template; `gold` is the
+model's label index. There is no prompt of eval's own here, so ``--shots``/``--dev``/``--system-prompt``
+are refused for these formats rather than ignored.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError
-from .tasks import LETTERS, TASKS, YES_NO, Item, read_records, sample, to_items
+from .tasks import CLASSIFIER_HEAD, LETTERS, TASKS, YES_NO, Item, read_records, sample, to_items
 
 KEEP = ("gold", "category")  # input columns every eval row carries into predictions.parquet
 
@@ -56,6 +62,9 @@ def build_rows(items: list[Item], blocks: dict[str, str]) -> list[dict]:
     """Items → the product's input rows (one question `answer` each, plus the `gold`/`category` kept columns)."""
     rows = []
     for it in items:
+        if it.fields is not None:  # classification: the readout's own input columns
+            rows.append({"id": it.id, **it.fields, "gold": it.gold, "category": it.category})
+            continue
         if it.context is not None:  # yes/no
             state, q = it.context, it.question
         else:
@@ -77,11 +86,35 @@ def build_rows(items: list[Item], blocks: dict[str, str]) -> list[dict]:
     return rows
 
 
-def prepare(input: Path, fmt: str, shots: int, dev: Path | None, n_sample: int | None, seed: int):
-    """Read, convert and sample: (all items, chosen items, dev items or None, format).
-    Raises ConfigError for an unreadable or malformed benchmark file or inconsistent options."""
+def refuse_for_classifier(fmt: str, shots: int, dev: Path | None, system_prompt: str | None) -> None:
+    """The prompt options of the label-logprobs formats, refused for a classifier-head one (its prompt is the
+    readout's template over the row's text: nothing to put worked examples or a system message in).
+    Raises ValueError naming them."""
+    given = [f for f, v in (("--shots", shots), ("--dev", dev), ("--system-prompt", system_prompt)) if v]
+    if given and TASKS[fmt].readout == CLASSIFIER_HEAD:
+        raise ValueError(
+            f"{'/'.join(given)}: format {fmt} is scored by a classifier head, whose input is the row's text "
+            "through its template (no worked examples, no system message); drop "
+            + ("it" if len(given) == 1 else "them")
+        )
+
+
+def prepare(
+    input: Path,
+    fmt: str,
+    shots: int,
+    dev: Path | None,
+    n_sample: int | None,
+    seed: int,
+    labels: Callable[[], tuple[str, ...]] | None = None,
+    system_prompt: str | None = None,
+):
+    """Read, convert and sample: (all items, chosen items, dev items or None, format). `labels()`: the
+    model's labels (asked for a classifier-head format only); `system_prompt`: given or not (refused for
+    those formats). Raises ConfigError for an unreadable or malformed benchmark file or inconsistent options."""
     try:
-        items, fmt = to_items(read_records(input), fmt)
+        items, fmt = to_items(read_records(input), fmt, labels)
+        refuse_for_classifier(fmt, shots, dev, system_prompt)
         if shots and dev is None:
             raise ValueError("--shots needs --dev (the split the worked examples come from)")
         if shots and TASKS[fmt].kind == YES_NO:

@@ -4,7 +4,8 @@ Metrics over the n answered questions (P_i the renormalised label distribution, 
 ŷ_i = argmax P_i, conf_i = P_i[ŷ_i]):
 - accuracy = mean 1[ŷ = y], with the 95 % Wilson (1927) score interval
   (p̂ + z²/2n ± z·√(p̂(1−p̂)/n + z²/4n²)) / (1 + z²/n), z = 1.959964.
-- Brier (1950): binary sets (every question yes/no) mean (p_true − 1[gold = true])²; multiple choice
+- Brier (1950): binary sets (every question yes/no) mean (p_true − 1[gold = true])²; multiple choice and
+  classification (a classifier head's softmax over its labels, any K, 2 included: no label is "true")
   mean Σ_k (P_ik − 1[k = y_i])² (Brier's original sum over classes; for K = 2 it is twice the binary form).
 - ECE (Guo et al. 2017, top-label): 15 equal-width bins B_m = {i: conf_i ∈ ((m−1)/15, m/15]} over the
   confidence of the *predicted* class; ECE = Σ_m |B_m|/n · |acc(B_m) − mean conf(B_m)|. Binary sets also
@@ -125,59 +126,82 @@ def fit_temperature(P: np.ndarray, y: np.ndarray) -> float:
     return math.exp((a + b) / 2)
 
 
-def score(records: list[dict], calibrate: float | None = None, seed: int = 42) -> dict[str, Any]:
+def score(
+    records: list[dict], calibrate: float | None = None, seed: int = 42, labels: list[str] | None = None
+) -> dict[str, Any]:
     """Score the per-question output rows (with the kept `gold`/`category` columns). Errors are counted and
-    left out of every metric. `calibrate`: share of questions for the temperature fit (seeded split)."""
+    left out of every metric. `calibrate`: share of questions for the temperature fit (seeded split).
+    `labels`: a classifier head's label names (its rows' `probs` and `gold` index them; no label mass or
+    confidence columns), None for the label-logprobs rows."""
     ok = [r for r in records if r["error"] is None]
     errors = [r["error"] for r in records if r["error"] is not None]
     if not ok:
         raise ValueError(f"no question was answered ({len(errors)} errors; first: {errors[:1]})")
     P, y = pad([r["probs"] for r in ok]), np.array([int(r["gold"]) for r in ok])
-    binary = all(r["type"] == "noul" for r in ok)
+    binary = labels is None and all(r["type"] == "noul" for r in ok)
+    if labels is not None and P.shape[1] != len(labels):
+        raise ValueError(f"{P.shape[1]} probabilities per row for {len(labels)} labels ({', '.join(labels)})")
+    names = labels if labels is not None else ["true", "false"] if binary else LETTERS[: P.shape[1]]
     K = np.array([len(r["probs"]) for r in ok])
     hit = P.argmax(1) == y
-    mass = np.array([r["label_mass"] for r in ok])
-    cconf = np.array([r["confidence"] for r in ok])
     rep: dict[str, Any] = {
         "questions": len(records),
         "answered": len(ok),
         "errors": len(errors),
         "first_errors": errors[:5],
-        "kind": "yes/no" if binary else "multiple choice",
+        "kind": "classification" if labels is not None else "yes/no" if binary else "multiple choice",
         "overall": metrics(P, y, binary),
         "chance_accuracy": float(np.mean(1.0 / K)),
-        "majority_accuracy": float(max(np.mean(y == 0), np.mean(y == 1))) if binary else None,
+        # the share of the most frequent gold answer: what always answering it scores
+        "majority_accuracy": float(max(np.mean(y == j) for j in range(len(names))))
+        if binary or labels is not None
+        else None,
         "gold_true_share": float(np.mean(y == 0)) if binary else None,
-        "predicted_share": {
-            LETTERS[j] if not binary else ("true", "false")[j]: float(np.mean(P.argmax(1) == j))
-            for j in range(P.shape[1])
-        },
+        # every option or label, a never-chosen one too (its share 0)
+        "predicted_share": {n: float(np.mean(P.argmax(1) == j)) for j, n in enumerate(names)},
+        **_readout_means(ok, hit, labels is None),
+    }
+    rep["categories"] = {}
+    for c in sorted({r["category"] for r in ok}):
+        sel = np.array([r["category"] == c for r in ok])
+        k, n = int(hit[sel].sum()), int(sel.sum())
+        rep["categories"][c] = {"n": n, "correct": k, "accuracy": k / n, "ci95": wilson(k, n)}
+    rep["temperature"] = _temperature(ok, P, y, binary, calibrate, seed) if calibrate else None
+    return rep
+
+
+def _readout_means(ok: list[dict], hit: np.ndarray, logprobs: bool) -> dict[str, Any]:
+    """The label-logprobs readout's own columns averaged: label mass, and the product's confidence of right
+    and wrong answers (None for a classifier head, whose rows have neither)."""
+    if not logprobs:
+        keys = ("mean_label_mass", "label_mass_below_half", "mean_confidence_right", "mean_confidence_wrong")
+        return dict.fromkeys(keys)
+    mass = np.array([r["label_mass"] for r in ok])
+    cconf = np.array([r["confidence"] for r in ok])
+    return {
         "mean_label_mass": float(mass.mean()),
         "label_mass_below_half": float(np.mean(mass < 0.5)),
         "mean_confidence_right": float(cconf[hit].mean()) if hit.any() else None,
         "mean_confidence_wrong": float(cconf[~hit].mean()) if (~hit).any() else None,
     }
-    cats = sorted({r["category"] for r in ok})
-    rep["categories"] = {}
-    for c in cats:
-        sel = np.array([r["category"] == c for r in ok])
-        k, n = int(hit[sel].sum()), int(sel.sum())
-        rep["categories"][c] = {"n": n, "correct": k, "accuracy": k / n, "ci95": wilson(k, n)}
-    rep["temperature"] = None
-    if calibrate:
-        order = sorted(range(len(ok)), key=lambda i: rank(seed, "calibrate:" + str(ok[i]["id"])))
-        n_fit = round(calibrate * len(ok))
-        if not 0 < n_fit < len(ok):
-            raise ValueError(f"calibrate={calibrate} leaves no question to fit on or to evaluate")
-        fit, ev = np.array(sorted(order[:n_fit])), np.array(sorted(order[n_fit:]))
-        t = fit_temperature(P[fit], y[fit])
-        rep["temperature"] = {
-            "T": t,
-            "at_search_bound": bool(t >= T_MAX * 0.999 or t <= T_MIN * 1.001),
-            "fit_share": calibrate,
-            "n_fit": len(fit),
-            "n_eval": len(ev),
-            "before": metrics(P[ev], y[ev], binary),
-            "after": metrics(scale(P[ev], t), y[ev], binary),
-        }
-    return rep
+
+
+def _temperature(
+    ok: list[dict], P: np.ndarray, y: np.ndarray, binary: bool, calibrate: float, seed: int
+) -> dict[str, Any]:
+    """One temperature fitted on the seeded `calibrate` share, metrics on the rest before and after."""
+    order = sorted(range(len(ok)), key=lambda i: rank(seed, "calibrate:" + str(ok[i]["id"])))
+    n_fit = round(calibrate * len(ok))
+    if not 0 < n_fit < len(ok):
+        raise ValueError(f"calibrate={calibrate} leaves no question to fit on or to evaluate")
+    fit, ev = np.array(sorted(order[:n_fit])), np.array(sorted(order[n_fit:]))
+    t = fit_temperature(P[fit], y[fit])
+    return {
+        "T": t,
+        "at_search_bound": bool(t >= T_MAX * 0.999 or t <= T_MIN * 1.001),
+        "fit_share": calibrate,
+        "n_fit": len(fit),
+        "n_eval": len(ev),
+        "before": metrics(P[ev], y[ev], binary),
+        "after": metrics(scale(P[ev], t), y[ev], binary),
+    }

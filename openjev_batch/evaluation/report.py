@@ -46,14 +46,19 @@ def commit() -> str | None:
 
 DEFINITIONS = {
     "accuracy_ci95": "Wilson (1927) score interval, z = 1.959964",
-    "brier": "yes/no: mean (p_true - y)^2; multiple choice: mean sum_k (p_k - y_k)^2 (Brier 1950)",
+    "brier": "yes/no: mean (p_true - y)^2; multiple choice and classification: mean sum_k (p_k - y_k)^2 "
+    "(Brier 1950)",
     "ece": "Guo et al. 2017 top-label ECE: 15 equal-width bins ((m-1)/15, m/15] over the probability of "
     "the predicted option; sum_m |B_m|/n * |acc(B_m) - conf(B_m)|",
     "ece_p_true": "yes/no only: the same 15 bins over p_true; |share of gold true - mean p_true| per bin",
     "nll": "mean -ln p(gold)",
     "temperature": "Guo et al. 2017: p(T) = softmax(ln p / T), T minimises NLL on the fit split",
-    "confidence": "the product's confidence column, 1 - H(P)/ln K (concentration, not correctness)",
-    "label_mass": "sum of exp(label logprob) before renormalising: next-token mass on the valid labels",
+    "confidence": "label logprobs: the product's confidence column, 1 - H(P)/ln K (concentration, not "
+    "correctness)",
+    "label_mass": "label logprobs: sum of exp(label logprob) before renormalising: next-token mass on the "
+    "valid labels",
+    "classification": "a classifier head: p = softmax of its logits over id2label; the gold label is matched "
+    "to those names case-insensitively (or is their index); per category = per gold label",
     "sample": "the N questions with the lowest sha256('<seed>:<id>')",
 }
 
@@ -65,7 +70,10 @@ def write_reports(out_dir: str | Path, run: dict, dataset: dict) -> dict[str, An
     out_dir = Path(out_dir)
     try:
         rep = score(
-            pq.read_table(out_dir / "predictions.parquet").to_pylist(), dataset["calibrate"], dataset["seed"]
+            pq.read_table(out_dir / "predictions.parquet").to_pylist(),
+            dataset["calibrate"],
+            dataset["seed"],
+            dataset.get("labels"),  # a classifier head's (None in the label-logprobs formats' reports)
         )
     except ValueError as e:
         raise OpenjevError(f"eval: {e}") from None
@@ -86,27 +94,27 @@ def _ci(ci) -> str:
 
 def summary_rows(rep: dict) -> list[tuple[str, str]]:
     o, t = rep["overall"], rep["temperature"]
-    rows = [
-        ("accuracy", f"{_pct(o['accuracy'])}  {_ci(o['ci95'])}  ({o['correct']:,}/{o['n']:,})"),
-        (
-            "chance" if rep["kind"] != "yes/no" else "majority class",
-            _pct(rep["chance_accuracy"] if rep["kind"] != "yes/no" else rep["majority_accuracy"]),
-        ),
-        ("Brier", f"{o['brier']:.4f}"),
-        ("ECE (15 bins, top-label)", _pct(o["ece"])),
-    ]
+    rows = [("accuracy", f"{_pct(o['accuracy'])}  {_ci(o['ci95'])}  ({o['correct']:,}/{o['n']:,})")]
+    if rep["kind"] != "yes/no":
+        rows.append(("chance", _pct(rep["chance_accuracy"])))
+    if rep.get("majority_accuracy") is not None:  # yes/no and classification
+        rows.append(("majority class", _pct(rep["majority_accuracy"])))
+    rows += [("Brier", f"{o['brier']:.4f}"), ("ECE (15 bins, top-label)", _pct(o["ece"]))]
     if "ece_p_true" in o:
         rows.append(("ECE over p_true", _pct(o["ece_p_true"])))
+    rows.append(("NLL", f"{o['nll']:.4f}"))
+    if rep["mean_label_mass"] is not None:  # the label-logprobs readout's own columns (no classifier head)
+        rows += [
+            (
+                "mean label mass",
+                f"{rep['mean_label_mass']:.4g} (below 0.5: {_pct(rep['label_mass_below_half'])})",
+            ),
+            (
+                "mean confidence right / wrong",
+                f"{rep['mean_confidence_right'] or 0:.4f} / {rep['mean_confidence_wrong'] or 0:.4f}",
+            ),
+        ]
     rows += [
-        ("NLL", f"{o['nll']:.4f}"),
-        (
-            "mean label mass",
-            f"{rep['mean_label_mass']:.4g} (below 0.5: {_pct(rep['label_mass_below_half'])})",
-        ),
-        (
-            "mean confidence right / wrong",
-            f"{rep['mean_confidence_right'] or 0:.4f} / {rep['mean_confidence_wrong'] or 0:.4f}",
-        ),
         (
             "mean p(answer) right / wrong",
             f"{o['mean_p_answer_right'] or 0:.4f} / {o['mean_p_answer_wrong'] or 0:.4f}",
@@ -138,8 +146,13 @@ def summary_rows(rep: dict) -> list[tuple[str, str]]:
 
 def markdown(rep: dict) -> str:
     r, d = rep["run"], rep["dataset"]
+    labels = d.get("labels")
     protocol = (
-        f"{d['format']}, {d['shots']}-shot"
+        (
+            f"{d['format']} (classifier head; labels {', '.join(labels)})"
+            if labels
+            else f"{d['format']}, {d['shots']}-shot"
+        )
         + (f" (dev: `{d['dev']}`)" if d["dev"] else "")
         + (
             f", sample {d['sample']:,} of {d['rows_in_file']:,} (seed {d['seed']})"

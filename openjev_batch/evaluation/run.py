@@ -3,7 +3,9 @@
 
 Writes into the output folder: questions.jsonl (the product input), predictions.parquet (the product output,
 one row per question, plus lm-eval-style per-sample columns `prediction` and `correct` next to the kept
-`gold`/`category`), report.json, report.md, reliability.png. A non-empty folder is refused unless `force`
+`gold`/`category`), report.json, report.md, reliability.png. The classifier-head formats (nli,
+text-classification: tasks.py) run the same job with readout `classifier-head` (the `classify` readout, its
+default template) and are scored over the head's softmax `probs`. A non-empty folder is refused unless `force`
 (start again) or `resume` (continue its unfinished job; questions.jsonl is kept when unchanged, so the
 job's resume key still matches).
 """
@@ -22,7 +24,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from .. import __version__
 from ..config import build_config, validation_message
-from ..errors import ConfigError
+from ..errors import BackendError, ConfigError
 from ..options import EngineOptions
 from ..values import sha256_file
 from .build import KEEP, build_rows, fewshot_blocks, prepare
@@ -39,6 +41,7 @@ from .folder import (
 )
 from .report import commit, hardware, write_reports
 from .samples import log_samples, prompt_texts
+from .tasks import CLASSIFIER_HEAD, LABEL_LOGPROBS, TASKS
 
 
 class EvalConfig(EngineOptions):
@@ -70,15 +73,24 @@ class EvalConfig(EngineOptions):
             raise ValueError("--force starts again, --resume continues: give one")
         return self
 
-    def job(self, questions: Path, predictions: Path, resume: bool | None = None):
-        """The RunConfig of the eval's job (`resume`: default the eval's). Raises ConfigError / BackendError
-        as build_config does."""
+    def job(
+        self, questions: Path, predictions: Path, resume: bool | None = None, readout: str = LABEL_LOGPROBS
+    ):
+        """The RunConfig of the eval's job (`resume`: default the eval's; `readout`: its format's, tasks.py).
+        A classifier-head job reads `classify`'s default template. Raises ConfigError / BackendError as
+        build_config does."""
+        from ..readouts.classifier_head.template import DEFAULT_TEMPLATE
+
         engine = {k: getattr(self, k) for k in EngineOptions.model_fields}
+        own = (
+            {"template": DEFAULT_TEMPLATE}
+            if readout == CLASSIFIER_HEAD
+            else {"system_prompt": self.system_prompt}
+        )
         return build_config(
             input=questions, output=predictions, keep=KEEP, model=self.model, backend=self.backend,
-            chunk_rows=self.chunk_rows, max_branches_per_window=self.max_branches_per_window,
-            progress=self.progress, system_prompt=self.system_prompt,
-            resume=self.resume if resume is None else resume, **engine,
+            readout=readout, chunk_rows=self.chunk_rows, max_branches_per_window=self.max_branches_per_window,
+            progress=self.progress, resume=self.resume if resume is None else resume, **own, **engine,
         )  # fmt: skip
 
 
@@ -94,11 +106,30 @@ def build_eval_config(**kw: Any) -> EvalConfig:
 def questions(cfg: EvalConfig):
     """The benchmark read, sampled, limited and converted: (all items, chosen items, dev items, format,
     the text of questions.jsonl). Raises ConfigError as `prepare`."""
-    items, chosen, dev_items, fmt = prepare(cfg.input, cfg.format, cfg.shots, cfg.dev, cfg.sample, cfg.seed)
+    items, chosen, dev_items, fmt = prepare(
+        cfg.input, cfg.format, cfg.shots, cfg.dev, cfg.sample, cfg.seed,
+        labels=lambda: model_labels(cfg.model), system_prompt=cfg.system_prompt,
+    )  # fmt: skip
     chosen = chosen[: cfg.limit] if cfg.limit else chosen
     blocks = fewshot_blocks({it.category for it in chosen}, dev_items, cfg.shots)
     text = "".join(jsonl_line(r) for r in build_rows(chosen, blocks))
     return items, chosen, dev_items, fmt, text
+
+
+def model_labels(model: str) -> tuple[str, ...]:
+    """The classifier's labels from its config.json (no weights). Raises ValueError (prepare's ConfigError)
+    for a checkpoint that is no sequence classifier or has no usable id2label."""
+    from ..backends.checkpoint import read_checkpoint
+
+    try:
+        return read_checkpoint(model).labels
+    except BackendError as e:
+        raise ValueError(f"the format is scored by a classifier head: {e}") from None
+
+
+def readout_of(fmt: str) -> str:
+    """The readout that answers format `fmt` (tasks.Task.readout)."""
+    return TASKS[fmt].readout
 
 
 def show_prompt(cfg: EvalConfig, n: int) -> str:
@@ -106,7 +137,15 @@ def show_prompt(cfg: EvalConfig, n: int) -> str:
     --show-prompt` prints it; tokenizer only, nothing written to the output folder."""
     from ..pipeline.dry_run import show_prompt as render
 
-    return _tokenizer_only(cfg, lambda job: render(job, n))
+    return _tokenizer_only(
+        cfg, lambda job: render(job, n) if job.readout != CLASSIFIER_HEAD else _texts(job, n)
+    )
+
+
+def _texts(job, n: int) -> str:
+    """A classifier-head job's first `n` prompts, decoded from the ids it sends (samples.prompt_texts)."""
+    prompts, _ = prompt_texts(job.model_copy(update={"limit": min(n, job.limit or n)}))
+    return "".join(f"═══ row {rid} ═══\n{text}\n" for (rid, _), text in prompts.items())
 
 
 def dry_run(cfg: EvalConfig):
@@ -121,11 +160,11 @@ def _tokenizer_only(cfg: EvalConfig, use: Callable[[Any], Any]) -> Any:
     """`use(the eval's RunConfig)` over its questions.jsonl written to a temporary folder, not the output's."""
     import tempfile
 
-    text = questions(cfg)[4]
+    _, _, _, fmt, text = questions(cfg)
     with tempfile.TemporaryDirectory(prefix="openjev-eval-") as tmp:
         q = Path(tmp) / QUESTIONS
         q.write_text(text, encoding="utf-8")
-        return use(cfg.job(q, Path(tmp) / PREDICTIONS))
+        return use(cfg.job(q, Path(tmp) / PREDICTIONS, readout=readout_of(fmt)))
 
 
 def run_eval(
@@ -152,7 +191,8 @@ def run_eval(
     blocks = fewshot_blocks({it.category for it in chosen}, dev_items, cfg.shots)
     qpath, ppath = out_dir / QUESTIONS, out_dir / PREDICTIONS
     claim(out_dir, cfg)
-    job = cfg.job(qpath, ppath)  # its option checks (--system-prompt's size …) before a file is written
+    # the job's option checks (--system-prompt's size …) before a file is written
+    job = cfg.job(qpath, ppath, readout=readout_of(fmt))
     refuse_if_held(ppath)  # a running eval's questions are not rewritten by a second one it refuses
     key = job_key(cfg, fmt)
     finished = ppath.exists() and not ppath.with_name(ppath.name + ".partial").exists()
@@ -166,7 +206,8 @@ def run_eval(
         if not changed and (out_dir / "report.json").exists():
             log_samples(ppath)
             return rescore(out_dir, cfg.calibrate)  # nothing left to run: the finished job, scored again
-        job = cfg.job(qpath, ppath, resume=False)  # no report (a kill after the join): run it again
+        # no report (a kill after the join): run it again
+        job = cfg.job(qpath, ppath, resume=False, readout=readout_of(fmt))
     if ray is not None:
         s = run_job_ray(job, ray, on_progress, progress)
     else:
@@ -180,7 +221,7 @@ def run_eval(
 
 def _dataset_record(cfg: EvalConfig, fmt: str, items: list, dev_items: list | None, blocks: dict) -> dict:
     """report.json's `dataset`: the benchmark file by content, how it was sampled, the few-shot categories
-    short of examples."""
+    short of examples; for a classifier-head format the model's labels (the names of the gold indices)."""
     shots_used = {c: sum(d.category == c for d in dev_items or []) for c in blocks} if cfg.shots else {}
     return {
         "input": str(cfg.input),
@@ -194,6 +235,7 @@ def _dataset_record(cfg: EvalConfig, fmt: str, items: list, dev_items: list | No
         "dev": str(cfg.dev) if cfg.dev else None,
         "shots_short": sorted(c for c, n in shots_used.items() if n < cfg.shots),
         "calibrate": cfg.calibrate,
+        "labels": list(items[0].options) if readout_of(fmt) == CLASSIFIER_HEAD else None,
     }
 
 

@@ -1,6 +1,7 @@
 """Per-sample log of an eval, as lm-eval's `--log_samples`: the exact prompt of each question, decoded from
 the very ids a job sends (the prompt stage rebuilt over the job's input: same tokenizer, same template, same
-cut, so the same ids), with the prediction and its correctness beside the product's own columns."""
+cut, so the same ids), with the prediction and its correctness beside the product's own columns. A
+classifier-head job's rows have one branch each (question id ``""``) and no `question_id` column."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def prompt_texts(job) -> tuple[dict[tuple[str, str], str], str]:
             for b in rp.branches if rp is not None else ():
                 # the ids decoded with their control tokens: what the model reads, markup included
                 out[(row.id, b.qid)] = tok.decode(list(rp.prefix) + list(b.suffix))
+    if job.readout == "classifier-head":  # no cut to name: the template's text is tokenized whole
+        return out, f"classifier-head: template {job.template!r} tokenized whole as text"
     return out, tokenization(getattr(prompter, "base", prompter).cut)  # Variants wraps the base Prompter
 
 
@@ -48,7 +51,9 @@ def log_samples(predictions: Path, prompts: dict[tuple[str, str], str] | None = 
     t = pq.read_table(predictions)
     cols: dict[str, Any] = {}
     if prompts is not None:
-        ids, qids = t.column("id").to_pylist(), t.column("question_id").to_pylist()
+        ids = t.column("id").to_pylist()
+        # a classifier-head output has no question_id: each row is its one branch, ""
+        qids = t.column("question_id").to_pylist() if "question_id" in t.column_names else [""] * len(ids)
         cols["prompt"] = pa.array([prompts.get(k) for k in zip(ids, qids, strict=True)], pa.string())
     elif "prompt" in t.column_names:
         cols["prompt"] = t.column("prompt")

@@ -6,6 +6,17 @@ one record becomes an `Item`. Adding a format is adding a `Task` here (detection
 - ``boolq``     question, passage, answer (bool)
 - ``noul``      the product's own input (``state``, ``questions`` with one noul question) + a gold ``label``
                 (bool, or true/false/yes/no)
+- ``nli``       premise, hypothesis, gold ``label`` (or ``gold``) — read by a classifier head
+- ``text-classification``  text, gold ``label`` (or ``gold``) — read by a classifier head
+
+The classifier-head formats (`Task.readout`) are scored against the checkpoint's own labels (its config.json
+``id2label``, no weights): a gold label is a label name, matched case-insensitively (``Entailment`` is
+``entailment``), or an int, the model's label index. A gold label the model does not have refuses the whole
+eval (ValueError → ConfigError naming the row, the label and the model's labels): a benchmark whose labels
+differ from the head's (RTE's ``not_entailment`` against a 3-way head) must be mapped first, not scored
+short. An int means the *model's* index: a dataset whose ints name other labels (MNLI: 0 = entailment)
+should give the names. The category of a classification item is its gold label's name (accuracy per gold
+label: each label's recall).
 
 Reproducible subsets: a question's rank is sha256("<seed>:<id>"); ``--sample N`` keeps the N lowest
 (independent of library versions and file order; a smaller sample is a subset of a larger one).
@@ -21,13 +32,15 @@ from pathlib import Path
 from typing import Any
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-MULTIPLE_CHOICE, YES_NO = "multiple choice", "yes/no"
+MULTIPLE_CHOICE, YES_NO, CLASSIFICATION = "multiple choice", "yes/no", "classification"
+LABEL_LOGPROBS, CLASSIFIER_HEAD = "label-logprobs", "classifier-head"  # the readouts (readouts/) a task runs
 
 
 @dataclass(frozen=True)
 class Item:
-    """One benchmark question. `gold` indexes `options` (yes/no: 0 = true, 1 = false); `question` is the
-    question text, or for yes/no sets the product's question object; `context` the yes/no row's state."""
+    """One benchmark question. `gold` indexes `options` (yes/no: 0 = true, 1 = false; classification: the
+    model's labels); `question` is the question text, or for yes/no sets the product's question object;
+    `context` the yes/no row's state; `fields` a classification row's text (premise + hypothesis, or text)."""
 
     id: str
     question: Any
@@ -35,17 +48,20 @@ class Item:
     gold: int
     category: str
     context: Any = None
+    fields: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class Task:
-    """A benchmark format. `item(record, row_index, seen)` builds one Item (raising KeyError/TypeError/
-    ValueError/IndexError for a bad record); `seen` counts the rows of each category so far."""
+    """A benchmark format. `item(record, row_index, seen, labels)` builds one Item (raising KeyError/
+    TypeError/ValueError/IndexError for a bad record); `seen` counts the rows of each category so far;
+    `labels` are the model's (classifier-head formats; empty for the others). `readout`: what answers it."""
 
     name: str
     columns: frozenset[str]
     kind: str
-    item: Callable[[dict, int, dict[str, int]], Item]
+    item: Callable[[dict, int, dict[str, int], tuple[str, ...]], Item]
+    readout: str = LABEL_LOGPROBS
 
 
 def _bool(v: Any, where: str) -> bool:
@@ -69,7 +85,7 @@ def _id(r: dict, default: str) -> str:
     return str(r["id"]) if r.get("id") not in (None, "") else default
 
 
-def _mmlu_pro(r: dict, i: int, seen: dict[str, int]) -> Item:
+def _mmlu_pro(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) -> Item:
     gold = r.get("answer_index")
     if gold is None:
         gold = LETTERS.index(str(r["answer"]).strip().upper())
@@ -78,19 +94,19 @@ def _mmlu_pro(r: dict, i: int, seen: dict[str, int]) -> Item:
     return Item(str(r["question_id"]), r["question"], tuple(r["options"]), int(gold), str(r["category"]))
 
 
-def _mmlu(r: dict, i: int, seen: dict[str, int]) -> Item:
+def _mmlu(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) -> Item:
     cat = str(r["subject"])
     k = seen[cat] = seen.get(cat, -1) + 1
     return Item(_id(r, f"{cat}-{k:04d}"), r["question"], tuple(r["choices"]), int(r["answer"]), cat)
 
 
-def _boolq(r: dict, i: int, seen: dict[str, int]) -> Item:
+def _boolq(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) -> Item:
     gold = 0 if _bool(r["answer"], f"row {i}.answer") else 1
     q = {"type": "noul", "instructions": _as_question(r["question"])}
     return Item(_id(r, f"{i:05d}"), q, ("true", "false"), gold, "boolq", r["passage"])
 
 
-def _noul(r: dict, i: int, seen: dict[str, int]) -> Item:
+def _noul(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) -> Item:
     qs = r["questions"]
     qs = json.loads(qs) if isinstance(qs, str) else qs
     if not isinstance(qs, dict) or len(qs) != 1:
@@ -100,6 +116,43 @@ def _noul(r: dict, i: int, seen: dict[str, int]) -> Item:
     return Item(_id(r, str(i)), q, ("true", "false"), gold, str(r.get("category") or "all"), r["state"])
 
 
+def gold_index(v: Any, labels: tuple[str, ...], where: str) -> int:
+    """A classification gold label → its index in the model's `labels`: a name (exact, else the one label
+    equal to it case-insensitively) or an int index. Raises ValueError naming the label and the labels."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        if 0 <= v < len(labels):
+            return v
+    elif isinstance(v, str):
+        if v in labels:
+            return labels.index(v)
+        same = [j for j, x in enumerate(labels) if x.casefold() == v.strip().casefold()]
+        if len(same) == 1:
+            return same[0]
+    raise ValueError(
+        f"{where}: gold label {v!r} is not one of the model's labels ({', '.join(labels)}); give a label "
+        f"name (case-insensitive) or its index 0…{len(labels) - 1}"
+    )
+
+
+def _gold(r: dict, labels: tuple[str, ...]) -> int:
+    if "label" in r and "gold" in r:
+        raise ValueError("both label and gold columns: give the gold label in one")
+    if "label" not in r and "gold" not in r:
+        raise ValueError("no gold label: give it in a label (or gold) column")
+    col = "label" if "label" in r else "gold"
+    return gold_index(r[col], labels, col)
+
+
+def _classified(fields: tuple[str, ...]) -> Callable[[dict, int, dict[str, int], tuple[str, ...]], Item]:
+    """The item function of a classifier-head format reading the text columns `fields`."""
+
+    def item(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) -> Item:
+        gold = _gold(r, labels)
+        return Item(_id(r, f"{i:05d}"), None, labels, gold, labels[gold], fields={f: r[f] for f in fields})
+
+    return item
+
+
 TASKS: dict[str, Task] = {
     t.name: t
     for t in (
@@ -107,6 +160,20 @@ TASKS: dict[str, Task] = {
         Task("mmlu", frozenset({"question", "choices", "answer"}), MULTIPLE_CHOICE, _mmlu),
         Task("boolq", frozenset({"question", "passage", "answer"}), YES_NO, _boolq),
         Task("noul", frozenset({"state", "questions", "label"}), YES_NO, _noul),
+        Task(
+            "nli",
+            frozenset({"premise", "hypothesis"}),
+            CLASSIFICATION,
+            _classified(("premise", "hypothesis")),
+            CLASSIFIER_HEAD,
+        ),
+        Task(
+            "text-classification",
+            frozenset({"text"}),
+            CLASSIFICATION,
+            _classified(("text",)),
+            CLASSIFIER_HEAD,
+        ),
     )
 }
 FORMATS = tuple(TASKS)
@@ -132,17 +199,25 @@ def detect_format(rec: dict) -> str:
     raise ValueError(f"cannot tell the benchmark format from columns {sorted(rec)}; pass --format")
 
 
-def to_items(records: list[dict], fmt: str = "auto") -> tuple[list[Item], str]:
-    """Benchmark records → Items (and the format used). Raises ValueError naming the bad row."""
+def to_items(
+    records: list[dict], fmt: str = "auto", labels: Callable[[], tuple[str, ...]] | None = None
+) -> tuple[list[Item], str]:
+    """Benchmark records → Items (and the format used). `labels()`: the model's labels, asked only for a
+    classifier-head format. Raises ValueError naming the bad row."""
     if not records:
         raise ValueError("the benchmark file has no rows")
     fmt = detect_format(records[0]) if fmt == "auto" else fmt
     if fmt not in TASKS:
         raise ValueError(f"unknown format {fmt!r}; expected auto or one of {', '.join(FORMATS)}")
     task, items, seen = TASKS[fmt], [], {}
+    model_labels: tuple[str, ...] = ()
+    if task.readout == CLASSIFIER_HEAD:
+        if labels is None:
+            raise ValueError(f"format {fmt} is scored against a classifier's labels: give the model's labels")
+        model_labels = tuple(labels())
     for i, r in enumerate(records):
         try:
-            it = task.item(r, i, seen)
+            it = task.item(r, i, seen, model_labels)
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ValueError(f"row {i} ({fmt}): {type(e).__name__}: {e}") from None
         if not 0 <= it.gold < len(it.options):
