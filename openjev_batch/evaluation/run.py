@@ -124,7 +124,7 @@ def model_labels(model: str) -> tuple[str, ...]:
     try:
         return read_checkpoint(model).labels
     except BackendError as e:
-        raise ValueError(f"the format is scored by a classifier head: {e}") from None
+        raise ValueError(f"it is scored by a classifier head, and {e}") from None
 
 
 def readout_of(fmt: str) -> str:

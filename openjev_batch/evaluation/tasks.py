@@ -129,7 +129,7 @@ def gold_index(v: Any, labels: tuple[str, ...], where: str) -> int:
         if len(same) == 1:
             return same[0]
     raise ValueError(
-        f"{where}: gold label {v!r} is not one of the model's labels ({', '.join(labels)}); give a label "
+        f"gold label {v!r} (column {where}) is not one of the model's labels ({', '.join(labels)}); give a label "
         f"name (case-insensitive) or its index 0…{len(labels) - 1}"
     )
 
@@ -214,7 +214,10 @@ def to_items(
     if task.readout == CLASSIFIER_HEAD:
         if labels is None:
             raise ValueError(f"format {fmt} is scored against a classifier's labels: give the model's labels")
-        model_labels = tuple(labels())
+        try:
+            model_labels = tuple(labels())
+        except ValueError as e:
+            raise ValueError(f"format {fmt}: {e}") from None
     for i, r in enumerate(records):
         try:
             it = task.item(r, i, seen, model_labels)
