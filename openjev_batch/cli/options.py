@@ -15,13 +15,15 @@ import typer
 from ..threads import MAX_THREADS
 
 ENGINE: dict = {}  # where a command's engine options go (`_engine_options`); never a CLI option itself
+JOB: dict = {}  # where a command's job options go (`_job_options`); never a CLI option itself
 
 
 def _engine_options(command: str):
     """Put the engine options options.ENGINE_OPTIONS declares for `command` where the command's `engine`
     parameter stands, each as its CLI option; the command receives them as one dict `engine` of config
-    fields (`--engine-arg key=value` pairs parsed). Also `--config FILE` (cli/jobfile.py): every command
-    that runs a job takes its options from a file."""
+    fields (`--engine-arg key=value` pairs parsed). A `job` parameter likewise becomes the job options
+    (`_job_options`). Also `--config FILE` (cli/jobfile.py): every command that runs a job takes its options
+    from a file."""
     from ..options import ENGINE_OPTIONS
 
     declared = [o for o in ENGINE_OPTIONS if command in o.commands]
@@ -49,11 +51,8 @@ def _engine_options(command: str):
     )  # fmt: skip
 
     def deco(f):
-        sig = inspect.signature(f, eval_str=True)
-        params = []
-        for p in sig.parameters.values():
-            params.extend([option(o) for o in declared] if p.name == "engine" else [p])
-        params.append(config)
+        if "job" in inspect.signature(f).parameters:
+            f = _job_options(command)(f)
 
         @functools.wraps(f)
         def wrapper(**kw):
@@ -70,9 +69,43 @@ def _engine_options(command: str):
                     _fail(e)
             return f(**kw, engine=engine)
 
-        wrapper.__signature__ = sig.replace(parameters=params)
-        wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        return wrapper
+        return _expand(f, wrapper, "engine", [option(o) for o in declared], [config])
+
+    return deco
+
+
+def _expand(f, wrapper, name: str, params: list[inspect.Parameter], extra=()):
+    """`wrapper` (of `f`) with the signature typer reads: `f`'s parameter `name` replaced by `params`, and
+    `extra` at the end."""
+    sig = inspect.signature(f, eval_str=True)
+    out = []
+    for p in sig.parameters.values():
+        out.extend(params if p.name == name else [p])
+    out.extend(extra)
+    wrapper.__signature__ = sig.replace(parameters=out)
+    wrapper.__annotations__ = {p.name: p.annotation for p in out}
+    return wrapper
+
+
+def _job_options(command: str):
+    """Put the job options every command that runs a job takes (JOB_OPTIONS, with `command`'s own help
+    where it differs) where the command's `job` parameter stands; the command receives them as one dict
+    `job`. Applied by `_engine_options`, inside it: its `--config` stays last."""
+    table = {**JOB_OPTIONS, **JOB_HELP.get(command, {})}
+    params = [
+        inspect.Parameter(
+            n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info, annotation=JOB_TYPES.get(n, bool)
+        )
+        for n, info in table.items()
+    ]
+
+    def deco(f):
+        @functools.wraps(f)
+        def wrapper(**kw):
+            job = {n: kw.pop(n) for n in table}
+            return f(**kw, job=job)
+
+        return _expand(f, wrapper, "job", params)
 
     return deco
 
@@ -144,7 +177,8 @@ def _resolve(model: str, tokenizer_only: bool = False) -> str:
     return resolve_model(model, tokenizer_only)
 
 
-# Options `run` and `classify` both take, declared once (typer copies an option's info per command).
+# Options several commands take (run, classify, eval, validate), declared once (typer copies an option's
+# info per command).
 BACKEND = typer.Option(
     None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
 )
@@ -188,6 +222,46 @@ WORKERS = typer.Option(None, "--workers", help="--ray: engine actors, one backen
 GPUS_PER_WORKER = typer.Option(
     None, "--gpus-per-worker", help="--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0]."
 )
+
+# The options of every command that runs a job (run, classify, eval), in their --help order; typer's types
+# (the others are flags).
+JOB_OPTIONS = dict(
+    progress=PROGRESS,
+    resume=RESUME,
+    dry_run=DRY_RUN,
+    ray=RAY,
+    ray_address=RAY_ADDRESS,
+    workers=WORKERS,
+    gpus_per_worker=GPUS_PER_WORKER,
+    limit=LIMIT,
+    threads=THREADS,
+)
+JOB_TYPES = {"ray_address": str, "workers": int, "gpus_per_worker": float, "limit": int, "threads": int}
+# eval's --progress and --resume say what they do to an output folder
+JOB_HELP = {
+    "eval": dict(
+        progress=typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+        resume=typer.Option(
+            False,
+            "--resume",
+            help="Continue the unfinished job in the output folder (or re-score a finished one).",
+        ),
+    )
+}
+
+
+def show_prompt_option(what: str):
+    """--show-prompt (run, eval): the prompts of the first N `what`."""
+    return typer.Option(
+        None,
+        "--show-prompt",
+        min=1,
+        help=f"Print what the model gets for the first N {what} and exit; tokenizer only, no -o.",
+    )
+
+
+# `run`'s and `validate`'s --questions
+QUESTIONS = typer.Option(None, "--questions", "-q", help="JSON/YAML question map applied to every row.")
 
 
 def at_file(value: str) -> Path | None:

@@ -16,19 +16,12 @@ from .display import _print_plan, _print_summary, _progress
 from .options import (
     BACKEND,
     CHUNK_ROWS_HELP,
-    DRY_RUN,
     ENGINE,
-    GPUS_PER_WORKER,
+    JOB,
     KEEP,
-    LIMIT,
-    PROGRESS,
-    RAY,
-    RAY_ADDRESS,
-    RESUME,
+    QUESTIONS,
     STDIN_NAMES,
     SYSTEM_PROMPT,
-    THREADS,
-    WORKERS,
     _engine_options,
     _quiet,
     _resolve,
@@ -37,6 +30,7 @@ from .options import (
     apply_threads_option,
     at_file,
     ray_options,
+    show_prompt_option,
 )
 
 
@@ -57,31 +51,16 @@ def run(
         ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
     ),
     backend: str = BACKEND,
-    questions: Path = typer.Option(
-        None, "--questions", "-q", help="JSON/YAML question map applied to every row."
-    ),
+    questions: Path = QUESTIONS,
     keep: str = KEEP,
     engine: dict = ENGINE,
     # 2048: the host stage of chunk k+1 runs while chunk k is on the engine, so smaller chunks hide more of it
     # (H200, multi-item, W2 12,032 rows: 11.2 s in one chunk, 9.5 s in chunks of 2048; docs/benchmarks.md).
     chunk_rows: int = typer.Option(2048, help=CHUNK_ROWS_HELP),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
-    progress: bool = PROGRESS,
-    resume: bool = RESUME,
-    dry_run: bool = DRY_RUN,
-    ray: bool = RAY,
-    ray_address: str = RAY_ADDRESS,
-    workers: int = WORKERS,
-    gpus_per_worker: float = GPUS_PER_WORKER,
-    limit: int = LIMIT,
-    threads: int = THREADS,
+    job: dict = JOB,
     system_prompt: str = SYSTEM_PROMPT,
-    show_prompt: int = typer.Option(
-        None,
-        "--show-prompt",
-        min=1,
-        help="Print what the model gets for the first N rows (prefix, suffixes, label tokens) and exit; tokenizer only, no -o.",
-    ),
+    show_prompt: int = show_prompt_option("rows (prefix, suffixes, label tokens)"),
 ) -> None:
     """Answer every question of every row from the model's next-token label logprobs."""
     _run_job(
@@ -89,35 +68,24 @@ def run(
         dict(
             input=input, output=output, model=model, backend=backend, readout="label-logprobs",
             questions_file=questions, keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
-            progress=progress, resume=resume, limit=limit, system_prompt=system_prompt, **engine,
+            system_prompt=system_prompt, **engine,
         ),
-        dry_run=dry_run, ray=ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
-        threads=threads, show_prompt=show_prompt,
+        job, show_prompt=show_prompt,
     )  # fmt: skip
 
 
-def _run_job(
-    command: str,
-    kw: dict,
-    *,
-    dry_run: bool,
-    ray: bool,
-    ray_address,
-    workers,
-    gpus_per_worker,
-    threads,
-    show_prompt: int | None = None,
-) -> None:
-    """The one body of `run` and `classify` (the readout is in `kw`): build the config, then the dry run,
-    the prompt display, the Ray run or the local job; print the summary; exit 3 when some rows or
-    questions have errors."""
-    output, resume = kw["output"], kw["resume"]
+def _run_job(command: str, kw: dict, job: dict, show_prompt: int | None = None) -> None:
+    """The one body of `run` and `classify` (the readout is in `kw`, the job options in `job`): build the
+    config, then the dry run, the prompt display, the Ray run or the local job; print the summary; exit 3
+    when some rows or questions have errors."""
+    kw = {**kw, "progress": job["progress"], "resume": job["resume"], "limit": job["limit"]}
+    output, resume, dry_run, ray = kw["output"], job["resume"], job["dry_run"], job["ray"]
     if output is None and not dry_run and not show_prompt:
         also = " and --show-prompt" if command == "run" else ""
         raise typer.BadParameter(
             f"missing: -o/--output (only --dry-run{also} run without it)", param_hint="'-o'"
         )
-    threads_note = apply_threads_option(threads)
+    threads_note = apply_threads_option(job["threads"])
     _quiet(kw["progress"])
     stack = contextlib.ExitStack()
     stop_on_signals()  # SIGTERM (schedulers) ends the job like Ctrl-C: message, partial kept, exit 143
@@ -125,7 +93,8 @@ def _run_job(
         to_stdout = str(output) == "-"
         cfg = _config(kw, stack, tokenizer_only=dry_run or bool(show_prompt))
         output = cfg.output
-        ray_opts = ray_options(ray, ray_address, workers, gpus_per_worker)  # refuses them without --ray
+        # refuses the --ray options without --ray
+        ray_opts = ray_options(ray, job["ray_address"], job["workers"], job["gpus_per_worker"])
         if show_prompt or dry_run:
             _plan_only(cfg, command, show_prompt, dry_run=dry_run, resume=resume, ray=ray)
             return
@@ -246,15 +215,7 @@ def classify(
     engine: dict = ENGINE,
     chunk_rows: int = typer.Option(20_000, help=CHUNK_ROWS_HELP),
     max_rows: int = typer.Option(4096, help="Most rows per window."),
-    progress: bool = PROGRESS,
-    resume: bool = RESUME,
-    dry_run: bool = DRY_RUN,
-    ray: bool = RAY,
-    ray_address: str = RAY_ADDRESS,
-    workers: int = WORKERS,
-    gpus_per_worker: float = GPUS_PER_WORKER,
-    limit: int = LIMIT,
-    threads: int = THREADS,
+    job: dict = JOB,
 ) -> None:
     """Classify every row with a sequence-classification head (e.g. NLI): logits, probs, label per row."""
     from ..readouts.classifier_head.template import DEFAULT_TEMPLATE, unescape_template
@@ -264,9 +225,7 @@ def classify(
         dict(
             input=input, output=output, model=model, backend=backend, readout="classifier-head",
             template=unescape_template(template) if template is not None else DEFAULT_TEMPLATE,
-            keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_rows, progress=progress,
-            resume=resume, limit=limit, **engine,
+            keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_rows, **engine,
         ),
-        dry_run=dry_run, ray=ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
-        threads=threads,
+        job,
     )  # fmt: skip

@@ -10,18 +10,15 @@ import typer
 
 from ..errors import OpenjevError
 from . import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
-from .options import STDIN_NAMES, _spool_stdin
+from .options import QUESTIONS, STDIN_NAMES, _spool_stdin
 
 
-# Length (over ~60 lines): mostly its typer options (the docstring is the command's --help).
 @app.command()
 def validate(
     input: Path = typer.Argument(
         ..., help="Input: .parquet, .jsonl (.gz/.zst), .csv, .json, a datasets folder, or - (stdin)."
     ),
-    questions: Path = typer.Option(
-        None, "--questions", "-q", help="JSON/YAML question map applied to every row."
-    ),
+    questions: Path = QUESTIONS,
     readout: str = typer.Option(
         "label-logprobs",
         "--readout",
