@@ -11,11 +11,11 @@ from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
 from .display import _print_plan, _progress
+from .job_options import JOB
 from .options import (
     BACKEND,
     CHUNK_ROWS_HELP,
     ENGINE,
-    JOB,
     SYSTEM_PROMPT,
     _engine_options,
     _quiet,
@@ -71,13 +71,11 @@ def eval_(
     _quiet(progress)
     stop_on_signals()  # SIGTERM (schedulers) ends the eval like Ctrl-C: message, partial kept, exit 143
     try:
-        cfg = _config(job, engine, input=input, output_dir=output_dir or Path("."), model=model,
+        cfg, on_ray = _config(job, engine, input=input, output_dir=output_dir or Path("."), model=model,
                       tokenizer_only=bool(show_prompt) or dry_run, system_prompt=system_prompt,
                       backend=backend, format=fmt, shots=shots, dev=dev, sample=sample, seed=seed,
                       calibrate=calibrate, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
                       force=force)  # fmt: skip
-        # refuses the --ray options without --ray
-        on_ray = ray_options(job["ray"], job["ray_address"], job["workers"], job["gpus_per_worker"])
         if dry_run or show_prompt:
             _plan_only(cfg, show_prompt, dry_run=dry_run, resume=job["resume"], force=force, ray=job["ray"])
             return
@@ -108,18 +106,20 @@ def _print_report(rep: dict, output_dir: Path) -> None:
 
 
 def _config(job: dict, engine: dict, *, model: str, tokenizer_only: bool, system_prompt, backend, **kw):
-    """The EvalConfig from eval's options: the model name resolved, --system-prompt's @FILE read, the
-    default backend. Raises ConfigError (build_eval_config's refusals too)."""
+    """The EvalConfig from eval's options (the model name resolved, --system-prompt's @FILE read, the
+    default backend) and --ray's RayOptions (None without --ray). Raises ConfigError (build_eval_config's
+    refusals too, and the --ray options without --ray)."""
     from ..backends import default_backend
     from ..evaluation import build_eval_config
 
     if system_prompt is not None:
         system_prompt = _text_or_file(system_prompt, "--system-prompt")
-    return build_eval_config(
+    cfg = build_eval_config(
         **kw, model=_resolve(model, tokenizer_only=tokenizer_only), model_name=model, limit=job["limit"],
         system_prompt=system_prompt, backend=backend or default_backend(), progress=job["progress"],
         resume=job["resume"], **engine,
     )  # fmt: skip
+    return cfg, ray_options(job["ray"], job["ray_address"], job["workers"], job["gpus_per_worker"])
 
 
 def _plan_only(cfg, show_prompt: int | None, *, dry_run: bool, resume: bool, force: bool, ray: bool) -> None:

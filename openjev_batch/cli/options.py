@@ -15,7 +15,6 @@ import typer
 from ..threads import MAX_THREADS
 
 ENGINE: dict = {}  # where a command's engine options go (`_engine_options`); never a CLI option itself
-JOB: dict = {}  # where a command's job options go (`_job_options`); never a CLI option itself
 
 
 def _engine_options(command: str):
@@ -52,6 +51,8 @@ def _engine_options(command: str):
 
     def deco(f):
         if "job" in inspect.signature(f).parameters:
+            from .job_options import _job_options
+
             f = _job_options(command)(f)
 
         @functools.wraps(f)
@@ -85,29 +86,6 @@ def _expand(f, wrapper, name: str, params: list[inspect.Parameter], extra=()):
     wrapper.__signature__ = sig.replace(parameters=out)
     wrapper.__annotations__ = {p.name: p.annotation for p in out}
     return wrapper
-
-
-def _job_options(command: str):
-    """Put the job options every command that runs a job takes (JOB_OPTIONS, with `command`'s own help
-    where it differs) where the command's `job` parameter stands; the command receives them as one dict
-    `job`. Applied by `_engine_options`, inside it: its `--config` stays last."""
-    table = {**JOB_OPTIONS, **JOB_HELP.get(command, {})}
-    params = [
-        inspect.Parameter(
-            n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info, annotation=JOB_TYPES.get(n, bool)
-        )
-        for n, info in table.items()
-    ]
-
-    def deco(f):
-        @functools.wraps(f)
-        def wrapper(**kw):
-            job = {n: kw.pop(n) for n in table}
-            return f(**kw, job=job)
-
-        return _expand(f, wrapper, "job", params)
-
-    return deco
 
 
 def parse_engine_args(pairs: list[str]) -> dict[str, typing.Any]:
@@ -222,32 +200,6 @@ WORKERS = typer.Option(None, "--workers", help="--ray: engine actors, one backen
 GPUS_PER_WORKER = typer.Option(
     None, "--gpus-per-worker", help="--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0]."
 )
-
-# The options of every command that runs a job (run, classify, eval), in their --help order; typer's types
-# (the others are flags).
-JOB_OPTIONS = dict(
-    progress=PROGRESS,
-    resume=RESUME,
-    dry_run=DRY_RUN,
-    ray=RAY,
-    ray_address=RAY_ADDRESS,
-    workers=WORKERS,
-    gpus_per_worker=GPUS_PER_WORKER,
-    limit=LIMIT,
-    threads=THREADS,
-)
-JOB_TYPES = {"ray_address": str, "workers": int, "gpus_per_worker": float, "limit": int, "threads": int}
-# eval's --progress and --resume say what they do to an output folder
-JOB_HELP = {
-    "eval": dict(
-        progress=typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
-        resume=typer.Option(
-            False,
-            "--resume",
-            help="Continue the unfinished job in the output folder (or re-score a finished one).",
-        ),
-    )
-}
 
 
 def show_prompt_option(what: str):
