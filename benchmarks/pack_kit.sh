@@ -17,6 +17,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/site" $
 mkdir -p .gpu/tok .gpu/whl
 tar -C "$W" -cf - site | xz -9 -T0 > .gpu/site.tar.xz
 T=${OPENJEV_CACHE:-$HOME/.cache/openjev-batch}/models/qwen3-tokenizer
+# a fresh machine has not fetched it yet (found 2026-12-02: the kit went without it and the GPU call failed)
+[ -f "$T/tokenizer.json" ] || ${PYTHON:-.venv/bin/python} -m openjev_batch models fetch qwen3-tokenizer >/dev/null
 cp "$T/tokenizer_config.json" .gpu/tok/ && gzip -9c "$T/tokenizer.json" > .gpu/tok/tokenizer.json.gz
 python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux1_x86_64 -d .gpu/whl py-spy==0.4.3
 rm -rf "$W"; du -sh .gpu
