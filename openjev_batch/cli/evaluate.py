@@ -11,13 +11,11 @@ from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
 from .display import _print_plan, _progress
-from .job_options import JOB
+from .job_options import ENGINE, JOB, _engine_options
 from .options import (
     BACKEND,
     CHUNK_ROWS_HELP,
-    ENGINE,
     SYSTEM_PROMPT,
-    _engine_options,
     _quiet,
     _resolve,
     _text_or_file,

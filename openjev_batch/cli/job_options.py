@@ -1,10 +1,13 @@
-"""The options of every command that runs a job (run, classify, eval), declared once: a command's `job`
+"""How a command gets its options: the engine options (`_engine_options`) and the options of every command that
+runs a job (run, classify, eval), declared once: a command's `job`
 parameter stands for them all and receives them as one dict (`_job_options`, applied by `_engine_options`)."""
 
 from __future__ import annotations
 
 import functools
 import inspect
+import typing
+from pathlib import Path
 
 import typer
 
@@ -18,7 +21,7 @@ from .options import (
     RESUME,
     THREADS,
     WORKERS,
-    _expand,
+    parse_engine_args,
 )
 
 JOB: dict = {}  # where a command's job options go (`_job_options`); never a CLI option itself
@@ -71,3 +74,75 @@ def _job_options(command: str):
         return _expand(f, wrapper, "job", params)
 
     return deco
+
+
+ENGINE: dict = {}  # where a command's engine options go (`_engine_options`); never a CLI option itself
+
+
+def _engine_options(command: str):
+    """Put the engine options options.ENGINE_OPTIONS declares for `command` where the command's `engine`
+    parameter stands, each as its CLI option; the command receives them as one dict `engine` of config
+    fields (`--engine-arg key=value` pairs parsed). A `job` parameter likewise becomes the job options
+    (`_job_options`). Also `--config FILE` (cli/jobfile.py): every command that runs a job takes its options
+    from a file."""
+    from ..options import ENGINE_OPTIONS
+
+    declared = [o for o in ENGINE_OPTIONS if command in o.commands]
+
+    def option(o) -> inspect.Parameter:
+        if isinstance(o.default, dict):  # key=value pairs, repeatable
+            annotation, default = list[str], None
+        else:
+            annotation = next((t for t in typing.get_args(o.type) if t is not type(None)), o.type)
+            default = o.default
+        info = typer.Option(default, o.cli_flag, help=o.help)
+        return inspect.Parameter(
+            o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info, annotation=annotation
+        )
+
+    from .jobfile import load_job_file
+
+    config = inspect.Parameter(
+        "config", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
+        default=typer.Option(
+            None, "--config", is_eager=True, callback=load_job_file, dir_okay=False,
+            help="A JSON/YAML file of this command's options (`chunk-rows: 512`, `input`, `model` too); "
+            "flags given here override it.",
+        ),
+    )  # fmt: skip
+
+    def deco(f):
+        if "job" in inspect.signature(f).parameters:
+            f = _job_options(command)(f)
+
+        @functools.wraps(f)
+        def wrapper(**kw):
+            kw.pop("config", None)  # applied as the command's defaults when it was parsed
+            engine = {o.name: kw.pop(o.name) for o in declared}
+            if "engine_args" in engine:
+                from ..errors import ConfigError
+
+                try:
+                    engine["engine_args"] = parse_engine_args(engine["engine_args"] or [])
+                except ConfigError as e:  # parsed before the command's own error handling: same exit 4
+                    from . import _fail
+
+                    _fail(e)
+            return f(**kw, engine=engine)
+
+        return _expand(f, wrapper, "engine", [option(o) for o in declared], [config])
+
+    return deco
+
+
+def _expand(f, wrapper, name: str, params: list[inspect.Parameter], extra=()):
+    """`wrapper` (of `f`) with the signature typer reads: `f`'s parameter `name` replaced by `params`, and
+    `extra` at the end."""
+    sig = inspect.signature(f, eval_str=True)
+    out = []
+    for p in sig.parameters.values():
+        out.extend(params if p.name == name else [p])
+    out.extend(extra)
+    wrapper.__signature__ = sig.replace(parameters=out)
+    wrapper.__annotations__ = {p.name: p.annotation for p in out}
+    return wrapper

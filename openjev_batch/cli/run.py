@@ -13,16 +13,14 @@ from ..errors import ConfigError, OpenjevError, OutputFinished
 from ..interrupts import stop_on_signals
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
 from .display import _print_plan, _print_summary, _progress
-from .job_options import JOB
+from .job_options import ENGINE, JOB, _engine_options
 from .options import (
     BACKEND,
     CHUNK_ROWS_HELP,
-    ENGINE,
     KEEP,
     QUESTIONS,
     STDIN_NAMES,
     SYSTEM_PROMPT,
-    _engine_options,
     _quiet,
     _resolve,
     _spool_stdin,
