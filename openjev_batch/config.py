@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import (
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -171,13 +172,15 @@ class RunConfig(EngineOptions):
             check_not_input(self.output, self.questions_file, "the questions file (-q)")
         return self
 
-    @field_validator("readout")
+    @field_validator("readout", "backend")
     @classmethod
-    def _readout(cls, v: str) -> str:
+    def _registered(cls, v: str, info: ValidationInfo) -> str:
+        """A readout or backend by a name its registry knows."""
         from .readouts import NAMES
 
-        if v not in NAMES:
-            raise ValueError(f"unknown readout {v!r}; expected one of {', '.join(NAMES)}")
+        known = NAMES if info.field_name == "readout" else BACKENDS
+        if v not in known:
+            raise ValueError(f"unknown {info.field_name} {v!r}; expected one of {', '.join(known)}")
         return v
 
     @field_validator("template")
@@ -205,13 +208,6 @@ class RunConfig(EngineOptions):
         except ValueError as e:
             raise ValueError(f"keep: {e}") from None
         return self
-
-    @field_validator("backend")
-    @classmethod
-    def _backend(cls, v: str) -> str:
-        if v not in BACKENDS:
-            raise ValueError(f"unknown backend {v!r}; expected one of {', '.join(BACKENDS)}")
-        return v
 
 
 def build_config(**kw: Any) -> RunConfig:
