@@ -28,7 +28,7 @@ def validate(
         None, help=r"classifier-head: prompt over {premise} and {hypothesis} [default: NLI template]"
     ),
     keep: str = typer.Option(
-        "", "--keep", help="Columns `run --keep` would copy (their values are checked too)."
+        "", "--keep", help="Columns `run --keep` would copy (their values are checked too); `all`: every input column."
     ),
     show: int = typer.Option(20, min=0, help="Print at most this many errors."),
 ) -> None:
@@ -78,9 +78,14 @@ def _job(input: Path, name: str, questions, template, keep: tuple[str, ...]):
     from ..readouts import build
     from ..readouts.classifier_head.template import unescape_template
 
-    cfg = build_config(
+    opts = dict(
         input=input, model="", backend="hf", readout=name, questions_file=questions or None,
-        template=unescape_template(template) if template else None, keep=keep,
+        template=unescape_template(template) if template else None,
         chunk_rows=100_000,  # nothing is written per chunk: read in large ones, as before the loop
     )  # fmt: skip
+    cfg = build_config(**opts, keep=() if keep == ("all",) else keep)
+    if keep == ("all",):  # every input column the readout neither reads nor writes, as `run --keep all`
+        from ..pipeline.read import all_columns
+
+        cfg = build_config(**opts, keep=all_columns(cfg))
     return cfg, build(name, cfg)

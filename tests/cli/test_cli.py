@@ -187,6 +187,19 @@ def test_validate(tmp_path):
     assert r.returncode == 3 and "questions.k.type: unknown question type 'rank'" in r.stderr
 
 
+
+def test_validate_keep_all_checks_every_other_column_as_run_keeps_them(tmp_path):
+    # `validate --keep all` was refused ("--keep column(s) in none of the first 1,000 rows: all") while
+    # `run --keep all` took it
+    q = {"q": {"type": "noul", "instructions": "ok?"}}
+    p = write_jsonl(tmp_path / "v.jsonl", [
+        {"id": "a", "state": "hi", "channel": "mail", "questions": q},
+        {"id": "b", "state": "yo", "channel": {"x": [1, {"y": 2}]}, "questions": q},
+    ])  # fmt: skip
+    r = cli("validate", p, "--keep", "all")
+    assert r.returncode == 0, r.stderr
+    assert "2 rows, 2 questions, 0 errors" in r.stdout
+
 @pytest.mark.sglang
 def test_sglang_backend_cli_matches_hf(tiny_model, tmp_path, monkeypatch):
     pytest.importorskip("sglang")
