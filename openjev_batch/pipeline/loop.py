@@ -101,8 +101,8 @@ def run(
             result = out.close()  # the join (a store also checks its parts on disk)
             extra = r.describe()
     where = str(result) if isinstance(result, Path) else ""  # a file's path; an in-memory table has none
-    cls = getattr(runner, "summary_type", Summary)  # a runner's own facts (the Ray runner's actors, buckets)
-    s = totals.summary(totals.warm, time.perf_counter() - t0, where, cls, **extra)
+    # each runner names its Summary class: the Ray runner's adds its actors and buckets
+    s = totals.summary(totals.warm, time.perf_counter() - t0, where, runner.summary_type, **extra)
     return s, result
 
 

@@ -10,8 +10,8 @@ that scores nothing counted instead (`counted`).
   rendered (`--show-prompt`).
 - `parse_only.ParseOnlyRunner`: no tokenizer: each row's problems (`validate`).
 - `ray.RayRunner`: engine actors on a Ray cluster, chunks handed back as their buckets return (in any
-  order); its staged rows are its own crash safety within a chunk. A runner's `summary_type` (default
-  `Summary`) takes what `describe()` adds (the Ray runner's workers, buckets, rows it scored).
+  order); its staged rows are its own crash safety within a chunk. Every runner's `summary_type`
+  (`Summary`, or a subclass) takes what `describe()` adds (the Ray runner's workers, buckets, rows it scored).
 """
 
 from __future__ import annotations

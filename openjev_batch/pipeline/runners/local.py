@@ -13,12 +13,15 @@ from ...readouts.base import Readout
 from ..prefill import FailureTracker
 from ..progress import Progress
 from ..stages import prompt_chunk, score_chunk
+from ..summary import Summary
 
 
 class LocalRunner:
     """`backend`: a started backend, kept open (the job applies its request options to it); None loads one
     for each job from the config and closes it after. `prompter`: one built at start-up for this backend
     (the Python API's, its labels verified once), else built per job."""
+
+    summary_type = Summary  # what the loop builds from describe() (the Ray runner adds its own facts)
 
     def __init__(self, backend: Backend | None = None, prompter: Any = None):
         self.backend, self.own, self.held_prompter = backend, backend is None, prompter

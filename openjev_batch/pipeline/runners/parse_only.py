@@ -11,6 +11,7 @@ from typing import Any
 
 from ...core import RowError
 from ...readouts.base import Readout
+from ..summary import Summary
 from . import stand_ins
 
 
@@ -25,6 +26,7 @@ class RowChecks:
 
 class ParseOnlyRunner:
     name = "parse-only"
+    summary_type = Summary
     labels = None  # validate needs no classifier's labels to check its rows
 
     @contextlib.contextmanager

@@ -14,6 +14,7 @@ from ...backends.base import load_tokenizer
 from ...readouts.base import Readout
 from ..plan import plan
 from ..stages import prompt_chunk
+from ..summary import Summary
 from . import stand_ins
 
 
@@ -50,6 +51,7 @@ class PlanOnlyRunner:
     render each chunk's rows (readouts/label_logprobs/show.py) into `PlanCounts.shown`."""
 
     name = "plan-only"
+    summary_type = Summary
     labels = None  # a classifier's labels come from its config.json (the registry reads them)
 
     def __init__(self, tokenizer: Any = None, show: bool = False):
