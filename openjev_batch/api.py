@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .readouts import LABEL_LOGPROBS
 
 CHUNK_ROWS = 20_000
 
@@ -63,7 +64,7 @@ class Classifier:
         model: str | os.PathLike,
         backend: str | None = None,
         *,
-        readout: str = "label-logprobs",
+        readout: str = LABEL_LOGPROBS,
         threads: int | None = None,
         max_branches: int = 4096,
         system_prompt: str | None = None,

@@ -20,6 +20,7 @@ from pydantic import (
 
 from .errors import ConfigError
 from .options import BACKENDS, EngineOptions, output_format
+from .readouts import LABEL_LOGPROBS
 from .values import option_text_problem
 
 
@@ -108,7 +109,7 @@ def validation_message(e: ValidationError) -> str:
     )
 
 
-def check_keep(v: tuple[str, ...], readout: str = "label-logprobs") -> tuple[str, ...]:
+def check_keep(v: tuple[str, ...], readout: str = LABEL_LOGPROBS) -> tuple[str, ...]:
     """Kept columns must not clash with an output column of the readout or repeat. Raises ValueError."""
     from .readouts import base_columns
 
@@ -130,7 +131,7 @@ class RunConfig(EngineOptions):
     output: Path | None = None  # None only for --dry-run (plans, writes nothing)
     model: str
     backend: str
-    readout: str = "label-logprobs"
+    readout: str = LABEL_LOGPROBS
     questions_file: Path | None = None
     template: str | None = None
     keep: tuple[str, ...] = ()

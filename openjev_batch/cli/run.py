@@ -11,6 +11,7 @@ import typer
 
 from ..errors import ConfigError, OpenjevError, OutputFinished
 from ..interrupts import stop_on_signals
+from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS
 from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
 from .display import _print_plan, _print_summary, _progress
 from .job_options import ENGINE, JOB, _engine_options
@@ -64,7 +65,7 @@ def run(
     _run_job(
         "run",
         dict(
-            input=input, output=output, model=model, backend=backend, readout="label-logprobs",
+            input=input, output=output, model=model, backend=backend, readout=LABEL_LOGPROBS,
             questions_file=questions, keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
             system_prompt=system_prompt, **engine,
         ),
@@ -221,7 +222,7 @@ def classify(
     _run_job(
         "classify",
         dict(
-            input=input, output=output, model=model, backend=backend, readout="classifier-head",
+            input=input, output=output, model=model, backend=backend, readout=CLASSIFIER_HEAD,
             template=unescape_template(template) if template is not None else DEFAULT_TEMPLATE,
             keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_rows, **engine,
         ),

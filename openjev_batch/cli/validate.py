@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from ..errors import OpenjevError
+from ..readouts import LABEL_LOGPROBS
 from . import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
 from .options import QUESTIONS, STDIN_NAMES, _spool_stdin
 
@@ -20,7 +21,7 @@ def validate(
     ),
     questions: Path = QUESTIONS,
     readout: str = typer.Option(
-        "label-logprobs",
+        LABEL_LOGPROBS,
         "--readout",
         help="label-logprobs (rows for `run`) | classifier-head (rows for `classify`).",
     ),

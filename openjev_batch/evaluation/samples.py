@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..readouts import CLASSIFIER_HEAD
 from ..readouts.label_logprobs.prompt import TOKENIZATION
 
 
@@ -30,7 +31,7 @@ def prompt_texts(job) -> tuple[dict[tuple[str, str], str], str]:
             for b in rp.branches if rp is not None else ():
                 # the ids decoded with their control tokens: what the model reads, markup included
                 out[(row.id, b.qid)] = tok.decode(list(rp.prefix) + list(b.suffix))
-    if job.readout == "classifier-head":  # no cut to name: the template's text is tokenized whole
+    if job.readout == CLASSIFIER_HEAD:  # no cut to name: the template's text is tokenized whole
         return out, f"classifier-head: template {job.template!r} tokenized whole as text"
     return out, tokenization(getattr(prompter, "base", prompter).cut)  # Variants wraps the base Prompter
 

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS
+
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MULTIPLE_CHOICE, YES_NO, CLASSIFICATION = "multiple choice", "yes/no", "classification"
-LABEL_LOGPROBS, CLASSIFIER_HEAD = "label-logprobs", "classifier-head"  # the readouts (readouts/) a task runs
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..config import RunConfig
 from ..errors import ConfigError
+from ..readouts import LABEL_LOGPROBS
 from . import loop
 from .runners.plan_only import PlanOnlyRunner
 from .sink import NullSink
@@ -64,7 +65,7 @@ def show_prompt(cfg: RunConfig, n: int, tokenizer=None) -> str:
     decoded, with the prefix/suffix cut, the control tokens and the label tokens marked
     (readouts/label_logprobs/show.py). Tokenizer only, no weights. Raises the job-level errors of `run` for
     bad input, questions or tokenizer."""
-    if cfg.readout != "label-logprobs":
+    if cfg.readout != LABEL_LOGPROBS:
         raise ConfigError("--show-prompt is for run (label logprobs)")
     first = cfg.model_copy(update={"limit": min(n, cfg.limit or n), "chunk_rows": max(n, 1)})
     s, _ = loop.run(first, FileSource(first), NullSink(), PlanOnlyRunner(tokenizer, show=True))

@@ -22,8 +22,10 @@ def register(name: str, module: str) -> None:
     _REGISTRY[name] = module
 
 
-register("label-logprobs", ".label_logprobs")
-register("classifier-head", ".classifier_head")
+# the readouts' names: everything else refers to them through these two constants
+LABEL_LOGPROBS, CLASSIFIER_HEAD = "label-logprobs", "classifier-head"
+register(LABEL_LOGPROBS, ".label_logprobs")
+register(CLASSIFIER_HEAD, ".classifier_head")
 
 NAMES = tuple(_REGISTRY)
 

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from ...core import RowError, unidentified_row_error
 from ...errors import ConfigError
+from .. import CLASSIFIER_HEAD
 from ..base import Readout, RowFailures, RowResults
 from ..label_logprobs.answer import softmax
 from .prompt import ClassifierPrompter
@@ -86,7 +87,7 @@ class ClassifierHead(Readout):
     keep: tuple[str, ...] = ()
     _template: Template = field(init=False, repr=False, compare=False)
 
-    name = "classifier-head"
+    name = CLASSIFIER_HEAD
     backend_kind = "classifier-head"
     unit = "rows"
     noun = "row"

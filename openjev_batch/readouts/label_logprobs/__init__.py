@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...core import RowError, unidentified_row_error
+from .. import LABEL_LOGPROBS
 from ..base import Readout, RowFailures, RowResults
 from .answer import read_out
 from .prompt import INSTRUCTIONS, Prompter
@@ -84,7 +85,7 @@ class LabelLogprobs(Readout):
     questions_sha256: str | None = None
     system_prompt: str | None = None
 
-    name = "label-logprobs"
+    name = LABEL_LOGPROBS
     backend_kind = "label-logprobs"
     unit = "branches"
     noun = "question"
