@@ -131,3 +131,16 @@ def test_pipelined_state_groups_keep_three_groups_of_prefix_states_beside_two_st
     # the running cap bounds the running part: beyond it, requests wait in the queue holding no slot
     assert b.pipelined_cost(100, 300, 2) == 3 * 100 + 3 * 269
     assert state_groups(w3, b, overlap=True, lead=1) == one  # lead 1 is the one-step schedule
+
+
+def test_pipelined_state_groups_keep_both_steps_within_the_running_cap():
+    """With one slot a request (sglang's `no_buffer` strategy, read back from the engine) the slots alone
+    would allow groups of 174 W3 rows (3·174 + 269 ≤ 791): two steps of 696 requests against a cap of 269,
+    and on the H200 (run 9) ~267 prefix-hit requests met in one batch and the engine died of a CUDA OOM
+    copying their cached states. Both steps in flight must fit the running cap: 2 · 4 · 33 = 264 ≤ 269."""
+    b = StateBudget(slots=807, per_request=1, max_running=269)
+    w3 = [row(i, [i] * 50, n_q=3) for i in range(300)]
+    sizes = [y - x for x, y in state_groups(w3, b, overlap=True, lead=2)]
+    assert max(sizes) == 33 and sum(sizes) == 300
+    uncapped = StateBudget(slots=807, per_request=1)  # no cap known: the slots alone decide
+    assert max(y - x for x, y in state_groups(w3, uncapped, overlap=True, lead=2)) > 33

@@ -79,7 +79,12 @@ def state_groups(
 
     def ok(p: int, r: int) -> bool:
         if lead > 1:
-            return budget.pipelined_cost(p, r, lead) <= budget.usable()
+            # `lead` steps of requests must also fit the running cap: beyond it they queue, and once a
+            # queued batch is admitted its cached prefix states are copied in one go (H200 run 9,
+            # docs/benchmarks.md: with `no_buffer` (1 slot a request) groups grew 6x, ~267 prefix-hit
+            # requests met in one extend batch and sglang 0.5.17's state copy asked 15.6 GiB: CUDA OOM)
+            cap_ok = not budget.max_running or lead * (p + r) <= budget.max_running
+            return cap_ok and budget.pipelined_cost(p, r, lead) <= budget.usable()
         if not overlap:
             return budget.fits(p, r, depth)
         before = prev is None or budget.fits(prev[0], prev[1], depth, ahead=p)
@@ -109,9 +114,11 @@ def state_budget_from_info(info: dict[str, Any]) -> StateBudget | None:
     computes in the scheduler process and reports in `internal_states` (0.5.17 on the H200: 207 slots for
     the 35B-A3B shape at the default memory fraction), or at the top level when the user set it; else
     `max_running_requests` × 3. The running cap from `effective_max_running_requests_per_dp` /
-    `max_running_requests`. Slots per running request: 3 (its state + the two ping-pong tracking buffers of
-    sglang's default `extra_buffer` strategy with the overlap scheduler; sglang logs the same ratio when it
-    caps running requests), 1 with the `no_buffer` strategy. None when nothing says."""
+    `max_running_requests`. Slots per running request: 3 (sglang 0.5.17's ratio when it caps running
+    requests, `MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`, which it logs; read in its source for H200
+    run 9, docs/benchmarks.md: the ratio holds for `no_buffer` too, and `extra_buffer` with the overlap
+    scheduler reserves more), 1 with the `no_buffer` strategy, whose running cap stays slots / 3 (the
+    groups also keep to that cap: `state_groups`). None when nothing says."""
     states = info.get("internal_states") or [{}]
     inner = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
 
