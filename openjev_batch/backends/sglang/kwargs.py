@@ -24,7 +24,7 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 
 NO_SGL_KERNEL = (
     "sglang's kernels (sgl_kernel) are missing: sglang runs on a CUDA GPU; on a machine without one use "
-    "--backend hf (the tests run sglang on the CPU only through a test shim, tests/shims)"
+    '--backend hf (Python: backend="hf"); the tests run sglang on the CPU only through a test shim, tests/shims'
 )
 
 
@@ -36,7 +36,8 @@ def import_sglang():
         if "sgl_kernel" in str(e):
             raise BackendError(NO_SGL_KERNEL) from e
         raise BackendError(
-            f"the sglang backend needs sglang installed ({e}); use --backend hf, or run scripts/install.sh"
+            f"the sglang backend needs sglang installed ({e}); use --backend hf "
+            '(Python: backend="hf"), or run scripts/install.sh'
         ) from e
     return sglang
 
