@@ -34,7 +34,7 @@ def as_frame(data: Any, text_column: str) -> Any:
 
 
 def restore_ids(table: Any, data: Any, kind: str) -> Any:
-    """The output's `id` column with the input's integer type, where the input's `id` column is one: each
+    """The output's `id` column with the input's integer or float type, where the input's `id` column is one: each
     id was read as its digits (schema.row_id), so the digits are turned back (a row without a usable id
     stays null). Other ids stay strings, as the CLI writes them."""
     import pyarrow as pa
@@ -48,9 +48,14 @@ def restore_ids(table: Any, data: Any, kind: str) -> Any:
             return table
     else:
         typ = (data.column("id") if kind == "arrow" else data["id"].to_arrow()).type
-    if not pa.types.is_integer(typ):
+    if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
         return table
-    ids = [None if s is None else _int_or_none(s) for s in table.column("id").to_pylist()]
+    # a float id column holds integral floats (1.0 counts as 1; 1.5 is a row error, its id null): back to floats
+    back = float if pa.types.is_floating(typ) else int
+    ids = [
+        None if s is None or (n := _int_or_none(s)) is None else back(n)
+        for s in table.column("id").to_pylist()
+    ]
     i = table.schema.get_field_index("id")
     return table.set_column(i, pa.field("id", typ), pa.array(ids, typ))
 

@@ -216,6 +216,10 @@ def test_integer_ids_keep_their_type(clf):
     assert got_pl["id"].to_list() == [7, 8] and got_pl.schema["id"] == pl.Int32
     strings = clf.run(pl.DataFrame({"id": ["a"], "state": ["x"]}), ONE_Q)
     assert strings["id"].to_list() == ["a"]  # string ids stay strings
+    # float ids (integral: 1.0 counts as 1) come back as floats, so `merge(on="id")` joins (they came back "7")
+    floats = clf.run(pd.DataFrame({"id": [7.0, 8.0, 1.5], "state": ["x", "y", "z"]}), ONE_Q)
+    assert floats["id"].dtype == "float64" and list(floats["id"][:2]) == [7.0, 8.0]
+    assert floats["id"].isna().tolist()[2] and floats["error"].notna().tolist() == [False, False, True]
 
 
 def test_a_series_or_a_list_of_strings_is_the_texts(clf):
