@@ -120,7 +120,13 @@ def refuse_another_job(out_dir: Path, key: dict[str, Any], text: str) -> None:
     ):
         diff = [QUESTIONS]
     if diff:
-        changes = "; ".join(f"{k}: {old[k]!r} → {key.get(k)!r}" if old and k in old else k for k in diff)
+
+        def shown(v) -> str:  # an option left out is None in the key: say so, not Python's `None`
+            return "not given" if v is None else repr(v)
+
+        changes = "; ".join(
+            f"{k}: {shown(old[k])} → {shown(key.get(k))}" if old and k in old else k for k in diff
+        )
         raise ConfigError(
             f"eval --resume: {out_dir} holds another job (differs in {changes}); --resume continues the "
             "same job: pass --force to run this one there, or choose another -o"
