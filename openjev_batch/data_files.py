@@ -28,7 +28,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         keys = set()
         for k, _ in node.value:
-            if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:str":
+            if not isinstance(k, yaml.ScalarNode):  # `? [1, 2]`: a list key was a TypeError traceback, exit 1
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a key must be a name, not a {k.id}", k.start_mark
+                )
+            if k.tag != "tag:yaml.org,2002:str":
                 # a key here is always a name (a question id, noul criteria `true:`/`false:`, a choice option
                 # `yes:`, an option of --config), so it keeps the text as written: YAML 1.1 reads unquoted
                 # `yes:` / `off:` as booleans, `null:` as None (id "None") and `007:` as the number 7

@@ -153,7 +153,8 @@ class Records:
                 and self.row_delims
                 and scan.commas >= self.row_delims
             ):
-                scan.suspect = f"line {lineno} inside it has as many commas as a row"
+                what = "tabs" if self.delim == "\t" else "commas"
+                scan.suspect = f"line {lineno} inside it has as many {what} as a row"
             if lines is not None:
                 lines.append(b"".join(pieces))
             pieces, line_start = [], True

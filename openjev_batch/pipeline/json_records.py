@@ -62,6 +62,13 @@ def jsonl_records(f, chunk_rows: int, hasher=None) -> Iterator[Chunk]:
             else:
                 if lineno == 1:
                     raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark (Windows editors)
+                    if b"\n" not in raw and b"\r" in raw.rstrip(b"\r"):
+                        # classic-Mac line ends: readline sees one line, so every row after the first was
+                        # lost inside line 1's "malformed JSON" error (the hostile trial); refuse, as CSV does
+                        raise InputFileError(
+                            "cannot read as JSONL: its lines end in CR alone (old Mac line ends); "
+                            "convert them to LF or CRLF first (e.g. `tr '\\r' '\\n'`)"
+                        )
                 if not raw.strip():
                     continue
                 rec = _parse_line(raw, lineno)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..readouts.label_logprobs import OUTPUT_SCHEMA
+
+
+def _finite(v: Any) -> Any:
+    """`v` with every NaN / ±inf float as None: bare `NaN` tokens made a JSONL output that polars'
+    read_ndjson and strict JSON parsers refuse (the hostile trial)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
 
 
 def csv_ready(t: pa.Table) -> pa.Table:
@@ -56,7 +69,10 @@ class TableWriter:
             self.w.write_table(csv_ready(t))
         else:
             for rec in t.to_pylist():
-                line = json.dumps(rec, ensure_ascii=False, default=str)
+                try:
+                    line = json.dumps(rec, ensure_ascii=False, default=str, allow_nan=False)
+                except ValueError:  # NaN / ±inf (a kept float column): JSON has none, as pandas' to_json null
+                    line = json.dumps(_finite(rec), ensure_ascii=False, default=str)
                 if self.fmt == "json":  # one row per line inside the array: still readable with head/grep
                     self.f.write(("," if self.n else "") + "\n" + line)
                 else:

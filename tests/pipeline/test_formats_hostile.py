@@ -387,3 +387,58 @@ def test_a_csv_with_classic_mac_line_ends_is_refused_not_read_as_no_rows(tmp_pat
     one = tmp_path / "one.csv"  # a header with a CR line end alone is still a header with no rows
     one.write_bytes(b"id,state\r")
     assert "CR alone" not in cli("validate", one, "-q", qfile).stderr
+
+
+def test_a_jsonl_with_classic_mac_line_ends_is_refused_not_read_as_one_row(tmp_path, qfile):
+    """CR-only line ends: readline saw one line, so rows b and c vanished inside row 0's "malformed JSON
+    (Extra data)" error, named by no row (the hostile trial). Refused as the CSV reader does."""
+    mac = tmp_path / "mac.jsonl"
+    mac.write_bytes(b'{"id":"a","state":"x"}\r{"id":"b","state":"y"}\r{"id":"c","state":"z"}\r')
+    r = cli("validate", mac, "-q", qfile)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "cannot read as JSONL: its lines end in CR alone" in r.stderr and "Traceback" not in r.stderr
+    for ok in (b'{"id":"a","state":"x"}\r', b'{"id":"a","state":"x"}\r\n{"id":"b","state":"y"}\r\n'):
+        mac.write_bytes(ok)  # one row with a CR end, and CRLF, are still read
+        assert cli("validate", mac, "-q", qfile).returncode == 0
+
+
+def test_a_tsv_quote_swallowing_lines_is_warned_in_tabs(tmp_path, qfile):
+    """The swallowing-quote warning counted a TSV's delimiters as 'commas'."""
+    tsv = tmp_path / "t.tsv"
+    tsv.write_text('id\tstate\na\t"I said\nb\thello\nc\tbye"\nd\tok\n')
+    r = cli("validate", tsv, "-q", qfile)
+    said = " ".join(r.stderr.split())
+    assert "as many tabs as a row" in said and "commas" not in said, r.stderr
+
+
+def test_a_yaml_list_key_is_a_config_error_not_a_traceback(tmp_path):
+    """`? [1, 2]` (a YAML complex key) raised TypeError: unhashable type: 'list', exit 1 with a traceback."""
+    qf = tmp_path / "q.yaml"
+    qf.write_text("a: {type: noul, instructions: x}\n? [1, 2]\n: {type: noul, instructions: y}\n")
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "state": "x"}) + "\n")
+    r = cli("validate", inp, "-q", qf)
+    assert r.returncode == 4 and "a key must be a name, not a sequence" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_nan_and_inf_kept_values_are_null_in_json_outputs(tiny_model, tmp_path):
+    """A kept float column with NaN / inf was written as bare `NaN` / `Infinity` tokens: polars' read_ndjson
+    and strict JSON parsers refused the output (the hostile trial). JSON has no NaN: null, as pandas writes."""
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "state": ["x", "y", "z"],
+                             "score_in": [float("nan"), 1.5, float("inf")]}), src)  # fmt: skip
+    q = tmp_path / "q.yaml"
+    q.write_text("u: {type: noul, instructions: 'Urgent?'}\n")
+    for suffix in ("jsonl", "json"):
+        out = tmp_path / f"o.{suffix}"
+        r = cli("run", src, "-q", q, "-m", tiny_model, "-b", "hf", "--keep", "score_in", "--no-progress", "-o", out)
+        assert r.returncode == 0, r.stderr
+        text = out.read_text()
+        assert "NaN" not in text and "Infinity" not in text
+        rows = json.loads(text) if suffix == "json" else [json.loads(line) for line in text.splitlines()]
+        assert [(r["id"], r["score_in"]) for r in rows] == [("a", None), ("b", 1.5), ("c", None)]
+        assert all(r["error"] is None for r in rows)
+    assert pl.read_ndjson(tmp_path / "o.jsonl")["score_in"].to_list() == [None, 1.5, None]
