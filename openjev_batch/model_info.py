@@ -51,6 +51,7 @@ class ModelInfo:
     experts_per_token: int
     active_params: int | None
     state_bytes: int | None = None  # recurrent state of one sequence (Gated DeltaNet sizes), None if unknown
+    context_length: int | None = None  # max_position_embeddings: the longest sequence the backends take
 
     @property
     def recurrent(self) -> bool:
@@ -166,7 +167,12 @@ def from_config(cfg: dict[str, Any]) -> ModelInfo:
         experts_per_token=top_k if experts > 1 else 0,
         active_params=_active_params(t, types, experts, top_k),
         state_bytes=_state_bytes(t, recurrent),
+        context_length=_positive_int(t.get("max_position_embeddings")),
     )
+
+
+def _positive_int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
 def _state_bytes(t: dict[str, Any], recurrent_layers: int) -> int | None:

@@ -93,3 +93,22 @@ def test_the_count_check_covers_a_dry_run(tmp_path, qwen3_tok, qwen3_tok_dir):
     cfg = config(tmp_path, qwen3_tok_dir)
     with pytest.raises(OutputCheckError, match="8 input rows need 15 output rows, the partial output has 14"):
         loop.run(cfg, FileSource(cfg), NullSink(), Dropping(qwen3_tok))
+
+
+def test_dry_run_holds_rows_to_the_models_context_like_the_job(tmp_path, qwen3_tok, qwen3_tok_dir):
+    """--dry-run checked branches against 32,768 tokens whatever the model took: a 10k-token row passed the
+    dry run of an 8,192-token model and the job then made it a row error (the hostile trial). It reads the
+    model's max_position_embeddings (config.json, no weights) or --context-length, as the backends do."""
+    import json
+    import shutil
+
+    model = tmp_path / "m"
+    shutil.copytree(qwen3_tok_dir, model)
+    (model / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"],
+                                                   "model_type": "qwen3", "max_position_embeddings": 512}))  # fmt: skip
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "short", "state": "hello", "questions": Q},
+                                             {"id": "long", "state": "word " * 700, "questions": Q}])  # fmt: skip
+    p = dry_run(build_config(input=src, model=str(model), backend="hf", progress=False), qwen3_tok)
+    assert (p.rows, p.questions, p.errors) == (2, 4, 2)  # the long row's two questions
+    wide = build_config(input=src, model=str(model), backend="hf", progress=False, context_length=4096)
+    assert dry_run(wide, qwen3_tok).errors == 0

@@ -62,7 +62,12 @@ class PlanOnlyRunner:
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
         self.cfg, self.readout = cfg, readout
-        self.prompter = readout.prompter(self.tokenizer)
+        # the branch limit a job would have: the backends take max_position_embeddings (or --context-length);
+        # without it a dry run passed an 8,192-token model's 10k-token rows that the job then refused
+        from ...model_info import model_info
+
+        limit = getattr(cfg, "context_length", None) or model_info(cfg.model).context_length
+        self.prompter = readout.prompter(self.tokenizer, limit)
         # no engine to ask: a budget no chunk reaches, so windows are cut by max_branches alone
         self.budget = cfg.kv_budget_tokens or 1 << 20
         self.counts = PlanCounts()
