@@ -103,3 +103,26 @@ def test_smollm2_folder_loads_with_plain_transformers():
     with torch.no_grad():
         top = model(ids).logits[0, -1].argmax().item()
     assert tok.decode(top).strip() == "Paris"  # real pretrained weights, not a random init
+
+
+def test_an_offline_hub_id_missing_from_the_cache_says_so(tmp_path, monkeypatch):
+    """With HF_HUB_OFFLINE=1 the hub's message asks to check the internet connection; the error now says
+    the id is not in the local cache (a new-user trial)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import EXAMPLES, ROOT
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "300"}
+    args = ["run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-m",
+            "someorg/no-such-model", "-b", "hf", "-o", tmp_path / "o.parquet", "--no-progress"]  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "openjev_batch", *map(str, args)], env=env, cwd=ROOT,
+                       capture_output=True, text=True)  # fmt: skip
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 4 and "HF_HUB_OFFLINE is set: this hub id is not in the local Hugging Face cache" in said
+    assert "Traceback" not in r.stderr and not (tmp_path / "o.parquet").exists()
+    from openjev_batch.packaged_models import model_hint
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert model_hint("someorg/no-such-model") == ""  # online: the hub's own message stands

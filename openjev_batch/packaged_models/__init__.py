@@ -177,8 +177,16 @@ def check_model_name(name: str) -> str:
 
 
 def model_hint(name: str) -> str:
-    """Appended to a model-load failure of a bare name (no org, not a folder): the packaged names."""
-    if "/" in name or Path(name).expanduser().exists():
+    """Appended to a model-load failure: for a bare name (no org, not a folder) the packaged names; for a hub
+    id with HF_HUB_OFFLINE set, that it is not in the local cache (the hub's own message says to check the
+    internet connection, which offline is not the cause)."""
+    import os
+
+    if Path(name).expanduser().exists():
+        return ""
+    if "/" in name:
+        if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+            return " (HF_HUB_OFFLINE is set: this hub id is not in the local Hugging Face cache; unset it to download)"
         return ""
     return f" (not a local folder; packaged names: {', '.join(KNOWN_MODELS)}; hub ids read org/name)"
 
