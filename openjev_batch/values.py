@@ -18,6 +18,22 @@ MAX_STATE_BYTES = 2 * 2**20
 # read and decoded whole): 8× the state limit leaves room for JSON's escapes (\uXXXX: up to 6 bytes a
 # character) and a row's questions and kept columns.
 MAX_LINE_BYTES = 8 * MAX_STATE_BYTES
+
+
+def refuse_old_mac_line_ends(first: bytes, what: str) -> None:
+    """Raise InputFileError when a text file's first read line `first` (the byte-order mark dropped) holds a
+    CR before its end and no LF: classic-Mac line ends, which readline sees as one line, so a CSV read as a
+    header and "no rows" (issue 25's leftover) and a JSONL's rows after the first vanished inside line 1's
+    error (the hostile trial). `what` begins the message (e.g. "t.csv: cannot read as CSV")."""
+    from .errors import InputFileError
+
+    if b"\n" not in first and b"\r" in first[:-1]:
+        raise InputFileError(
+            f"{what}: its lines end in CR alone (old Mac line ends); "
+            "convert them to LF or CRLF first (e.g. `tr '\\r' '\\n'`)"
+        )
+
+
 MAX_DEPTH = 64  # nesting of any input value (JSON objects/lists); deeper is a row error, not a RecursionError
 INT64 = (-(2**63), 2**63 - 1)
 # A YAML document's nodes with its aliases expanded: a legitimate questions file (64 questions of 64

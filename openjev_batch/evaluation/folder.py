@@ -99,6 +99,11 @@ def job_key(cfg: Any, fmt: str) -> dict[str, Any]:
     }
 
 
+def _shown(v: Any) -> str:
+    """A job key's value in a refusal: an option left out is None there; say so, not Python's `None`."""
+    return "not given" if v is None else repr(v)
+
+
 def refuse_another_job(out_dir: Path, key: dict[str, Any], text: str) -> None:
     """--resume continues or re-scores the folder's own job only (as `run --resume`): another --sample,
     seed, shots, format, model or engine setting would be reported under the old job's predictions, or
@@ -120,12 +125,8 @@ def refuse_another_job(out_dir: Path, key: dict[str, Any], text: str) -> None:
     ):
         diff = [QUESTIONS]
     if diff:
-
-        def shown(v) -> str:  # an option left out is None in the key: say so, not Python's `None`
-            return "not given" if v is None else repr(v)
-
         changes = "; ".join(
-            f"{k}: {shown(old[k])} → {shown(key.get(k))}" if old and k in old else k for k in diff
+            f"{k}: {_shown(old[k])} → {_shown(key.get(k))}" if old and k in old else k for k in diff
         )
         raise ConfigError(
             f"eval --resume: {out_dir} holds another job (differs in {changes}); --resume continues the "

@@ -180,8 +180,6 @@ def model_hint(name: str) -> str:
     """Appended to a model-load failure: for a bare name (no org, not a folder) the packaged names; for a hub
     id with HF_HUB_OFFLINE set, that it is not in the local cache (the hub's own message says to check the
     internet connection, which offline is not the cause)."""
-    import os
-
     if Path(name).expanduser().exists():
         return ""
     if "/" in name:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputFileError, InputWarning
-from ..values import MAX_LINE_BYTES, InvalidText
+from ..values import MAX_LINE_BYTES, InvalidText, refuse_old_mac_line_ends
 
 _PIECE = 1 << 20  # bytes per read: a longer line arrives in pieces, so no read is unbounded
 _BOM = b"\xef\xbb\xbf"
@@ -119,13 +119,7 @@ class Records:
                 if not buf:  # a read of the byte-order mark alone
                     first = True
                     continue
-                if _LF not in buf and _CR in buf[:-1]:
-                    # classic-Mac line ends: readline sees one line, so the file read as a header and
-                    # "no rows" (issue 25's leftover); refuse it rather than answer nothing
-                    raise InputFileError(
-                        f"{self.name}: cannot read as CSV: its lines end in CR alone (old Mac line ends); "
-                        "convert them to LF or CRLF first (e.g. `tr '\\r' '\\n'`)"
-                    )
+                refuse_old_mac_line_ends(buf, f"{self.name}: cannot read as CSV")
             yield buf
 
     def __iter__(self) -> Iterator[Record]:

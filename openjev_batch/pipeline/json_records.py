@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import InputFileError
-from ..values import MAX_LINE_BYTES, no_duplicate_keys
+from ..values import MAX_LINE_BYTES, no_duplicate_keys, refuse_old_mac_line_ends
 
 Chunk = list[tuple[int, Any]]  # (position, record dict or the error text of an unreadable line)
 
@@ -62,13 +62,7 @@ def jsonl_records(f, chunk_rows: int, hasher=None) -> Iterator[Chunk]:
             else:
                 if lineno == 1:
                     raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark (Windows editors)
-                    if b"\n" not in raw and b"\r" in raw.rstrip(b"\r"):
-                        # classic-Mac line ends: readline sees one line, so every row after the first was
-                        # lost inside line 1's "malformed JSON" error (the hostile trial); refuse, as CSV does
-                        raise InputFileError(
-                            "cannot read as JSONL: its lines end in CR alone (old Mac line ends); "
-                            "convert them to LF or CRLF first (e.g. `tr '\\r' '\\n'`)"
-                        )
+                    refuse_old_mac_line_ends(raw, "cannot read as JSONL")
                 if not raw.strip():
                     continue
                 rec = _parse_line(raw, lineno)

@@ -52,6 +52,15 @@ class StateBudget:
             running = min(running, self.max_running)
         return (lead + 1) * prefixes + self.per_request * running
 
+    def pipelined_fits(self, prefixes: int, requests: int, lead: int) -> bool:
+        """Whether the pipelined schedule with groups this size fits the pool, and its `lead` steps in flight
+        the running-request cap: beyond the cap they queue, and once a queued batch is admitted its cached
+        prefix states are copied in one go (H200 run 9, docs/benchmarks.md: with `no_buffer` (1 slot a
+        request) groups grew 6x, ~267 prefix-hit requests met in one extend batch and sglang 0.5.17's state
+        copy asked 15.6 GiB: CUDA OOM)."""
+        cap_ok = not self.max_running or lead * (prefixes + requests) <= self.max_running
+        return cap_ok and self.pipelined_cost(prefixes, requests, lead) <= self.usable()
+
     def fits(self, prefixes: int, requests: int, depth: int = 1, ahead: int = 0) -> bool:
         """Whether `depth` groups of this size in flight fit the pool (and the running-request cap)."""
         cap_ok = not self.max_running or (requests + ahead) * max(1, depth) <= self.max_running
@@ -79,12 +88,7 @@ def state_groups(
 
     def ok(p: int, r: int) -> bool:
         if lead > 1:
-            # `lead` steps of requests must also fit the running cap: beyond it they queue, and once a
-            # queued batch is admitted its cached prefix states are copied in one go (H200 run 9,
-            # docs/benchmarks.md: with `no_buffer` (1 slot a request) groups grew 6x, ~267 prefix-hit
-            # requests met in one extend batch and sglang 0.5.17's state copy asked 15.6 GiB: CUDA OOM)
-            cap_ok = not budget.max_running or lead * (p + r) <= budget.max_running
-            return cap_ok and budget.pipelined_cost(p, r, lead) <= budget.usable()
+            return budget.pipelined_fits(p, r, lead)
         if not overlap:
             return budget.fits(p, r, depth)
         before = prev is None or budget.fits(prev[0], prev[1], depth, ahead=p)

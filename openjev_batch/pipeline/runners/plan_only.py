@@ -66,8 +66,8 @@ class PlanOnlyRunner:
         # without it a dry run passed an 8,192-token model's 10k-token rows that the job then refused
         from ...model_info import model_info
 
-        limit = getattr(cfg, "context_length", None) or model_info(cfg.model).context_length
-        self.prompter = readout.prompter(self.tokenizer, limit)
+        self.info = model_info(cfg.model)  # config.json, read once: the limit here, describe() below
+        self.prompter = readout.prompter(self.tokenizer, cfg.context_length or self.info.context_length)
         # no engine to ask: a budget no chunk reaches, so windows are cut by max_branches alone
         self.budget = cfg.kv_budget_tokens or 1 << 20
         self.counts = PlanCounts()
@@ -77,10 +77,9 @@ class PlanOnlyRunner:
         """The model's kind and the request pattern the sglang backend would choose for it, from its
         config.json (both '' when it cannot be read), and the plan's counts."""
         from ...backends.sglang.patterns import planned
-        from ...model_info import model_info
         from ..summary import describe_model
 
-        info = model_info(self.cfg.model)
+        info = self.info
         return {
             "model": describe_model(info),
             "pattern": planned(self.cfg, info) if info.known else "",  # the backend's own resolver
