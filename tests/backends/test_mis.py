@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from openjev_batch.backends.sglang import mis
 from openjev_batch.backends.sglang.mis import (
     DELIMITER_ID,
     MAX_ITEM_TOKENS,
@@ -187,3 +188,37 @@ def test_packed_request_equals_separate_requests_on_the_tiny_qwen3(hf_backend):
             assert err is None
             worst = max(worst, max(abs(a - c) for a, c in zip(vals, ref, strict=True)))
     assert worst <= 1e-4
+
+
+# --- the gated-delta-net fork plan (backends/sglang/hybrid): pure, so tested here; the kernels need a GPU ---
+
+
+def test_fork_segments_leave_every_delimiter_out_and_keep_request_order():
+    prefix, items = [11, 12, 13], [[21], [31, 32], [41, 42, 43]]
+    ids, delims = mis.build(prefix, items)  # 3 + (1+1) + (1+2) + (1+3) + 1 = 13 tokens, delimiters at 3, 5, 8, 12
+    ids2, delims2 = mis.build([7], [[8, 9]])  # a second request: 1 + 3 + 1 = 5 tokens
+    seg = mis.fork_segments([len(ids), len(ids2)], [delims, delims2])
+    flat = list(ids) + list(ids2)
+    assert [flat[r] for r in seg.prefix_rows] == [11, 12, 13, 7]
+    assert seg.prefix_lens == [3, 1] and seg.prefix_cu == [0, 3, 4]
+    assert [flat[r] for r in seg.item_rows] == [21, 31, 32, 41, 42, 43, 8, 9]
+    assert seg.item_lens == [1, 2, 3, 2] and seg.item_cu == [0, 1, 3, 6, 8]
+    assert seg.item_req == [0, 0, 0, 1]
+    assert mis.DELIMITER_ID not in [flat[r] for r in seg.prefix_rows + seg.item_rows]
+
+
+def test_fork_segments_keep_delimiter_control_starts_each_item_at_its_delimiter():
+    ids, delims = mis.build([1, 2], [[3], [4, 5]])
+    seg = mis.fork_segments([len(ids)], [delims], keep_delimiter=True)
+    assert [ids[r] for r in seg.item_rows] == [mis.DELIMITER_ID, 3, mis.DELIMITER_ID, 4, 5]
+    assert seg.item_lens == [2, 3]
+
+
+@pytest.mark.parametrize(
+    "n, delims",
+    [(5, [0, 2, 4]), (6, [2, 3, 5]), (6, [2, 4, 4]), (6, [2, 4]), (7, [2, 4, 5]), (3, [2])],
+    ids=["empty-prefix", "empty-item", "not-increasing", "last-not-at-end", "last-not-at-end-2", "no-item"],
+)
+def test_fork_segments_refuse_delimiters_a_fork_cannot_honour(n, delims):
+    with pytest.raises(ValueError):
+        mis.fork_segments([n], [delims])

@@ -176,3 +176,50 @@ def read_pack(
         missing = [t for t, v in zip(ids, vals, strict=True) if not math.isfinite(v)]
         out.append((vals, f"missing or non-finite logprob for label token(s) {missing}" if missing else None))
     return out
+
+
+@dataclass(frozen=True)
+class ForkSegments:
+    """How the gated-delta-net fork (backends/sglang/hybrid) splits one packed multi-item forward of T tokens.
+    `prefix_rows` / `item_rows`: batch rows of the prefixes (request order) and of the items (request, then item
+    order); `*_cu`: their varlen segment starts (prefix_cu has one segment a request, item_cu one an item);
+    `item_req`: the request of each item. Delimiter rows are in neither."""
+
+    prefix_rows: list[int]
+    prefix_lens: list[int]
+    prefix_cu: list[int]
+    item_rows: list[int]
+    item_lens: list[int]
+    item_cu: list[int]
+    item_req: list[int]
+
+
+def fork_segments(
+    seq_lens: Sequence[int], delimiters: Sequence[Sequence[int]], keep_delimiter: bool = False
+) -> ForkSegments:
+    """The fork plan of a multi-item batch: request r has `seq_lens[r]` tokens and delimiter indices
+    `delimiters[r]` = d_0 < … < d_N = len − 1 (`build`). Prefix = [0, d_0); item k = (d_{k−1}, d_k), so no
+    delimiter enters any recurrence. `keep_delimiter` (a negative control only) gives item k [d_{k−1}, d_k), as
+    sglang 0.5.20's built-in fork does. Raises ValueError on delimiters a fork cannot honour: empty prefix, not
+    strictly increasing, an empty item, the last not at the end."""
+    if len(seq_lens) != len(delimiters):
+        raise ValueError(f"{len(seq_lens)} requests but {len(delimiters)} delimiter lists")
+    seg = ForkSegments([], [], [0], [], [], [0], [])
+    start = 0
+    for r, (n, ds) in enumerate(zip(seq_lens, delimiters, strict=True)):
+        ds = [int(d) for d in ds]
+        if len(ds) < 2 or ds[0] < 1 or ds[-1] != n - 1:
+            raise ValueError(f"request {r}: delimiters {ds[:4]}… do not frame a prefix and items in {n} tokens")
+        seg.prefix_rows.extend(range(start, start + ds[0]))
+        seg.prefix_lens.append(ds[0])
+        seg.prefix_cu.append(seg.prefix_cu[-1] + ds[0])
+        for lo, hi in zip(ds, ds[1:], strict=False):
+            first = lo if keep_delimiter else lo + 1
+            if hi <= lo + 1:
+                raise ValueError(f"request {r}: empty item between delimiters {lo} and {hi}")
+            seg.item_rows.extend(range(start + first, start + hi))
+            seg.item_lens.append(hi - first)
+            seg.item_cu.append(seg.item_cu[-1] + hi - first)
+            seg.item_req.append(r)
+        start += n
+    return seg

@@ -114,32 +114,28 @@ def state_groups(
 
 
 def state_budget_from_info(info: dict[str, Any]) -> StateBudget | None:
-    """The recurrent-state budget from `Engine.get_server_info()`: `max_mamba_cache_size`, which sglang
-    computes in the scheduler process and reports in `internal_states` (0.5.17 on the H200: 207 slots for
-    the 35B-A3B shape at the default memory fraction), or at the top level when the user set it; else
-    `max_running_requests` × 3. The running cap from `effective_max_running_requests_per_dp` /
-    `max_running_requests`. Slots per running request: 3 (sglang 0.5.17's ratio when it caps running
-    requests, `MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`, which it logs; read in its source for H200
-    run 9, docs/benchmarks.md: the ratio holds for `no_buffer` too, and `extra_buffer` with the overlap
-    scheduler reserves more), 1 with the `no_buffer` strategy, whose running cap stays slots / 3 (the
-    groups also keep to that cap: `state_groups`). None when nothing says."""
+    """The recurrent-state budget as the started engine reports it (`Engine.get_server_info()`), never from a
+    constant: `max_mamba_cache_size` (computed in the scheduler and reported in `internal_states`, or at the top
+    level when the user set it) and the running cap (`effective_max_running_requests_per_dp` /
+    `max_running_requests`). Slots per running request = slots // cap: sglang caps running requests at
+    slots // its ratio (`kv_cache_configurator.resolve_max_num_reqs`, which logs "N state slots per request":
+    3 for the base strategy, 5 for `extra_buffer` with the overlap scheduler, the released Qwen3.5/3.6
+    architecture's default on the H200, 1 with the radix cache off). When the cap comes from elsewhere (a user
+    setting below the state cap) slots // cap overstates it, which only makes groups smaller. With no cap
+    reported, slots // 3 is assumed running, as sglang's base ratio. None when nothing says."""
     states = info.get("internal_states") or [{}]
     inner = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
 
-    def get(key: str) -> Any:
+    def count(key: str) -> int | None:
         for d in (inner, info):
             v = d.get(key)
-            if v is not None:
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
                 return v
         return None
 
-    def count(key: str) -> int | None:
-        v = get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
-
     running = count("effective_max_running_requests_per_dp") or count("max_running_requests")
-    per_request = 1 if get("mamba_radix_cache_strategy") == "no_buffer" else 3
     slots = count("max_mamba_cache_size") or (running * 3 if running else None)
     if not slots:
         return None
+    per_request = max(1, slots // running) if running else 3
     return StateBudget(slots=slots, per_request=per_request, max_running=running)

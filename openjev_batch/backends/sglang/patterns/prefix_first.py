@@ -22,8 +22,8 @@ from ..state import state_groups
 def describe(backend: Any) -> str:
     b = backend.state_budget
     return (
-        f"prefix-only request per prefix, groups sized by {b.slots} state slots "
-        f"({b.per_request} per running request, ≤ {b.max_running or '?'} running), "
+        f"prefix-only request per prefix, groups sized by the engine's {b.slots} state slots "
+        f"({b.per_request} state slots per request, ≤ {b.max_running or '?'} running, as sglang reports), "
         + (
             f"{backend.hybrid_lead} steps in flight (group k's branches beside group "
             f"k+{backend.hybrid_lead}'s prefixes)"
