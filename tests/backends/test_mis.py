@@ -120,7 +120,12 @@ def test_exactness():
     assert exactness({"architectures": ["LlamaForCausalLM"], "rope_scaling": {"rope_type": "llama3"}}) is None
     assert "sliding" in exactness({"architectures": ["Qwen2ForCausalLM"], "use_sliding_window": True})
     assert "sliding" in exactness({"architectures": ["LlamaForCausalLM"], "sliding_window": 4096})
-    assert "not a 1-D RoPE" in exactness({"architectures": ["Qwen3_5ForCausalLM"]})  # hybrid GDN
+    # the Qwen3.5/3.6 hybrids (GDN + M-RoPE) are exact only through the product's state fork, on its sglang
+    for arch in ("Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"):
+        assert exactness({"architectures": [arch]}, "0.5.17") is None and mis.needs_fork({"architectures": [arch]})
+        assert "0.5.17" in exactness({"architectures": [arch]}, "0.5.20")
+    assert not mis.needs_fork(qwen3)
+    assert "not a 1-D RoPE" in exactness({"architectures": ["Qwen3NextForCausalLM"]})  # another hybrid: no fork
     assert "not a 1-D RoPE" in exactness({"architectures": ["MistralForCausalLM"]})
     assert "not a 1-D RoPE" in exactness({})
     mixed = {"architectures": ["Qwen3ForCausalLM"], "layer_types": ["full_attention", "sliding_attention"]}

@@ -250,8 +250,8 @@ def test_sglang_head_is_bias_free_and_matches_hf(sglang_cls, hf_cls):
     """Regression for sgl-project/sglang#38768: the built-in Qwen3ForSequenceClassification adds a random
     score bias (0.059 off transformers on this kind of model). Our head must be the one loaded, bias-free,
     with the checkpoint's weights, and the logits must match transformers."""
-    from openjev_batch.backends.sglang.classifier import ENV
     from openjev_batch.backends.sglang.heads import MARKER
+    from openjev_batch.backends.sglang.signals import EXTERNAL_MODELS_ENV as ENV
 
     eng = sglang_cls.engine
     assert eng.get_weights_by_name(MARKER) == [1.0, 0.0, 3.0]  # our class, no bias, 3 labels

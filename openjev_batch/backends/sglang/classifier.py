@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 from typing import Any
 
 from ...core import BranchResult, Window
@@ -33,8 +32,6 @@ from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE, TEXT_ONLY
 from .kwargs import engine_kwargs as engine_kwargs_base
 from .kwargs import import_sglang
 from .scheduler_patch import engine_class
-
-ENV = "SGLANG_EXTERNAL_MODEL_PACKAGE"
 
 
 def check_head(reply: Any, ckpt: Checkpoint, why_not: str = "") -> None:
@@ -93,26 +90,11 @@ class SGLangClassifier(Backend):
         override = OVERRIDES.get(ckpt.architecture)
         self.tokenizer = load_tokenizer(opts.model, opts.trust_remote_code)  # BackendError naming the option
 
-        prev = os.environ.get(ENV)
-        if override and prev and prev != PACKAGE:
-            raise BackendError(
-                f"{ENV} is set to {prev!r}, but classify needs {PACKAGE!r} for {ckpt.architecture} "
-                "(bias-free score head); unset it"
-            )
-        if override:
-            os.environ[ENV] = PACKAGE
-        try:  # the same signal handling as the causal engine (signals.py): SIGQUIT, SIGTERM, error file
-            # engine_class("none"): sglang's Engine whose scheduler reports its failure to the error file
-            # (the parent's one-line message names it) and installs none of the label-logprob patches
-            self.engine, self._error_file = sglang_signals.start_engine(
-                lambda **kw: engine_class("none")(**kw), kw, opts
-            )
-        finally:
-            if override:
-                if prev is None:
-                    os.environ.pop(ENV, None)
-                else:
-                    os.environ[ENV] = prev
+        # engine_class("none"): sglang's Engine whose scheduler reports its failure to the error file (the
+        # parent's one-line message names it) and installs none of the label-logprob patches
+        self.engine, self._error_file = sglang_signals.start_engine(
+            lambda **kw: engine_class("none")(**kw), kw, opts, external_package=PACKAGE if override else None
+        )
         try:
             from sglang.srt.managers.io_struct import EmbeddingReqInput
 

@@ -19,7 +19,7 @@ from ...core import Window
 from ...errors import BackendError
 from ...model_info import ModelInfo, model_info
 from ..base import Backend, BackendOptions, BranchResult, load_tokenizer
-from . import mis, patterns, requests
+from . import hybrid, mis, patterns, requests
 from . import signals as sglang_signals
 from .kwargs import _version_tuple, choose_multi_item, engine_kwargs, import_sglang
 from .patterns import first_branch, multi_item, prefix_first
@@ -40,6 +40,9 @@ class SGLangBackend(Backend):
         self.model_info: ModelInfo = model_info(opts.model)
         kw = engine_kwargs(opts, recurrent=self.model_info.recurrent)
         self.multi_item_off_reason = choose_multi_item(opts, kw, sglang.__version__)
+        # The Qwen3.5/3.6 hybrids score items exactly only through our model override (backends/sglang/hybrid):
+        # registered while this engine starts, then proven loaded (sglang's stock classes leak item to item)
+        self.fork = bool(kw.get("enable_mis")) and mis.needs_fork({"architectures": [self.model_info.architecture]})
         self.batch_memory = kw.batch_memory
         self.moe_config_dir = None
         if self.model_info.moe and kw.get("device") != "cpu":
@@ -55,14 +58,19 @@ class SGLangBackend(Backend):
         # `engine_class` imports sglang's Engine (and sgl_kernel): inside start_engine's `try`, so a missing
         # kernel is its one-line message, not a traceback raised while the call's arguments are evaluated
         self.engine, self._error_file = sglang_signals.start_engine(
-            lambda **kw: engine_class(opts.sglang.sglang_patches)(**kw), kw, opts
+            lambda **kw: engine_class(opts.sglang.sglang_patches)(**kw),
+            kw,
+            opts,
+            external_package=hybrid.PACKAGE if self.fork else None,
         )
+        if self.fork:
+            self._check_fork()
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         self._read_engine(self.engine.get_server_info(), kw)
         self.pattern = self._describe_pattern()
         self.start_s = round(time.perf_counter() - t_start, 1)
-        warm = kw.get("device") == "cuda" and not self.multi_item  # the CPU engine compiles nothing
-        self.warmup_s = self._warm_up() if warm else 0.0
+        warm = kw.get("device") == "cuda"  # the CPU engine compiles nothing
+        self.warmup_s = (self._warm_up_multi_item() if self.multi_item else self._warm_up()) if warm else 0.0
         self.startup = (
             f"engine {self.start_s:.1f} s"
             + (f", kernel warm-up {self.warmup_s:.1f} s" if warm else "")
@@ -71,6 +79,20 @@ class SGLangBackend(Backend):
                 if self.batch_memory
                 else ""
             )
+        )
+
+    def _check_fork(self) -> None:
+        """Raise BackendError (engine stopped) unless the scheduler runs our forking class: sglang's stock
+        multi-item scoring on these models lets each item see the items before it (sgl-project/sglang#31969)."""
+        reply = self.engine.get_weights_by_name(hybrid.MARKER)
+        replies = reply if reply and isinstance(reply[0], list) else [reply]
+        if all(r and float(r[0]) == hybrid.FORK_VERSION and float(r[1]) > 0 for r in replies):
+            return
+        self.close()
+        raise BackendError(
+            f"the exact multi-item class for {self.model_info.architecture} did not load in the sglang scheduler "
+            f"(probe answered {reply!r}); sglang's own multi-item scoring is not exact on this model. "
+            f"Check that {hybrid.PACKAGE} imports where sglang runs, or use --request-pattern prefix-first"
         )
 
     def _read_engine(self, info: dict[str, Any], kw: dict[str, Any]) -> None:
@@ -130,6 +152,32 @@ class SGLangBackend(Backend):
             log.warning(
                 "sglang kernel warm-up stopped (%s: %s); the job compiles as it goes", type(e).__name__, e
             )
+        return round(time.perf_counter() - t, 1)
+
+    # A multi-item engine's kernels (flashinfer's multi-item prefill, which JIT-compiles on a fresh machine: 78 s
+    # inside the first job on an H200, issue 30; the GDN fork's varlen kernels; fused MoE per token count): packs
+    # of a prefix and N items at the job shapes, up to the pack budget. (packs, prefix, items, item tokens)
+    WARMUP_PACKS = ((4, 64, 3, 16), (16, 300, 3, 40), (8, 1000, 8, 40), (2, 2000, 16, 60), (64, 300, 3, 40))
+
+    def _warm_up_multi_item(self) -> float:
+        t = time.perf_counter()
+        tok = int(self.tokenizer.eos_token_id or 0)
+        budget = int(self.pack_tokens or 16_384)
+        try:
+            for n, prefix, k, item in self.WARMUP_PACKS:
+                packs = []
+                for _ in range(n):
+                    ids, delims = mis.build([tok] * prefix, [[tok] * item] * k, self.delimiter_id)
+                    if len(ids) > budget:
+                        break
+                    packs.append(mis.Pack(ids, delims, (tok,), tuple((0, j) for j in range(k)), prefix))
+                if packs:
+                    requests.wait(self.engine, multi_item.generate(self.engine, packs))
+        except BackendError:
+            self.close()
+            raise
+        except Exception as e:  # noqa: BLE001 - an optimisation only: the job then compiles as it goes
+            log.warning("sglang multi-item warm-up stopped (%s: %s); the job compiles as it goes", type(e).__name__, e)
         return round(time.perf_counter() - t, 1)
 
     # Pipeline shape (measured on the H200, docs/benchmarks.md): groups per window and groups in flight.

@@ -153,7 +153,7 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: 
         try:
             from transformers import AutoConfig
 
-            why = exactness(AutoConfig.from_pretrained(opts.model))
+            why = exactness(AutoConfig.from_pretrained(opts.model), sglang_version)
         except Exception as e:  # noqa: BLE001 - an unreadable config only means: no multi-item scoring
             why = f"cannot read the model config ({type(e).__name__})"
     if why is not None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core import Window
+from .hybrid import ARCHITECTURES as FORK_ARCHITECTURES
 
 DELIMITER_ID = 9999  # sglang's MIS_DELIMITER_TOKEN_ID; a placeholder only (positions travel with the request)
 MAX_ITEM_TOKENS = 65_535  # sglang/flashinfer keep an item's positions in uint16
@@ -48,14 +49,29 @@ EXACT_ARCHITECTURES = frozenset(
 )
 
 
-def exactness(config: Any) -> str | None:
+# sglang releases the Qwen3.5/3.6 fork (backends/sglang/hybrid) is written against: it calls GDN internals whose
+# signatures change by 0.5.20 (shared/research/hybrid-multi-item.md §7).
+FORK_SGLANG = ("0.5.17",)
+
+
+def exactness(config: Any, sglang_version: str | None = None) -> str | None:
     """None when multi-item scoring gives each item the logprobs of its own request (up to float order) for a
-    Hugging Face model config (object or dict); else why not, as text. The one place that decides it."""
+    Hugging Face model config (object or dict) on this sglang; else why not, as text. The one place that decides
+    it. 1-D RoPE full-attention models are exact with sglang's own mask; the Qwen3.5/3.6 hybrids (GDN + gated
+    attention, M-RoPE) only with the product's model override (backends/sglang/hybrid, `needs_fork`), on the
+    sglang release it was written for."""
 
     def get(k: str, default=None):
         return config.get(k, default) if isinstance(config, dict) else getattr(config, k, default)
 
     archs = list(get("architectures") or [])
+    if archs and all(a in FORK_ARCHITECTURES for a in archs):
+        if sglang_version is not None and sglang_version not in FORK_SGLANG:
+            return (
+                f"the state fork for {archs[0]} is written for sglang {', '.join(FORK_SGLANG)}, not {sglang_version} "
+                "(sglang's own multi-item scoring is not exact on these models: sgl-project/sglang#31969)"
+            )
+        return None
     if not archs or any(a not in EXACT_ARCHITECTURES for a in archs):
         return f"architecture {', '.join(archs) or '(none)'} is not a 1-D RoPE full-attention model"
     if get("use_sliding_window", None) is True or (
@@ -69,6 +85,12 @@ def exactness(config: Any) -> str | None:
     if isinstance(rope, dict) and ("mrope_section" in rope or rope.get("type") == "mrope"):
         return "the model uses multimodal RoPE (mrope)"
     return None
+
+
+def needs_fork(config: Any) -> bool:
+    """Whether multi-item scoring on this model runs through the product's state-fork override."""
+    archs = config.get("architectures") if isinstance(config, dict) else getattr(config, "architectures", None)
+    return bool(archs) and all(a in FORK_ARCHITECTURES for a in archs)
 
 
 @dataclass(frozen=True)

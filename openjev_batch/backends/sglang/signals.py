@@ -217,14 +217,37 @@ def children_pids() -> set[int]:
         return set()
 
 
-def start_engine(make, kw: dict, opts) -> tuple[object, str]:
+EXTERNAL_MODELS_ENV = "SGLANG_EXTERNAL_MODEL_PACKAGE"
+
+
+@contextlib.contextmanager
+def external_models(package: str | None) -> Iterator[None]:
+    """`SGLANG_EXTERNAL_MODEL_PACKAGE=package` while an engine starts (its scheduler, spawned meanwhile,
+    imports the package's model classes into sglang's registry), then as before. None: leave it alone.
+    Raises BackendError when the user set it to another package (two overrides cannot both load)."""
+    from ...errors import BackendError
+
+    prev = os.environ.get(EXTERNAL_MODELS_ENV)
+    if package and prev and prev != package:
+        raise BackendError(f"{EXTERNAL_MODELS_ENV} is set to {prev!r}, but this engine needs {package!r}; unset it")
+    if package:
+        os.environ[EXTERNAL_MODELS_ENV] = package
+    try:
+        yield
+    finally:
+        if package and prev is None:
+            os.environ.pop(EXTERNAL_MODELS_ENV, None)
+
+
+def start_engine(make, kw: dict, opts, external_package: str | None = None) -> tuple[object, str]:
     """Start an engine with `make(**kw)` under the product's signal handling, for both sglang backends
     (`make` imports sglang's Engine, so a missing sgl_kernel is raised here and named with its hint):
     SIGQUIT from a failing engine process is recorded (sglang's own handler SIGKILLs this process), the
     scheduler writes its error to a file this process reads, SIGTERM/SIGINT go back to the CLI's handler.
     Returns (engine, error file: the caller unlinks it at close). On failure kills what the half-started
     engine left running and raises BackendError naming the model (`opts`: its BackendOptions) and, where a
-    refused checkpoint is why, the option that allows it (JobInterrupted passes through)."""
+    refused checkpoint is why, the option that allows it (JobInterrupted passes through). `external_package`:
+    our sglang model classes to register while it starts (`external_models`)."""
     import tempfile
 
     from ...errors import BackendError, JobInterrupted
@@ -238,7 +261,7 @@ def start_engine(make, kw: dict, opts) -> tuple[object, str]:
     os.close(fd)
     before = children_pids()
     try:
-        with starting(error_file):
+        with starting(error_file), external_models(external_package):
             engine = make(**kw)
         take_over_signals(engine, prev_term)
     except BaseException as e:  # a scheduler that fails → EngineDied / RuntimeError / SystemExit here
