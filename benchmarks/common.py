@@ -40,8 +40,13 @@ SHAPES = {
         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
     ),
 }  # fmt: skip
+# The 35B-A3B hybrid as released checkpoints say it: transformers' composite Qwen3_5MoeConfig() (vision config,
+# architecture Qwen3_5MoeForConditionalGeneration, M-RoPE), run text-only; sglang treats it differently from the
+# text-only class (extra_buffer state strategy, 5 slots a request; issue 30). HYBRID_TEXT keeps the earlier
+# Qwen3_5MoeForCausalLM shape as a second row.
 HYBRID = "qwen3.5-35b-a3b"
-ACTIVE_PARAMS = {HYBRID: 2.44e9}  # MoE: the roofline counts the active parameters
+HYBRID_TEXT = "qwen3.5-35b-a3b-text"
+ACTIVE_PARAMS = {HYBRID: 2.44e9, HYBRID_TEXT: 2.44e9}  # MoE: the roofline counts the active parameters
 
 
 def log(*a) -> None:
@@ -101,11 +106,22 @@ def make_model(shape: str, weights: bool, device: str = "cuda") -> Path:
     if (d / "config.json").exists():
         return d
     _copy_tokenizer(d)
-    if shape == HYBRID:
+    if shape == HYBRID_TEXT:
         from transformers import Qwen3_5MoeTextConfig
 
         cfg = Qwen3_5MoeTextConfig().to_dict()
         cfg.update(architectures=["Qwen3_5MoeForCausalLM"], full_attention_interval=4, torch_dtype="bfloat16")
+        (d / "config.json").write_text(json.dumps(cfg))
+        return d
+    if shape == HYBRID:
+        from transformers import Qwen3_5MoeConfig
+
+        cfg = Qwen3_5MoeConfig().to_dict()
+        cfg.update(architectures=["Qwen3_5MoeForConditionalGeneration"], torch_dtype="bfloat16")
+        # released configs rotate with interleaved M-RoPE; transformers' default text config has no mrope_section
+        rope = {"rope_type": "default", "rope_theta": 10_000_000, "partial_rotary_factor": 0.25,
+                "mrope_section": [11, 11, 10], "mrope_interleaved": True}  # fmt: skip
+        cfg["text_config"].update(full_attention_interval=4, torch_dtype="bfloat16", rope_parameters=rope)
         (d / "config.json").write_text(json.dumps(cfg))
         return d
     import torch

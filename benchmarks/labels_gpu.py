@@ -19,12 +19,13 @@ import re
 import time
 
 import common
-from common import HYBRID, WORK, log, make_model, roofline_s, save
+from common import HYBRID, HYBRID_TEXT, WORK, log, make_model, roofline_s, save
 
 # Named variants: each a set of documented options (`gXdY`: --groups-per-window X --pipeline-depth Y).
 VARIANTS = {
     "default": {},
     "first-branch": {"request_pattern": "first-branch"},  # --request-pattern first-branch
+    "prefix-first": {"request_pattern": "prefix-first"},  # the hybrid pattern before multi-item scoring
     "multi-item": {"request_pattern": "multi-item"},
     "stock-scheduler": {"sglang_patches": "none"},  # --sglang-patches none: sglang's own scheduler
     "flashinfer": {"attention_backend": "flashinfer"},
@@ -50,9 +51,9 @@ def variant_options(name: str) -> dict:
 
 def parser(workload: str, shapes: list[str], baselines: list[str]) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=f"{workload.upper()} through the product vs naive baselines.")
-    choices = [*common.SHAPES, HYBRID]
+    choices = [*common.SHAPES, HYBRID, HYBRID_TEXT]
     ap.add_argument("--shape", action="append", choices=choices, help=f"model shape (default {shapes})")
-    ap.add_argument("--variant", action="append", help="default | first-branch | multi-item | "
+    ap.add_argument("--variant", action="append", help="default | first-branch | prefix-first | multi-item | "
                     "stock-scheduler | flashinfer | fp8 | no-buffer | gXdY "
                     "(repeatable; default: default)")  # fmt: skip
     ap.add_argument("--baseline", action="append", choices=["naive", "one-call", "transformers"],

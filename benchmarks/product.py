@@ -18,9 +18,12 @@ from common import log
 
 import openjev_batch as ob
 
-# What the lent H200's kit needs on top of the product's own engine defaults: no FA3 in the kit (triton
-# attention), and sglang's pytorch sampling backend (the kit lacks flashinfer's sampler).
-GPU_KIT = {"attention_backend": "triton", "engine_args": {"sampling_backend": "pytorch"}}
+# What the lent H200's kit needs on top of the product's own engine defaults: sglang's pytorch sampling backend
+# (the kit lacks flashinfer's sampler). The attention backend is left to the product (issue 30: the kit's
+# `triton` used to turn multi-item scoring off, so the benchmarks never measured the default); where the product
+# runs no multi-item scoring sglang would pick FA3 on Hopper, which the kit lacks: `KIT_ATTENTION` then.
+GPU_KIT = {"engine_args": {"sampling_backend": "pytorch"}}
+KIT_ATTENTION = "flashinfer"
 CPU_SMOKE = {"device": "cpu", "dtype": "float32"}
 
 
@@ -28,6 +31,8 @@ def engine_options(smoke: bool, **options) -> dict:
     """The Classifier keywords of one engine: the kit's (or the CPU smoke's) plus `options`; an
     `engine_args` given here is merged over the kit's."""
     base = dict(CPU_SMOKE if smoke else GPU_KIT)
+    if not smoke and options.get("request_pattern") in ("first-branch", "prefix-first"):
+        base["attention_backend"] = KIT_ATTENTION  # no multi-item scoring: sglang's Hopper default (FA3) is absent
     extra = options.pop("engine_args", {}) or {}
     base["engine_args"] = {**base.get("engine_args", {}), **extra}
     if smoke:

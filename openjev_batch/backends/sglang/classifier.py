@@ -30,7 +30,7 @@ from ..checkpoint import Checkpoint, read_checkpoint
 from . import signals as sglang_signals
 from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE, TEXT_ONLY
 from .kwargs import engine_kwargs as engine_kwargs_base
-from .kwargs import import_sglang
+from .kwargs import import_sglang, text_only
 from .scheduler_patch import engine_class
 
 
@@ -63,11 +63,8 @@ def engine_kwargs(opts: BackendOptions, ckpt: Checkpoint) -> dict[str, Any]:
     for an overridden architecture whose engine name differs (Qwen3.5) the `architectures` override; for a
     text-only one (Qwen3.5) `enable_multimodal=False` unless the user set it."""
     kw = engine_kwargs_base(opts, is_embedding=True)
-    if ckpt.architecture in TEXT_ONLY and "enable_multimodal" not in opts.sglang.engine_args:
-        from sglang.srt.server_args import ServerArgs
-
-        if "enable_multimodal" in ServerArgs.__dataclass_fields__:  # sglang 0.5.17–0.5.19 have it
-            kw["enable_multimodal"] = False
+    if ckpt.architecture in TEXT_ONLY:
+        text_only(kw, opts)
     override = OVERRIDES.get(ckpt.architecture)
     if override and override[2]:
         extra = kw.get("json_model_override_args") or {}

@@ -21,7 +21,7 @@ from ...model_info import ModelInfo, model_info
 from ..base import Backend, BackendOptions, BranchResult, load_tokenizer
 from . import hybrid, mis, patterns, requests
 from . import signals as sglang_signals
-from .kwargs import _version_tuple, choose_multi_item, engine_kwargs, import_sglang
+from .kwargs import _version_tuple, choose_multi_item, engine_kwargs, import_sglang, text_only
 from .patterns import first_branch, multi_item, prefix_first
 from .scheduler_patch import engine_class
 from .state import StateBudget, state_budget_from_info
@@ -39,6 +39,10 @@ class SGLangBackend(Backend):
         sglang = import_sglang()
         self.model_info: ModelInfo = model_info(opts.model)
         kw = engine_kwargs(opts, recurrent=self.model_info.recurrent)
+        if self.model_info.architecture in hybrid.ARCHITECTURES and "ForConditionalGeneration" in (
+            self.model_info.architecture
+        ):
+            text_only(kw, opts)  # a released Qwen3.5/3.6 checkpoint, text jobs
         self.multi_item_off_reason = choose_multi_item(opts, kw, sglang.__version__)
         # The Qwen3.5/3.6 hybrids score items exactly only through our model override (backends/sglang/hybrid):
         # registered while this engine starts, then proven loaded (sglang's stock classes leak item to item)

@@ -166,6 +166,19 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: 
     return None
 
 
+def text_only(kw: dict[str, Any], opts: BackendOptions) -> None:
+    """`enable_multimodal=False` for a multimodal checkpoint (Qwen3.5/3.6 `…ForConditionalGeneration`) whose job is
+    text only, unless the user set it: sglang would load an image processor at start (`OSError: Can't load image
+    processor …` without preprocessor_config.json, seen on 0.5.17); its tokenizer manager, scheduler and worker then
+    load the plain tokenizer. Requests are token ids, so nothing needs the processor."""
+    if "enable_multimodal" in opts.sglang.engine_args:
+        return
+    from sglang.srt.server_args import ServerArgs
+
+    if "enable_multimodal" in ServerArgs.__dataclass_fields__:  # sglang 0.5.17–0.5.19 have it
+        kw["enable_multimodal"] = False
+
+
 # sglang load formats that never unpickle: safetensors files, random weights, GGUF (a flat binary format)
 SAFE_LOAD_FORMATS = frozenset({"safetensors", "fastsafetensors", "dummy", "gguf"})
 

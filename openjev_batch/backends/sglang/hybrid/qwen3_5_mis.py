@@ -195,7 +195,8 @@ class _ForkingModel:
 
     def get_weights_by_name(self, name: str, truncate_size: int = 100, tp_size: int = 1):
         if name == MARKER:
-            return [FORK_VERSION, float(self._openjev_forked_layers)]
+            # [version, GDN layers forked, 1.0 when the class reads M-RoPE positions]
+            return [FORK_VERSION, float(self._openjev_forked_layers), float(getattr(self, "is_mrope_enabled", False))]
         return None  # the stock classes have no such hook (sglang answers None)
 
 
