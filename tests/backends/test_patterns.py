@@ -66,3 +66,23 @@ def test_dry_run_cli_names_multi_item_for_a_gpu_run(tiny_model):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert words("multi-item") in r.stdout
+
+
+def test_multi_item_recompute_counts_a_shared_prefix_once_per_pack_run_and_advises_prefix_first():
+    """W3-like tickets (unique prefixes) cost multi-item nothing extra; a long block shared by different row
+    prefixes (few-shot, W2-like) is recomputed per row, and the advice names prefix-first."""
+    from openjev_batch.backends.sglang.patterns import advice, multi_item_recompute
+    from openjev_batch.core import BranchSpec, RowPrompt
+    from openjev_batch.pipeline.plan import plan
+
+    def row(i, prefix):
+        return RowPrompt(i, str(i), tuple(prefix), tuple(BranchSpec(f"q{k}", (7, k), (1, 2)) for k in range(3)))
+
+    tickets = [row(i, [100 + i] * 50) for i in range(10)]  # nothing shared
+    mis, unique = multi_item_recompute(plan(tickets, 1 << 20))
+    assert mis == unique == 10 * 50 + 10 * 3 * 2
+    assert "prefix-first" not in advice(mis, unique).split("(")[0]
+    shots = [row(i, [5] * 1000 + [100 + i] * 20) for i in range(10)]  # a 1,000-token block before each ticket
+    mis, unique = multi_item_recompute(plan(shots, 1 << 20))
+    assert mis == 10 * 1020 + 60 and unique == 1000 + 10 * 20 + 60
+    assert "--request-pattern prefix-first" in advice(mis, unique)

@@ -71,7 +71,8 @@ class SGLangBackend(Backend):
             self._check_fork()
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         self._read_engine(self.engine.get_server_info(), kw)
-        self.pattern = self._describe_pattern()
+        self._pattern_words = self._describe_pattern()
+        self.job_tokens = [0, 0]  # this job's planner counts for `patterns.advice`: multi-item's, unique
         self.start_s = round(time.perf_counter() - t_start, 1)
         warm = kw.get("device") == "cuda"  # the CPU engine compiles nothing
         self.warmup_s = (self._warm_up_multi_item() if self.multi_item else self._warm_up()) if warm else 0.0
@@ -232,7 +233,16 @@ class SGLangBackend(Backend):
         self.depth = opts.sglang.pipeline_depth
         self.hybrid_lead = opts.sglang.pipeline_depth  # prefix-first: steps in flight
         self.kv_capacity_tokens = self._capacity
-        self.pattern = self._describe_pattern()
+        self._pattern_words = self._describe_pattern()
+        self.job_tokens = [0, 0]
+
+    @property
+    def pattern(self) -> str:
+        """The request pattern in words (run summary); on a hybrid multi-item job, with the planner's advice on
+        whether prefix-first would have computed fewer tokens (`patterns.advice`)."""
+        if self.fork and self.job_tokens[1]:
+            return f"{self._pattern_words}; {patterns.advice(*self.job_tokens)}"
+        return self._pattern_words
 
     def kv_budget_tokens(self) -> int:
         # Leave room for the running batch's own activations and fragmentation of the radix tree.
@@ -241,6 +251,9 @@ class SGLangBackend(Backend):
     def prefill(self, window: Window) -> list[list[BranchResult]]:
         """Label logprobs for every branch of the window, by this job's request pattern. Raises BackendError
         if the engine fails."""
+        if self.fork:
+            mis_tokens, unique = patterns.multi_item_recompute([window])
+            self.job_tokens = [self.job_tokens[0] + mis_tokens, self.job_tokens[1] + unique]
         return self._pattern().prefill(self, window)
 
     def check_alive(self) -> None:

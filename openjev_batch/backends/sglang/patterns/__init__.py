@@ -2,8 +2,10 @@
 backend (`SGLangBackend.configure`) and by `--dry-run` (`planned`, without starting sglang):
 
     auto          what the backend picks from the model and the engine: multi-item where the engine was
-                  started with it (kwargs.choose_multi_item), prefix-first for recurrent-state (hybrid)
-                  models (model_info), else first-branch
+                  started with it (kwargs.choose_multi_item: on a CUDA GPU for models where it is exact, the
+                  Qwen3.5/3.6 hybrids through the state fork included), else prefix-first for recurrent-state
+                  (hybrid) models (model_info), else first-branch. The planner's counts say when a job's long
+                  repeated prefix makes prefix-first compute fewer tokens (`advice`, in --dry-run).
     prefix-first  one prefix-only request per distinct prefix, then its branches, groups sized by the
                   engine's recurrent-state slots (for a dense model: its running-request slots)
     first-branch  the first branch of each prefix as its warm-up, then the rest (the dense pattern)
@@ -46,11 +48,49 @@ def resolve(asked: str, *, multi_item: bool, hybrid: bool, multi_item_off: str |
     return "prefix-first"
 
 
+# Multi-item scoring runs without the radix cache: a prefix shared by *different* row prefixes (a long system
+# prompt or few-shot block) is computed again in every pack, where prefix-first computes it once. Measured on the
+# H200 (W3, released 35B-A3B architecture, docs/benchmarks.md run 10): multi-item computed 1.11x the planner's
+# unique tokens and ran 1.41x faster than prefix-first. Beyond this ratio prefix-first is the better choice.
+MAX_MULTI_ITEM_RECOMPUTE = 1.5
+
+
+def multi_item_recompute(windows: Any) -> tuple[int, int]:
+    """(tokens multi-item scoring computes, tokens prefix-first computes at best: the planner's unique tokens)
+    for planned windows. Multi-item computes each run of rows with the same prefix once (its pack), plus every
+    suffix; prefix-first with the radix cache computes only what no earlier row shares. Pure."""
+    mis = unique = 0
+    for w in windows:
+        unique += w.unique_tokens
+        prev = None
+        for r in w.rows:
+            if r.prefix != prev:
+                mis += len(r.prefix)
+                prev = r.prefix
+            mis += sum(len(b.suffix) for b in r.branches)
+    return mis, unique
+
+
+def advice(mis_tokens: int, unique_tokens: int) -> str:
+    """The planner's counts in words for the run summary and --dry-run: which hybrid pattern computes fewer
+    tokens for this job, and the option that picks the other."""
+    ratio = mis_tokens / unique_tokens if unique_tokens else 1.0
+    if ratio > MAX_MULTI_ITEM_RECOMPUTE:
+        return (
+            f"multi-item scoring computes {ratio:.2f}x the job's unique tokens (a long prefix repeats across rows): "
+            "--request-pattern prefix-first computes it once"
+        )
+    return f"multi-item scoring computes {ratio:.2f}x the job's unique tokens (prefix-first: 1.00x, more requests)"
+
+
 def words(name: str, info: Any = None) -> str:
     """Pattern `name` in words, before an engine has started (`--dry-run`); `info`: the model's ModelInfo
     (a recurrent state's size is named beside prefix-first)."""
     if name == "multi-item":
-        return "multi-item scoring: one request per prefix with its suffixes (GPU, flashinfer)"
+        text = "multi-item scoring: one request per prefix with its suffixes (GPU, flashinfer)"
+        if getattr(info, "recurrent", False):
+            text += "; the recurrent state forked at each prefix end (exact: backends/sglang/hybrid)"
+        return text
     if name == "first-branch":
         return "first branch of each prefix as the warm-up, then the other branches"
     text = "prefix-only request per prefix, then its branches; rows in flight sized by state slots"
