@@ -13,6 +13,9 @@ def test_shipped_configs_are_sglang_configs_for_the_35b_a3b_on_the_h200():
     names = {p.name for p in moe_configs.shipped()}
     assert "E=256,N=512,device_name=NVIDIA_H200.json" in names
     assert "E=256,N=512,device_name=NVIDIA_H200_down.json" in names
+    # the released block-fp8 checkpoints (128 x 128 blocks): sglang 0.5.20's pair, absent from 0.5.17 (issue 30)
+    assert "E=256,N=512,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json" in names
+    assert "E=256,N=512,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128]_down.json" in names
     for rel in moe_configs.shipped():
         cfg = json.loads((moe_configs.HERE / rel).read_text())
         assert all(int(k) > 0 for k in cfg)  # sglang reads the keys as token counts

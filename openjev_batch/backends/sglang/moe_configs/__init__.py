@@ -6,8 +6,10 @@ device_name={GPU}[…].json` (plus `_down` for the down projection), under
 `fused_moe_triton_config.py`); without one it logs "Using default MoE kernel config" and runs a generic
 tiling. sglang 0.5.17 has none for E=256, N=512 on the H200 (Qwen3.5 / Qwen3.6-35B-A3B at tp 1): the files
 here are sglang's own, tuned on the H200 with its `benchmark/kernels/fused_moe_triton` tuner and added
-upstream after 0.5.17 (sgl-project/sglang#35374, `configs/triton_3_6_0/`). The effect is measured in
-docs/benchmarks.md.
+upstream after 0.5.17 (sgl-project/sglang#35374, `configs/triton_3_6_0/`). The block-fp8 pair
+(`dtype=fp8_w8a8,block_shape=[128, 128]`, for the released FP8 checkpoints' 128 x 128 blocks) is byte-for-byte
+sglang 0.5.20's (PyPI wheel). The bf16 pair's effect is measured in docs/benchmarks.md; the fp8 pair's is not
+yet (issue 30: no device time left in that session).
 
 `config_dir()` builds, once per sglang version, a folder that holds links to every config of the installed
 sglang plus ours where sglang has no file of that name (never replacing one of sglang's), and the sglang
