@@ -111,11 +111,12 @@ class Variants:
                 built[i].append(res)
         out = []
         for row, parts in zip(rows, built, strict=True):
-            prefix, branches, failed = None, {}, []
+            prefix, branches, failed, images = None, {}, [], ()
             for rp, fails in parts:
                 failed += fails
                 if rp is None:
                     continue
+                images = rp.images
                 if prefix is not None and rp.prefix != prefix:
                     failed += [
                         Failed(
@@ -127,5 +128,5 @@ class Variants:
                 prefix = rp.prefix
                 branches.update({b.qid: b for b in rp.branches})
             ordered = tuple(branches[q.qid] for q in row.questions if q.qid in branches)
-            out.append((RowPrompt(row.pos, row.id, prefix, ordered) if ordered else None, tuple(failed)))
+            out.append((RowPrompt(row.pos, row.id, prefix, ordered, images) if ordered else None, tuple(failed)))
         return out
