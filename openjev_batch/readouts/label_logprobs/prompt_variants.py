@@ -54,6 +54,11 @@ class Variants:
         self.tok, self.text, self.labels = base.tok, base.text, base.labels  # what show.py reads
         self._cache: dict[tuple[str, str | None], object] = {}
 
+    @property
+    def image_id(self) -> int | None:
+        """The image token's id (None: the model takes no images); `--dry-run` counts image tokens by it."""
+        return self.base.images.image_id
+
     def get(self, system: str, lead: str | None):
         """The Prompter for this system text and lead, or the exception its construction raised (a lead
         whose context gives no single-token labels is then an error of the questions that use it)."""
