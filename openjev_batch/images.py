@@ -102,16 +102,17 @@ def resolve_path(value: str, root: str | None) -> Path:
     if "\x00" in value:
         raise ImageProblem("a path holds a NUL character")
     p = Path(value).expanduser() if value.startswith("~") else Path(value)
-    if not p.is_absolute():
-        if root is None:
-            raise ImageProblem(f"{value!r}: a relative path needs an input file (its folder); give an absolute path")
-        base = Path(root).resolve()
-        real = (base / p).resolve()
-        if not real.is_relative_to(base):
-            why = "a symlink out of" if (base / p).is_symlink() or _has_link(base, p) else "outside"
-            raise ImageProblem(f"{value!r}: {why} the input's folder {base}; only files inside it are read")
-    else:
-        real = p.resolve()
+    if not p.is_absolute() and root is None:
+        raise ImageProblem(f"{value!r}: a relative path needs an input file (its folder); give an absolute path")
+    base = Path(root).resolve() if root is not None else None
+    if base is not None and not p.is_absolute():
+        p = base / p
+    real = p.resolve()
+    # inside the input's folder as written (relative, or absolute into it): inside it once links are followed
+    inside = base is not None and Path(os.path.normpath(p)).is_relative_to(base)
+    if base is not None and (inside or not Path(value).is_absolute()) and not real.is_relative_to(base):
+        why = "a symlink out of" if inside and _has_link(base, Path(os.path.normpath(p)).relative_to(base)) else "outside"
+        raise ImageProblem(f"{value!r}: {why} the input's folder {base}; only files inside it are read")
     if not real.exists():
         raise ImageProblem(f"{value!r}: no such file")
     return real
@@ -159,8 +160,8 @@ def check_image(data: bytes, source: str, path: str | None = None) -> ImageRef:
         raise
     except UnidentifiedImageError:
         raise ImageProblem(f"{source}: not an image Pillow can read (unknown or unsupported format)") from None
-    except Image.DecompressionBombError as e:
-        raise ImageProblem(f"{source}: {e}") from None
+    except Image.DecompressionBombError as e:  # Pillow's own header check, past twice its warning size
+        raise ImageProblem(f"{source}: over the limit of {MAX_IMAGE_PIXELS:,} pixels ({e})") from None
     except Exception as e:  # noqa: BLE001 - Pillow raises OSError, SyntaxError, ValueError … for bad files
         raise ImageProblem(f"{source}: corrupt image ({type(e).__name__}: {e})") from None
     return ImageRef(hashlib.sha256(data).hexdigest(), w, h, fmt, source, path, None if path else data)
