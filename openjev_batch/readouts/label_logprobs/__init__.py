@@ -69,6 +69,10 @@ def build(cfg: Any, labels: Any = None, questions: Any = None) -> LabelLogprobs:
     root, image_input = None, False
     if getattr(cfg, "input", None) and Path(cfg.input).is_file():
         root, image_input = str(Path(cfg.input).absolute().parent), input_has_image_column(Path(cfg.input))
+    if image_input and getattr(cfg, "model", None):  # before any weights load: the tokenizer and processor
+        from .image_prompt import check_model_takes_images
+
+        check_model_takes_images(cfg.model, getattr(cfg, "trust_remote_code", False))
     images = dict(image_root=root, image_input=image_input)
     if questions is not None or not cfg.questions_file:
         return LabelLogprobs(questions, keep, system_prompt=system_prompt, **images)

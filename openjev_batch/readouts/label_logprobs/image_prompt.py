@@ -126,6 +126,22 @@ class ImageSlots:
         return tuple(ids), tuple(images)
 
 
+def check_model_takes_images(model: str, trust_remote_code: bool = False) -> None:
+    """Raise ConfigError when `model` takes no images (its tokenizer's template and its image processor are
+    read; no weights), for a job whose input has an image column, before its model loads."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from ..text import TextTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001 - the backend's loader reports an unloadable model with its own message
+        return
+    ImageSlots(SimpleNamespace(tok=tok, text=TextTokenizer(tok))).check()
+
+
 def body_pieces(row) -> list[Any]:
     """Prompter.body(row) with the row's images where they go: text strings and ImageRefs, adjacent strings
     joined, the last text's trailing whitespace dropped (as `body` drops it)."""
