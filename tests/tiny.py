@@ -235,19 +235,23 @@ QWEN3_5_VL_TEMPLATE = (
 )
 
 
-def make_tiny_qwen3_5_vl(tokenizer_dir: Path, out: Path, seed: int = 0, max_pixels: int = 64 * 64) -> Path:
+def make_tiny_qwen3_5_vl(tokenizer_dir: Path, out: Path, seed: int = 0, max_pixels: int = 128 * 128) -> Path:
     """A float32 random Qwen3.5 vision-language model (`Qwen3_5ForConditionalGeneration`: the 4-layer hybrid
     text stack, hidden 32, and a 1-layer vision tower, patch 16, merge 2) around the real Qwen3 tokenizer
     (its `<|vision_start|>`, `<|image_pad|>`, `<|vision_end|>` ids set in the config), saved with its image
-    processor (Qwen2VLImageProcessor, as Qwen3.5's; `max_pixels` keeps an image to a few tokens: 64 × 64 is
-    4 tokens) and a chat template that renders image parts (QWEN3_5_VL_TEMPLATE)."""
+    processor (Qwen2VLImageProcessor, as Qwen3.5's; `max_pixels` keeps an image to a few tokens: 96 × 64 is
+    3 × 2 tokens) and a chat template that renders image parts (QWEN3_5_VL_TEMPLATE). Its rotary embedding
+    is interleaved M-RoPE over 4 frequencies, [2, 1, 1] (time, height, width), so all three position axes
+    reach the attention (the default [11, 11, 10] section of the released models needs 32)."""
     import json
 
     import torch
     from transformers import Qwen2VLImageProcessor, Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     tok = _tokenizer_into(tokenizer_dir, out)
-    text = qwen3_5_text_config(tok, max_position_embeddings=40960, intermediate_size=64)
+    rope = dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5, mrope_section=[2, 1, 1],
+                mrope_interleaved=True)  # fmt: skip
+    text = qwen3_5_text_config(tok, max_position_embeddings=40960, intermediate_size=64, rope_parameters=rope)
     ids = {k: tok.convert_tokens_to_ids(t) for k, t in (
         ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
         ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}  # fmt: skip

@@ -153,11 +153,11 @@ def test_show_prompt_and_dry_run_show_the_images(tiny_vl, pictures, tmp_path):
                                                  "questions": json.dumps(QUESTIONS)}])  # fmt: skip
     r = cli("run", inp, "-m", tiny_vl, "--show-prompt", "1")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "<|vision_start|>⟦image red.png · 96×64 PNG · 2 tokens⟧<|vision_end|>Text:\nA photo." in r.stdout
-    assert "(2 of them for 1 image(s)" in r.stdout and "<|image_pad|> × 2" in r.stdout
+    assert "<|vision_start|>⟦image red.png · 96×64 PNG · 6 tokens⟧<|vision_end|>Text:\nA photo." in r.stdout
+    assert "(6 of them for 1 image(s)" in r.stdout and "<|image_pad|> × 6" in r.stdout
     r = cli("run", inp, "-m", tiny_vl, "--dry-run")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "2 in 1 images" in r.stdout
+    assert "6 in 1 images" in r.stdout
 
 
 def test_a_text_only_model_is_refused_at_start(tiny_model, pictures, tmp_path):
@@ -178,3 +178,44 @@ def test_the_start_check_reads_no_weights(tiny_model, tiny_vl):
     with pytest.raises(ConfigError, match="its chat template refuses image parts"):
         check_model_takes_images(str(tiny_model))
     check_model_takes_images(str(tiny_vl))
+
+
+def test_parquet_bytes_are_the_same_image_as_its_file(tiny_vl, hf_vl, pictures, tmp_path):
+    """A Parquet binary `image` column: the bytes of red.png give the prompt of the file red.png; a zero-byte
+    cell is that row's error and a null cell a text row (exit 3, the other rows answered)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    raw = (pictures / "red.png").read_bytes()
+    _, (from_file, from_bytes) = prompts(
+        hf_vl, pictures, [{"id": "f", "state": "A photo.", "image": "red.png"}, {"id": "b", "state": "A photo.", "image": raw}]
+    )
+    assert from_file.prefix == from_bytes.prefix and from_file.images[0].sha256 == from_bytes.images[0].sha256
+    table = pa.table(
+        {
+            "id": ["b", "zero", "none"],
+            "state": ["A photo."] * 3,
+            "image": pa.array([raw, b"", None], pa.binary()),
+            "questions": [json.dumps(QUESTIONS)] * 3,
+        }
+    )
+    pq.write_table(table, tmp_path / "rows.parquet")
+    out = tmp_path / "out.jsonl"
+    r = cli("run", tmp_path / "rows.parquet", "-m", tiny_vl, "--backend", "hf", "--device", "cpu", "-o", out)
+    assert r.returncode == 3, r.stderr[-3000:]
+    errors = {x["id"]: x["error"] for x in map(json.loads, out.read_text().splitlines())}
+    assert errors == {"b": None, "zero": "row zero: image: <0 bytes>: empty (0 bytes)", "none": None}
+
+
+def test_answer_leads_and_examples_keep_the_rows_images(hf_vl, pictures):
+    """Questions with their own answer lead and worked examples (prompt_variants.py) are asked over the same
+    image prefix."""
+    qs = {**QUESTIONS, "lead": {"type": "noul", "instructions": "Bright?", "answer_lead": "Verdict:",
+                                "examples": [{"text": "A dark room.", "answer": False}]}}  # fmt: skip
+    readout = LabelLogprobs(image_root=str(pictures))
+    row = readout.parse_row(0, {"id": "a", "state": "A photo.", "image": "red.png", "questions": qs})
+    [(rp, fails)] = readout.prompter(hf_vl.tokenizer).build_many([row])
+    assert not fails and [b.qid for b in rp.branches] == ["color", "dog", "lead"]
+    assert len(rp.images) == 1 and rp.images[0].source == "red.png"
+    [res] = hf_vl.prefill(Window((rp,), (len(rp.prefix),)))
+    assert all(r.error is None for r in res)
