@@ -27,6 +27,7 @@ import io
 import os
 import re
 import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,10 @@ def check_image(data: bytes, source: str, path: str | None = None) -> ImageRef:
     if len(data) > MAX_IMAGE_BYTES:
         raise ImageProblem(f"{source}: {len(data):,} bytes, limit {MAX_IMAGE_BYTES:,}")
     try:
-        with Image.open(io.BytesIO(data), formats=None) as im:
+        with warnings.catch_warnings():  # Pillow warns of 89–179 M pixels on open; ours refuses them below
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(data))
+        with im:
             fmt, (w, h) = im.format or "?", im.size
             if fmt not in FORMATS:
                 raise ImageProblem(f"{source}: unsupported format {fmt}; expected one of {', '.join(FORMATS)}")

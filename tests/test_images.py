@@ -8,6 +8,7 @@ import base64
 import io
 import os
 import struct
+import warnings
 import zlib
 from pathlib import Path
 
@@ -92,6 +93,10 @@ def test_the_bad_image_table(folder, tmp_path):
     assert "over the limit of 40,000,000 pixels (Image size (2500000000 pixels)" in problem("huge.png", folder)
     (folder / "large.png").write_bytes(huge_png_header(8_000, 6_000))  # under Pillow's own limit, over ours
     assert "8,000 × 6,000 pixels, limit 40,000,000" in problem("large.png", folder)
+    (folder / "warned.png").write_bytes(huge_png_header(12_000, 10_000))  # Pillow only warns of these
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert "12,000 × 10,000 pixels, limit" in problem("warned.png", folder)
     assert "unsupported format TIFF" in problem("scan.tiff", folder)
     assert "not an image" in problem("notes.txt", folder)
     assert "a symlink out of the input's folder" in problem("link.png", folder)
