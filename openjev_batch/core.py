@@ -31,6 +31,9 @@ class RowPrompt:
     row_id: str
     prefix: tuple[int, ...]
     branches: tuple[BranchSpec, ...]
+    # ImageRefs (openjev_batch/images.py) whose image tokens the prefix holds, in order; their pixels go to
+    # the backend beside the ids. Two prefixes of equal ids with other images are other prefixes.
+    images: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)

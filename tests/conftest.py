@@ -146,3 +146,11 @@ def sglang_backend(tiny_model):
     )
     yield b
     b.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_vl(qwen3_tok_dir, tmp_path_factory) -> Path:
+    """A tiny random Qwen3.5 vision-language model with its image processor and an image-taking template."""
+    from tiny import make_tiny_qwen3_5_vl
+
+    return make_tiny_qwen3_5_vl(qwen3_tok_dir, tmp_path_factory.mktemp("tiny-qwen3_5-vl"))

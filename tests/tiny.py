@@ -218,3 +218,56 @@ def make_tiny_qwen3_5_classifier(
             json.dumps({"image_processor_type": "Qwen2VLImageProcessorFast", "patch_size": 16})
         )
     return out
+
+
+# A Qwen3.5-style chat template that takes image content parts (the real Qwen3 tokenizer's template is text
+# only): an image part renders `<|vision_start|><|image_pad|><|vision_end|>` in place, as Qwen3.5/3.6's does.
+QWEN3_5_VL_TEMPLATE = (
+    "{%- for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{% if message.content is string %}{{ message.content }}"
+    "{%- else %}{%- for item in message.content %}"
+    "{%- if item.type == 'image' or 'image' in item %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{%- elif item.type == 'text' %}{{ item.text }}{%- endif %}"
+    "{%- endfor %}{%- endif %}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
+    "{%- endif %}"
+)
+
+
+def make_tiny_qwen3_5_vl(tokenizer_dir: Path, out: Path, seed: int = 0, max_pixels: int = 128 * 128) -> Path:
+    """A float32 random Qwen3.5 vision-language model (`Qwen3_5ForConditionalGeneration`: the 4-layer hybrid
+    text stack, hidden 32, and a 1-layer vision tower, patch 16, merge 2) around the real Qwen3 tokenizer
+    (its `<|vision_start|>`, `<|image_pad|>`, `<|vision_end|>` ids set in the config), saved with its image
+    processor (Qwen2VLImageProcessor, as Qwen3.5's; `max_pixels` keeps an image to a few tokens: 96 × 64 is
+    3 × 2 tokens) and a chat template that renders image parts (QWEN3_5_VL_TEMPLATE). Its rotary embedding
+    is interleaved M-RoPE over 4 frequencies, [2, 1, 1] (time, height, width), so all three position axes
+    reach the attention (the default [11, 11, 10] section of the released models needs 32)."""
+    import json
+
+    import torch
+    from transformers import Qwen2VLImageProcessor, Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    tok = _tokenizer_into(tokenizer_dir, out)
+    rope = dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5, mrope_section=[2, 1, 1],
+                mrope_interleaved=True)  # fmt: skip
+    text = qwen3_5_text_config(tok, max_position_embeddings=40960, intermediate_size=64, rope_parameters=rope)
+    ids = {k: tok.convert_tokens_to_ids(t) for k, t in (
+        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}  # fmt: skip
+    cfg = Qwen3_5Config(text_config=text, vision_config=QWEN3_5_VISION, tie_word_embeddings=False, **ids)
+    torch.manual_seed(seed)
+    model = Qwen3_5ForConditionalGeneration(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.05)
+    model.save_pretrained(out, safe_serialization=True)
+    Qwen2VLImageProcessor(
+        patch_size=16, merge_size=2, temporal_patch_size=2, size={"shortest_edge": 32 * 32, "longest_edge": max_pixels}
+    ).save_pretrained(out)
+    (out / "chat_template.jinja").write_text(QWEN3_5_VL_TEMPLATE)
+    tc = json.loads((out / "tokenizer_config.json").read_text())
+    tc.pop("chat_template", None)
+    (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2))
+    return out

@@ -47,6 +47,7 @@ def _print_plan(p, command: str = "run") -> None:
         ("row/question errors", f"{p.errors:,}"),
         ("branches", f"{p.branches:,}"),
         ("logical tokens", f"{p.logical_tokens:,}"),
+        *([("image tokens (a row's prefix once)", f"{p.image_tokens:,} in {p.images:,} images")] if p.images else []),
         ("unique tokens, sglang (radix cache: any shared token prefix)", f"{p.unique_tokens:,}"),
         ("unique tokens, hf (identical prefixes only)", f"{p.unique_tokens_hf:,}"),
         (

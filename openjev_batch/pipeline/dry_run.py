@@ -33,6 +33,8 @@ class PlanSummary:
     sglang_pattern: str = ""  # the request pattern the sglang backend would choose for it
     backend: str = "sglang"
     unique_tokens_hf: int = 0
+    images: int = 0
+    image_tokens: int = 0  # part of the logical tokens (in the prefixes)
 
     @property
     def expected_hit_rate(self) -> float:
@@ -57,6 +59,7 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
     return PlanSummary(
         s.rows, s.questions, s.errors, p.branches, p.logical_tokens, p.unique_tokens, p.windows, s.wall_s,
         rss, s.model, s.pattern, backend=cfg.backend, unique_tokens_hf=p.unique_tokens_hf,
+        images=p.images, image_tokens=p.image_tokens,
     )  # fmt: skip
 
 

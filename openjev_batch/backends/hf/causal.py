@@ -24,6 +24,7 @@ import math
 import torch
 
 from ...core import Window
+from ...images import ImageProblem
 from ..base import Backend, BackendOptions, BranchResult
 from .load import device_and_dtype, load_pretrained
 
@@ -32,20 +33,26 @@ class HFBackend(Backend):
     name = "hf"
 
     def __init__(self, opts: BackendOptions):
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+        from .vision import VisionInputs, is_vision_checkpoint
 
         opts.check_backend("hf")  # ConfigError naming an sglang option given here
         device, dtype = device_and_dtype(opts)
-        self.tokenizer, model = load_pretrained(AutoModelForCausalLM, opts, dtype, "model")
+        # a vision-language checkpoint loads with its vision tower, so rows may carry images (vision.py)
+        vision = is_vision_checkpoint(opts.model, opts.trust_remote_code)
+        auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+        self.tokenizer, model = load_pretrained(auto, opts, dtype, "model")
         self.model = model.to(device).eval()
         self.device = device
+        self.vision = VisionInputs(opts.model, self.model, device, opts.trust_remote_code) if vision else None
         # Newer transformers (5.24; not 5.12) name the forward argument `cache`, not `past_key_values`;
         # the old name still works there with a FutureWarning ("will be removed in version 5.40.0").
         # Pass the one this version's forward declares.
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self.context_length = opts.context_length or getattr(
-            self.model.config, "max_position_embeddings", None
+            self.model.config.get_text_config(), "max_position_embeddings", None
         )
 
     def kv_budget_tokens(self) -> int:
@@ -53,24 +60,48 @@ class HFBackend(Backend):
         return 1 << 20
 
     @torch.inference_mode()
-    def _last_logprobs(self, ids: tuple[int, ...], cache) -> torch.Tensor:
+    def _last_logprobs(self, ids: tuple[int, ...], cache, **inputs) -> torch.Tensor:
+        """`inputs`: an image row's pixel values and positions (vision.py)."""
         x = torch.tensor([ids], device=self.device)  # [1, T]
-        out = self.model(input_ids=x, **{self._cache_arg: cache}, use_cache=True, logits_to_keep=1)
+        out = self.model(input_ids=x, **{self._cache_arg: cache}, use_cache=True, logits_to_keep=1, **inputs)
         return torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # [V]
+
+    def _prefix(self, row) -> tuple[object, int | None]:
+        """The KV cache of `row`'s prefix, and where its suffixes' positions start (None: a text row, whose
+        positions the model counts from the cache). Raises ImageProblem for an image it cannot run."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config.get_text_config())
+        if not row.images:
+            self._last_logprobs(row.prefix, cache)
+            return cache, None
+        if self.vision is None:
+            raise ImageProblem(f"the model {self.model.name_or_path} takes no images (no vision tower)")
+        inputs, start = self.vision.prefix_inputs(row.prefix, row.images)
+        self._last_logprobs(row.prefix, cache, **inputs)
+        return cache, start
 
     @torch.inference_mode()
     def prefill(self, window: Window) -> list[list[BranchResult]]:
-        from transformers import DynamicCache
-
         results: list[list[BranchResult]] = []
-        prefix_cache, cached_prefix = None, None
+        prefix_cache, cached_prefix, start, image_error = None, None, None, None
         for row in window.rows:
             n = len(row.prefix)
-            if row.prefix != cached_prefix:  # rows are prefix-sorted: equal prefixes are adjacent
-                prefix_cache = DynamicCache(config=self.model.config)
-                self._last_logprobs(row.prefix, prefix_cache)
-                self.warm_tokens += n
-                cached_prefix = row.prefix
+            # rows are prefix-sorted: equal prefixes are adjacent; equal ids with other images are another prefix
+            key = (row.prefix, tuple(im.sha256 for im in row.images))
+            if key != cached_prefix:
+                try:
+                    prefix_cache, start = self._prefix(row)
+                    image_error = None
+                except ImageProblem as e:
+                    prefix_cache, image_error = None, f"row {row.row_id}: image: {e}"
+                self.warm_tokens += n if image_error is None else 0
+                cached_prefix = key
+            if image_error is not None:
+                out = [BranchResult((math.nan,) * len(b.label_ids), n, 0, image_error) for b in row.branches]
+                results.append(out)
+                self.report([(row, j, r) for j, r in enumerate(out)])
+                continue
             out = []
             for b in row.branches:
                 total = n + len(b.suffix)
@@ -85,7 +116,8 @@ class HFBackend(Backend):
                     )
                     continue
                 # the prefix cache itself is never run on, so no branch sees another's state
-                lp = self._last_logprobs(b.suffix, copy.deepcopy(prefix_cache))
+                pos = {} if start is None else {"position_ids": self.vision.suffix_positions(start, len(b.suffix))}
+                lp = self._last_logprobs(b.suffix, copy.deepcopy(prefix_cache), **pos)
                 vals = tuple(lp[list(b.label_ids)].tolist())
                 err = None if all(math.isfinite(v) for v in vals) else "non-finite label logprob"
                 out.append(BranchResult(vals, total, n, err))

@@ -250,7 +250,10 @@ class SGLangBackend(Backend):
 
     def prefill(self, window: Window) -> list[list[BranchResult]]:
         """Label logprobs for every branch of the window, by this job's request pattern. Raises BackendError
-        if the engine fails."""
+        if the engine fails. Rows with images are not sent (images reach sglang in a later step: issue 33);
+        their branches get an error, so no image is silently dropped."""
+        if any(r.images for r in window.rows):
+            return _without_image_rows(self, window)
         if self.fork:
             mis_tokens, unique = patterns.multi_item_recompute([window])
             self.job_tokens = [self.job_tokens[0] + mis_tokens, self.job_tokens[1] + unique]
@@ -270,3 +273,18 @@ class SGLangBackend(Backend):
     def close(self) -> None:
         eng, self.engine = getattr(self, "engine", None), None
         sglang_signals.stop_engine(eng, getattr(self, "_error_file", None))
+
+
+def _without_image_rows(backend: SGLangBackend, window: Window) -> list[list[BranchResult]]:
+    """`window`'s results with every image row's branches an error and the other rows run."""
+    text = [i for i, r in enumerate(window.rows) if not r.images]
+    out: list[list[BranchResult]] = [
+        [BranchResult((), len(r.prefix), 0, f"row {r.row_id}: image: the sglang backend takes no images yet; "
+                      "use --backend hf") for _ in r.branches]
+        for r in window.rows
+    ]  # fmt: skip
+    if text:
+        sub = Window(tuple(window.rows[i] for i in text), tuple(len(window.rows[i].prefix) for i in text))
+        for i, res in zip(text, backend.prefill(sub), strict=True):  # no image row left in `sub`
+            out[i] = res
+    return out

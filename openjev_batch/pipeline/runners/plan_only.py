@@ -30,20 +30,26 @@ class PlanCounts:
     logical_tokens: int = 0
     unique_tokens: int = 0
     unique_tokens_hf: int = 0
+    images: int = 0  # images in the rows' prefixes (each row's once)
+    image_tokens: int = 0  # their tokens (counted in the prefix tokens too)
     shown: list[str] = field(default_factory=list)
 
-    def add(self, windows) -> None:
+    def add(self, windows, image_id: int | None = None) -> None:
         for w in windows:
             self.windows += 1
             self.branches += w.n_branches
             self.logical_tokens += w.logical_tokens
             self.unique_tokens += w.unique_tokens
-            # the hf backend keeps one prefix's cache: only an identical next prefix reuses it
+            # the hf backend keeps one prefix's cache: only an identical next prefix (and images) reuses it
             prev = None
             for r in w.rows:
-                fresh = len(r.prefix) if r.prefix != prev else 0
+                key = (r.prefix, tuple(im.sha256 for im in r.images))
+                fresh = len(r.prefix) if key != prev else 0
                 self.unique_tokens_hf += fresh + sum(len(b.suffix) for b in r.branches)
-                prev = r.prefix
+                prev = key
+                if r.images:
+                    self.images += len(r.images)
+                    self.image_tokens += sum(1 for i in r.prefix if i == image_id)
 
 
 class PlanOnlyRunner:
@@ -91,7 +97,9 @@ class PlanOnlyRunner:
         stand-in records, {}) — nothing is prefilled, so there are no warm-up or scored tokens to report."""
         for i, chunk in todo:
             prompted = prompt_chunk(chunk, self.prompter)
-            self.counts.add(plan(prompted.prompts, self.budget, self.cfg.max_branches_per_window))
+            images = any(r.images for r in prompted.prompts)  # the label readout's prompter knows their token
+            image_id = getattr(self.prompter, "image_id", None) if images else None
+            self.counts.add(plan(prompted.prompts, self.budget, self.cfg.max_branches_per_window), image_id)
             if self.show:
                 from ...readouts.label_logprobs.show import render_rows
 

@@ -23,8 +23,9 @@ from .prompt import INSTRUCTIONS, Prompter
 from .prompt_variants import Variants
 from .questions import QuestionError, QuestionSpec
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
+from .rows_images import image_key, input_has_image_column
 
-INPUT_COLUMNS = ("id", "state", "questions")
+INPUT_COLUMNS = ("id", "state", "questions", "image", "images")
 TEXT_COLUMN = "state"  # the Python API takes a Series or a list of strings as this column
 OPTIONS = {
     "questions_file": "--questions",
@@ -64,14 +65,23 @@ def build(cfg: Any, labels: Any = None, questions: Any = None) -> LabelLogprobs:
     from pathlib import Path
 
     keep, system_prompt = tuple(cfg.keep), cfg.system_prompt
+    # relative image paths resolve against the input file's folder, and only inside it (images.py)
+    root, image_input = None, False
+    if getattr(cfg, "input", None) and Path(cfg.input).is_file():
+        root, image_input = str(Path(cfg.input).absolute().parent), input_has_image_column(Path(cfg.input))
+    if image_input and getattr(cfg, "model", None):  # before any weights load: the tokenizer and processor
+        from .image_prompt import check_model_takes_images
+
+        check_model_takes_images(cfg.model, getattr(cfg, "trust_remote_code", False))
+    images = dict(image_root=root, image_input=image_input)
     if questions is not None or not cfg.questions_file:
-        return LabelLogprobs(questions, keep, system_prompt=system_prompt)
+        return LabelLogprobs(questions, keep, system_prompt=system_prompt, **images)
     from .questions import load_questions
 
     parsed = load_questions(cfg.questions_file)  # raises ConfigError for a missing or bad file
     # the questions' content, not their path: an edited file must not mix old and new answers
     sha = hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest()
-    return LabelLogprobs(parsed, keep, sha, system_prompt)
+    return LabelLogprobs(parsed, keep, sha, system_prompt, **images)
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,8 @@ class LabelLogprobs(Readout):
     keep: tuple[str, ...] = ()
     questions_sha256: str | None = None
     system_prompt: str | None = None
+    image_root: str | None = None  # the input file's folder (relative image paths); None: absolute only
+    image_input: bool = False  # the input has an image column: a model that takes no images is refused
 
     name = LABEL_LOGPROBS
     backend_kind = "label-logprobs"
@@ -95,7 +107,7 @@ class LabelLogprobs(Readout):
         return OUTPUT_SCHEMA
 
     def parse_row(self, pos: int, rec: dict[str, Any]) -> Row | RowError:
-        return parse_row(pos, rec, self.questions, self.keep)
+        return parse_row(pos, rec, self.questions, self.keep, self.image_root)
 
     def unreadable(self, pos: int, why: str) -> RowError:
         return unidentified_row_error(pos, why, dict.fromkeys(self.keep), *ids_and_types(self.questions))
@@ -108,8 +120,9 @@ class LabelLogprobs(Readout):
         return max(1, len(row.qids)) if isinstance(row, RowError) else len(row.questions)
 
     def prefix_key(self, row: Row | RowError) -> str:
-        # The prefix is the chat template over the fixed instructions and this text (prompt.py).
-        return Prompter.body(row) if isinstance(row, Row) else ""
+        # The prefix is the chat template over the fixed instructions and this text (prompt.py), and the
+        # row's images (their content hashes: two rows with one text and other images share no prefix).
+        return image_key(row, Prompter.body(row)) if isinstance(row, Row) else ""
 
     def problems(self, row: Row) -> list[str]:
         return [q.error for q in row.questions if isinstance(q, QuestionError)]
@@ -121,6 +134,8 @@ class LabelLogprobs(Readout):
             self.system_prompt or INSTRUCTIONS,
             max_branch_tokens=min(MAX_BRANCH_TOKENS, max_branch_tokens or MAX_BRANCH_TOKENS),
         )
+        if self.image_input:
+            base.images.check()  # ConfigError at start for a text-only model
         return Variants(base)
 
     def records(self, row: Row, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:

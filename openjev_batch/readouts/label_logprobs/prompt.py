@@ -33,10 +33,14 @@ The ids of a row are then put together under the token limits by branches.py.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...core import RowPrompt
 from ...errors import PromptError
+from ...images import ImageProblem
 from ..text import TextTokenizer
 from .branches import Failed, row_prompt
+from .image_prompt import ImageSlots, has_images, image_fields
 from .labels import Label, select_labels
 from .questions import QuestionSpec
 from .rows import MAX_BRANCH_TOKENS, MAX_ROW_TOKENS, Row
@@ -109,6 +113,7 @@ class Prompter:
         self.cut = self._choose_cut()
         self._layout(self.instructions)
         self._suffix_cache: dict[str, tuple[int, ...]] = {}  # suffix text → ids
+        self.images = ImageSlots(self)  # a row's images in its prefix (loads the image processor on first use)
 
     # -- the layout (once) ------------------------------------------------------------------------
     def render(self, system: str, user: str) -> str:
@@ -240,7 +245,7 @@ class Prompter:
         # Rows often share a whole prefix (a few-shot block, one conversation asked several question sets):
         # tokenize each distinct prefix text once and share its ids.
         texts = [self._prefix_text(self.body(row)) for row in rows]
-        distinct_prefixes = list(dict.fromkeys(texts))
+        distinct_prefixes = list(dict.fromkeys(t for t, r in zip(texts, rows, strict=True) if not has_images(r)))
         by_text = dict(zip(distinct_prefixes, self._prefix_ids(distinct_prefixes), strict=True))
         suffix_text: list[dict[str, str]] = [{} for _ in rows]  # per row: qid → suffix text
         for st, row in zip(suffix_text, rows, strict=True):
@@ -255,9 +260,18 @@ class Prompter:
             todo = sorted(distinct)
         self._suffix_cache.update(zip(todo, self._suffix_ids(todo), strict=True))
         limits = (self.max_branch_tokens, self.max_row_tokens)
-        return [
-            row_prompt(
-                row, by_text[t], {q: self._suffix_cache[s] for q, s in st.items()}, self.labels, *limits
-            )
-            for row, t, st in zip(rows, texts, suffix_text, strict=True)
-        ]
+        out = []
+        for row, t, st in zip(rows, texts, suffix_text, strict=True):
+            suffixes = {q: self._suffix_cache[s] for q, s in st.items()}
+            if not has_images(row):
+                out.append(row_prompt(row, by_text[t], suffixes, self.labels, *limits))
+                continue
+            try:  # the images' tokens in the prefix (image_prompt.py)
+                prefix, images = self.images.prefix(row, SEP[: self.cut])
+            except ImageProblem as e:
+                why = f"row {row.id}: {image_fields(row)}: {e}"
+                out.append((None, tuple(Failed(q.qid, why) for q in row.questions)))
+                continue
+            rp, fails = row_prompt(row, prefix, suffixes, self.labels, *limits)
+            out.append((replace(rp, images=images) if rp is not None else None, fails))
+        return out

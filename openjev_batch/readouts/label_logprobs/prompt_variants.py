@@ -54,6 +54,11 @@ class Variants:
         self.tok, self.text, self.labels = base.tok, base.text, base.labels  # what show.py reads
         self._cache: dict[tuple[str, str | None], object] = {}
 
+    @property
+    def image_id(self) -> int | None:
+        """The image token's id (None: the model takes no images); `--dry-run` counts image tokens by it."""
+        return self.base.images.image_id
+
     def get(self, system: str, lead: str | None):
         """The Prompter for this system text and lead, or the exception its construction raised (a lead
         whose context gives no single-token labels is then an error of the questions that use it)."""
@@ -111,11 +116,12 @@ class Variants:
                 built[i].append(res)
         out = []
         for row, parts in zip(rows, built, strict=True):
-            prefix, branches, failed = None, {}, []
+            prefix, branches, failed, images = None, {}, [], ()
             for rp, fails in parts:
                 failed += fails
                 if rp is None:
                     continue
+                images = rp.images
                 if prefix is not None and rp.prefix != prefix:
                     failed += [
                         Failed(
@@ -127,5 +133,5 @@ class Variants:
                 prefix = rp.prefix
                 branches.update({b.qid: b for b in rp.branches})
             ordered = tuple(branches[q.qid] for q in row.questions if q.qid in branches)
-            out.append((RowPrompt(row.pos, row.id, prefix, ordered) if ordered else None, tuple(failed)))
+            out.append((RowPrompt(row.pos, row.id, prefix, ordered, images) if ordered else None, tuple(failed)))
         return out

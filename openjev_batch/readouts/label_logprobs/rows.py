@@ -13,6 +13,7 @@ from typing import Any
 from ...core import RowError, checked_row_id, unidentified_row_error
 from ...values import MAX_STATE_BYTES, kept_values, no_duplicate_keys, text_bytes, value_problem
 from .questions import QuestionError, QuestionSpec, parse_questions
+from .rows_images import content_parts, resolve_images
 
 MAX_BRANCH_TOKENS = 32_768
 MAX_ROW_TOKENS = 262_144
@@ -21,8 +22,12 @@ ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 @dataclass(frozen=True)
 class Message:
+    """`content`: the message's text (its text parts joined); `parts`: for content given as parts with images,
+    the text pieces and images in order (str | ImageRef; rows_images.py), else empty."""
+
     role: str
     content: str
+    parts: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,7 @@ class Row:
     plain: bool
     questions: tuple[QuestionSpec | QuestionError, ...]
     kept: dict[str, Any] = field(default_factory=dict)
+    images: tuple[Any, ...] = ()  # the `image` / `images` column's ImageRefs: first in the user turn
 
 
 _JSON_CONVERSATION = re.compile(r'^(\{\s*"messages"|\[\s*\{\s*")')
@@ -92,10 +98,13 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
             raise ValueError(
                 f"messages[{i}].role: unknown role {m['role']!r}; expected one of {sorted(ROLES)}"
             )
+        if isinstance(m["content"], list):  # OpenAI-style content parts, images among them
+            out.append(Message(m["role"], *content_parts(m["content"], f"messages[{i}].content")))
+            continue
         if not isinstance(m["content"], str):
-            raise ValueError(f"messages[{i}].content: expected a string")
+            raise ValueError(f"messages[{i}].content: expected a string or a list of content parts")
         out.append(Message(m["role"], m["content"]))
-    if not any(m.content.strip() for m in out):
+    if not any(m.content.strip() or m.parts for m in out):
         raise ValueError("empty conversation")
     if (n := sum(text_bytes(m.content) for m in out)) > MAX_STATE_BYTES:
         raise ValueError(f"{n:,} bytes of message text, limit {MAX_STATE_BYTES:,}")
@@ -123,10 +132,15 @@ def _state_hint(rec: dict[str, Any]) -> str:
 
 
 def parse_row(
-    pos: int, rec: dict[str, Any], shared_questions: Any = None, keep: tuple[str, ...] = ()
+    pos: int,
+    rec: dict[str, Any],
+    shared_questions: Any = None,
+    keep: tuple[str, ...] = (),
+    image_root: str | None = None,
 ) -> Row | RowError:
     """One input record → Row or RowError (never raises). `shared_questions` is the parsed
-    ``--questions`` file, used when given; otherwise the row's own `questions` field.
+    ``--questions`` file, used when given; otherwise the row's own `questions` field. `image_root`: the
+    input file's folder, against which relative image paths resolve (None: only absolute ones).
 
     Length (over ~60 lines): every check of one row in the order its error message names them.
     """
@@ -169,10 +183,13 @@ def parse_row(
             return RowError(pos, rid, f"row {rid}: state: {e}", qids, kept, qtypes)
         if kept_problem:
             return RowError(pos, rid, f"row {rid}: {kept_problem}", qids, kept, qtypes)
+        images, messages, image_problem = resolve_images(rec, messages, image_root)
+        if image_problem:
+            return RowError(pos, rid, f"row {rid}: {image_problem}", qids, kept, qtypes)
     except Exception as e:  # a bad row never sinks the job
         return RowError(pos, rid, f"row {rid}: {type(e).__name__}: {e}", qids, kept)
     qs = tuple(
         q if isinstance(q, QuestionSpec) else QuestionError(q.qid, q.type, f"row {rid}: {q.error}")
         for q in questions
     )
-    return Row(pos, rid, messages, plain, qs, kept)
+    return Row(pos, rid, messages, plain, qs, kept, images)

@@ -12,9 +12,42 @@ CUT = "┆"  # printed where the shared prefix ends and a question's suffix begi
 
 
 def _controls(prompter, ids) -> str:
-    """The markup's control tokens in `ids`, in order (what the tokenizer reads as turns, not text)."""
+    """The markup's control tokens in `ids`, in order (what the tokenizer reads as turns, not text); a run of
+    one token (an image's tokens) as `token × n`."""
     names = [prompter.tok.convert_ids_to_tokens(i) for i in ids if i in prompter.text.control_ids]
-    return ", ".join(names) if names else "none"
+    runs: list[list] = []
+    for n in names:
+        if runs and runs[-1][0] == n and n == _image_token(prompter):
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    return ", ".join(n if k == 1 else f"{n} × {k}" for n, k in runs) if runs else "none"
+
+
+def _image_token(prompter) -> str | None:
+    image_id = getattr(prompter, "image_id", None)
+    return None if image_id is None else prompter.tok.convert_ids_to_tokens(image_id)
+
+
+def _decode(prompter, rp) -> str:
+    """The prefix decoded, each image's run of image tokens shown as one mark: which image, its size, and
+    how many tokens the model reads for it."""
+    tok = prompter.tok
+    if not rp.images:
+        return tok.decode(list(rp.prefix))
+    image_id = prompter.image_id
+    out, run, images, k = [], [], iter(rp.images), 0
+    for i, t in enumerate(rp.prefix):
+        if t != image_id:
+            run.append(t)
+            continue
+        if i + 1 < len(rp.prefix) and rp.prefix[i + 1] == image_id:
+            k += 1
+            continue
+        im = next(images)
+        out.append(tok.decode(run) + f"⟦image {im.source} · {im.width}×{im.height} {im.format} · {k + 1} tokens⟧")
+        run, k = [], 0
+    return "".join(out) + tok.decode(run)
 
 
 def render_rows(rows: list, prompter) -> str:
@@ -34,11 +67,15 @@ def render_rows(rows: list, prompter) -> str:
         if rp is None:
             out.append(f"═══ row {row.id}: no question can be asked")
         else:
+            images = ""
+            if rp.images:
+                n = sum(1 for i in rp.prefix if i == prompter.image_id)
+                images = f" ({n:,} of them for {len(rp.images)} image(s), each marked ⟦image …⟧)"
             out.append(
-                f"═══ row {row.id} · prefix {len(rp.prefix):,} tokens, shared by its {len(rp.branches)} "
+                f"═══ row {row.id} · prefix {len(rp.prefix):,} tokens{images}, shared by its {len(rp.branches)} "
                 f"question(s) · {CUT} marks where each question's suffix starts"
             )
-            out.append(tok.decode(list(rp.prefix)) + CUT)
+            out.append(_decode(prompter, rp) + CUT)
             out.append(f"    control tokens of the prefix: {_controls(prompter, rp.prefix)}")
             for b in rp.branches:
                 q = specs[b.qid]
