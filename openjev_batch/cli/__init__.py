@@ -33,11 +33,26 @@ app.add_typer(models_app, name="models")
 
 
 class _Console(Console):
-    """rich's Console, but a reader that closed the pipe (`validate … | head`) ends the command with exit 0:
-    it has what it wanted, which is no error (rich exits 1)."""
+    """rich's Console, but a reader that closed stdout's pipe (`validate … | head`) ends the command with
+    exit 0: it has what it wanted, which is no error (rich exits 1). A reader of stderr that has gone (a log
+    shipper or `| tee log` that died) stops nothing: stderr goes to /dev/null and the command ends with its
+    own exit code (issue 34.1: exiting 0 here recorded an interrupted nightly job as a success)."""
 
     def on_broken_pipe(self) -> None:
+        if self.stderr:
+            self.quiet = True
+            _stderr_to_devnull()
+            return
         _quiet_exit()
+
+
+def _stderr_to_devnull() -> None:
+    """stderr's fd onto /dev/null: what is still buffered for it, and Python's last flush, then succeed."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stderr.fileno())
+    os.close(devnull)
 
 
 def _quiet_exit() -> None:
@@ -122,13 +137,17 @@ def _stopped(e: KeyboardInterrupt, partial) -> None:
     from ..errors import JobInterrupted
 
     term = isinstance(e, JobInterrupted) and e.signum == signal.SIGTERM
-    kept = Path(partial).is_dir()  # a job stopped before its first part leaves none
-    err.print(
-        f"{'terminated (SIGTERM)' if term else 'interrupted'}: "
-        + (f"finished chunks are kept in {partial}; rerun with --resume" if kept else "nothing written"),
-        markup=False,
-    )
-    raise typer.Exit(EXIT_TERMINATED if term else EXIT_INTERRUPTED) from None
+    code = EXIT_TERMINATED if term else EXIT_INTERRUPTED  # decided before printing: the exit must not
+    try:  # depend on whether anyone still reads stderr (issue 34.1)
+        kept = Path(partial).is_dir()  # a job stopped before its first part leaves none
+        err.print(
+            f"{'terminated (SIGTERM)' if term else 'interrupted'}: "
+            + (f"finished chunks are kept in {partial}; rerun with --resume" if kept else "nothing written"),
+            markup=False,
+        )
+    except OSError:  # stderr unwritable in another way (EIO from a vanished terminal): the code still stands
+        pass
+    raise typer.Exit(code) from None
 
 
 def main() -> None:  # pragma: no cover - entry point for `python -m openjev_batch`

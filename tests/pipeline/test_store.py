@@ -300,3 +300,29 @@ def test_sglang_on_the_cpu_gives_the_same_answers_and_probs_within_1e_6(sglang_b
         for x, y in zip(pa_, pb_, strict=True)
     )
     assert diff <= 1e-6, diff
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stopped_job_exits_non_zero_after_its_stderr_reader_has_gone(tiny_model, tmp_path, sig, code):
+    """Issue 34.1: a log shipper (`| tee log`) that died before the job was stopped left the stop message
+    nowhere to go, and the broken pipe on stderr turned exit 143 into 0: a failed night recorded as a
+    success."""
+    inp = write_jsonl(tmp_path / "in.jsonl", _rows(40))
+    out = tmp_path / "o.parquet"
+    partial = tmp_path / "o.parquet.partial"
+    p = start_cli("run", inp, "-m", tiny_model, "-b", "hf", "-o", out, "--chunk-rows", "2")
+    wait_parts(partial, p, 2, timeout=300)
+    p.stderr.close()  # stderr's reader is gone: the job's next write to it gets EPIPE
+    p.send_signal(sig)
+    assert p.wait(timeout=120) == code
+    assert not out.exists() and len(list(partial.glob("part-*.parquet"))) >= 2
+
+
+def test_a_job_with_row_errors_exits_3_with_no_reader_of_stderr(tiny_model, tmp_path):
+    """The summary written to a closed stderr does not turn the job's exit 3 into 0 (issue 34.1)."""
+    inp = write_jsonl(tmp_path / "in.jsonl", [*_rows(2), {"id": "bad", "questions": Q}])  # no `state`
+    out = tmp_path / "o.parquet"
+    p = start_cli("run", inp, "-m", tiny_model, "-b", "hf", "-o", out)
+    p.stderr.close()
+    assert p.wait(timeout=300) == 3
+    assert pl.read_parquet(out)["id"].to_list() == ["r0", "r1", "bad"]
