@@ -154,3 +154,11 @@ def tiny_vl(qwen3_tok_dir, tmp_path_factory) -> Path:
     from tiny import make_tiny_qwen3_5_vl
 
     return make_tiny_qwen3_5_vl(qwen3_tok_dir, tmp_path_factory.mktemp("tiny-qwen3_5-vl"))
+
+
+@pytest.fixture(scope="session")
+def qwen3_6_tok_dir(qwen3_tok_dir, tmp_path_factory) -> Path:
+    """A Qwen3.5/3.6 tokenizer folder from the real BPE ranks (tiny.make_qwen3_6_tokenizer)."""
+    from tiny import make_qwen3_6_tokenizer
+
+    return make_qwen3_6_tokenizer(tmp_path_factory.mktemp("qwen3.6-tokenizer"), chat_template_from=qwen3_tok_dir)

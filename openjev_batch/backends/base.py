@@ -39,12 +39,18 @@ from .trust import trust_hint
 
 def load_tokenizer(model: str, trust_remote_code: bool = False) -> Any:
     """The model's Hugging Face tokenizer, for the stages that tokenize without a backend (`--dry-run`, the
-    Ray render actors and driver), with the checkpoint-trust option the backends use. Raises BackendError
-    naming the option that would allow a refused checkpoint."""
+    Ray render actors and driver), with the checkpoint-trust option the backends use, held to its
+    tokenizer.json (tokenizer.faithful). Raises BackendError naming the option that would allow a refused
+    checkpoint."""
     from transformers import AutoTokenizer
 
+    from .tokenizer import faithful
+
     try:
-        return AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+        tok = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+        return faithful(tok, model, trust_remote_code=trust_remote_code)
+    except BackendError:
+        raise
     except Exception as e:
         hint = trust_hint(BackendOptions(model=model, trust_remote_code=trust_remote_code), e)
         raise BackendError(f"cannot load the tokenizer of {model!r}: {e}{hint}") from e

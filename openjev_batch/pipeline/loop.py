@@ -86,6 +86,8 @@ def run(
 
         with runner.open(cfg, readout) as r:
             _record_downloaded_model(cfg, manifest, out)
+            if name := getattr(r, "tokenizer_name", ""):  # known once loaded: which class tokenizes
+                out.amend("tokenizer", name)
             tracker = FailureTracker(  # one per job: the evidence of a broken backend spans chunks
                 r.name,
                 partial=None if out.partial is None else str(out.partial),

@@ -114,11 +114,17 @@ def read(output: Path) -> dict[str, Any] | None:
     return doc
 
 
+# Entries known only once the model loaded (the job amends them then): a manifest computed before the load
+# lacks them, so they are compared when both have them (store.OutputStore.amend compares them at the load)
+LATE = ("tokenizer",)
+
+
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The keys whose values differ between two manifests (`new` compared as JSON keeps it: tuples as
-    lists), sorted."""
+    lists), sorted; a LATE key that `new` does not have yet is not compared."""
     new = json.loads(json.dumps(new))
-    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    keys = {k for k in set(old) | set(new) if k in new or k not in LATE}
+    return sorted(k for k in keys if old.get(k) != new.get(k))
 
 
 def confirm_finished(output: Path, manifest: dict[str, Any], digests: Iterable[str | None]) -> None:

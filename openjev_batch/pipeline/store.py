@@ -181,6 +181,11 @@ class OutputStore:
         hub id's revision, downloaded by the loader), so the key a resume computes matches it."""
         mpath = self.partial / MANIFEST
         m = json.loads(mpath.read_bytes())
+        if self.continued and key in output_manifest.LATE and key in m and m[key] != value:
+            raise ConfigError(
+                f"--resume: {self.partial} was made with {key} {m[key]!r}, this run loads {value!r} (another "
+                "transformers?); delete it or rerun without --resume"
+            )
         self.manifest = {**self.manifest, key: value}
         if m.get(key) != value:
             atomic_write(mpath, json.dumps({**m, key: value}).encode())

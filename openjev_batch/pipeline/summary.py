@@ -35,6 +35,7 @@ class Summary:
     output: str
     unique_tokens: int = 0
     model: str = ""  # model_info.describe(): architecture, hybrid/recurrent layers, MoE
+    tokenizer: str = ""  # the class that tokenized (backends/tokenizer.tokenizer_name)
     pattern: str = ""  # the request pattern the backend chose for it
     startup: str = (
         ""  # the backend's start-up (engine start, kernel warm-up), part of wall_s when it ran here

@@ -119,3 +119,19 @@ def test_a_sidecar_beside_a_changed_output_is_not_taken_for_it(tmp_path):
     out.write_text(out.read_text().replace('"r0"', '"r9"'))
     with pytest.raises(ConfigError, match="changed since its job wrote it"):
         confirm_finished(out, {"m": 1, "keep": []}, iter(["aa"]))
+
+
+def test_resume_compares_the_tokenizer_once_the_model_has_loaded(tmp_path):
+    """Issue 34.2: the manifest names the tokenizer class, known once the model loaded (`amend`); a resume
+    opens the partial without it, then refuses when this run's tokenizer is another (its tokens differ)."""
+    from openjev_batch.errors import ConfigError
+
+    out = tmp_path / "o.parquet"
+    with OutputStore(out, manifest={"m": 1}) as s:
+        s.amend("tokenizer", "Qwen2Tokenizer")
+        s.begin_chunk(0, 1, 1, "aa")
+        s.write(0, [{**dict.fromkeys(s.schema.names), "id": "r0", "error": "x"}])
+    with OutputStore(out, manifest={"m": 1}, resume=True) as s:  # the same job: continued
+        s.amend("tokenizer", "Qwen2Tokenizer")
+    with OutputStore(out, manifest={"m": 1}, resume=True) as s, pytest.raises(ConfigError, match="tokenizer"):
+        s.amend("tokenizer", "TokenizersBackend")

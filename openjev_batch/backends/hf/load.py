@@ -40,10 +40,15 @@ def load_pretrained(auto_model: Any, opts: BackendOptions, dtype: torch.dtype, w
     BackendError naming `what` failed to load, and the option that would allow a refused checkpoint."""
     from transformers import AutoTokenizer
 
+    from ..tokenizer import faithful
+
     try:
-        tokenizer = AutoTokenizer.from_pretrained(opts.model, **loader_options(opts, weights=False))
+        tok_options = loader_options(opts, weights=False)
+        tokenizer = faithful(AutoTokenizer.from_pretrained(opts.model, **tok_options), opts.model, **tok_options)
         with _no_loading_bar():
             model = auto_model.from_pretrained(opts.model, dtype=dtype, **loader_options(opts))
+    except BackendError:  # the tokenizer check's own refusal
+        raise
     except Exception as e:
         raise BackendError(
             f"cannot load {what} {opts.model!r} with transformers: {e}{trust_hint(opts, e)}"

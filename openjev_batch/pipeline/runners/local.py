@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ...backends import Backend, load_backend
+from ...backends.tokenizer import tokenizer_name
 from ...readouts.base import Readout
 from ..prefill import FailureTracker
 from ..progress import Progress
@@ -47,6 +48,7 @@ class LocalRunner:
             # Branches longer than the model's (sglang: the engine's) limit are refused in the prompt stage,
             # before any model call.
             self.prompter = self.held_prompter or readout.prompter(b.tokenizer, b.context_length)
+            self.tokenizer_name = tokenizer_name(b.tokenizer)
             self.readout, self.cfg = readout, cfg
             self.budget = cfg.kv_budget_tokens or b.kv_budget_tokens()
             yield self
@@ -62,6 +64,7 @@ class LocalRunner:
         b = self.backend
         return {
             "model": describe_model(getattr(b, "model_info", None) or model_info(self.cfg.model)),
+            "tokenizer": self.tokenizer_name,
             "pattern": getattr(b, "pattern", ""),
             "startup": getattr(b, "startup", "") if self.own else "",
         }

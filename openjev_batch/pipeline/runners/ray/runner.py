@@ -98,10 +98,13 @@ class RayRunner:
     def open(self, cfg: Any, readout: Readout):
         """The staged rows of earlier runs read, the cluster joined (or started: shut down after)."""
         from ....backends.base import load_tokenizer
+        from ....backends.tokenizer import tokenizer_name
 
         if cfg.output is None:
             raise ConfigError("--ray needs an output path (-o): its staged rows live next to it")
-        readout.prompter(load_tokenizer(cfg.model, cfg.trust_remote_code))  # fails here, not in an actor
+        tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
+        readout.prompter(tokenizer)  # fails here, not in an actor
+        self.tokenizer_name = tokenizer_name(tokenizer)  # the actors load the same (load_tokenizer)
         self.cfg, self.readout, self.schema = cfg, readout, stage_schema(readout)
         self._read_stage()
         self.shipped = self.n_buckets = 0
@@ -132,7 +135,8 @@ class RayRunner:
         self.staged = np.bincount(self.old_pos) if old.num_rows else np.zeros(0, int)
 
     def describe(self) -> dict[str, Any]:
-        return {"workers": self.opts.workers, "buckets": len(self.used), "shipped_rows": self.shipped}
+        return {"tokenizer": self.tokenizer_name, "workers": self.opts.workers, "buckets": len(self.used),
+                "shipped_rows": self.shipped}  # fmt: skip
 
     def score(
         self,
