@@ -49,6 +49,19 @@ def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
     return path
 
 
+def check_has_questions(path: str | Path) -> None:
+    """A `run` without --questions reads each row's `questions`: an input where none of the first
+    KEEP_SCAN_ROWS rows has one would load the model and write a file of errors (issue 34.4), so it is a job
+    error (InputFileError) before the model loads. Later rows without questions stay row errors."""
+    first = next(record_chunks(Path(path), KEEP_SCAN_ROWS), [])
+    if not any(isinstance(rec, dict) and rec.get("questions") is not None for _, rec in first):
+        scope = "no row has" if len(first) < KEEP_SCAN_ROWS else f"none of the first {KEEP_SCAN_ROWS:,} rows has"
+        raise InputFileError(
+            f"{path}: no questions: {scope} a `questions` field; give them in each row or in one file with "
+            "-q/--questions FILE"
+        )
+
+
 def all_columns(cfg: Any) -> tuple[str, ...]:
     """`--keep all`, as the Python API's keep="all": every column of the input's first KEEP_SCAN_ROWS rows in
     the order first seen (a schema's order for Parquet and CSV), except those `cfg`'s readout reads or

@@ -245,6 +245,24 @@ def test_an_input_without_rows_is_refused_before_the_model_loads(tmp_path, kind)
     assert not (tmp_path / "o.parquet.partial").exists()
 
 
+@pytest.mark.parametrize("kind", ["in.jsonl", "in.parquet"])
+def test_an_input_without_questions_is_refused_before_the_model_loads(tmp_path, kind):
+    """Issue 34.4: rows without `questions` and no -q loaded the model and wrote a file of errors (exit 3)."""
+    inp = tmp_path / kind
+    rows = [{"id": f"r{i}", "state": f"ticket {i}"} for i in range(3)]
+    if kind.endswith(".jsonl"):
+        write_jsonl(inp, rows)
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), inp)
+    model = tmp_path / "not-a-model"  # loading it would fail with another error
+    model.mkdir()
+    r = cli("run", inp, "-m", model, "-b", "hf", "-o", tmp_path / "o.parquet", "--no-progress")
+    assert r.returncode == 4 and "no questions" in r.stderr and "--questions" in r.stderr, r.stderr
+    assert not (tmp_path / "o.parquet").exists() and not (tmp_path / "o.parquet.partial").exists()
+    v = cli("validate", inp)  # validate finds the same, as a job error
+    assert v.returncode == 4 and "no questions" in v.stderr, v.stderr
+
+
 # -- 4. SIGTERM behaves like Ctrl-C (hf) --------------------------------------------------------------------
 @pytest.mark.parametrize(
     "sig,code,word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")]
