@@ -92,9 +92,14 @@ def _progress(label: str, noun: str, enabled: bool):
         return
     from rich.text import Text
 
+    from ..pipeline.progress import Heartbeat
     from ..pipeline.progress import Progress as JobProgress
 
     job = JobProgress()
+    if not err.is_terminal:  # a log: a bar drawn in place would show nothing until the job ends
+        with Heartbeat(job, label, noun, _log_line, heartbeat_s()):
+            yield job
+        return
 
     class Counts(ProgressColumn):
         def render(self, task) -> Text:
@@ -124,6 +129,33 @@ def _progress(label: str, noun: str, enabled: bool):
     finally:
         if bar.live.is_started:
             bar.stop()
+
+
+HEARTBEAT_S = 60.0
+
+
+def heartbeat_s() -> float:
+    """Seconds between the progress lines written to a log: OPENJEV_HEARTBEAT_S, default HEARTBEAT_S.
+    Raises ConfigError for a value that is not a number of seconds above 0."""
+    import math
+    import os
+
+    from ..errors import ConfigError
+
+    raw = os.environ.get("OPENJEV_HEARTBEAT_S", "").strip()
+    if not raw:
+        return HEARTBEAT_S
+    try:
+        every = float(raw)
+    except ValueError:
+        every = math.nan
+    if not (every > 0 and math.isfinite(every)):
+        raise ConfigError(f"OPENJEV_HEARTBEAT_S={raw!r}: expected a number of seconds above 0")
+    return every
+
+
+def _log_line(text: str) -> None:
+    err.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_summary(command: str, readout, s, threads: str | None = None) -> None:

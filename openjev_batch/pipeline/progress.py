@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 class Progress:
@@ -137,9 +138,48 @@ class Progress:
             if (h := self.hit_rate()) is not None:
                 parts.append(f"cache {h:.0%}")
             if (eta := self.eta_s()) is not None:
-                s = int(eta)
-                parts.append(f"ETA {s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}")
+                parts.append(f"ETA {_hms(eta)}")
         return " · ".join(parts)
+
+
+def _hms(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+class Heartbeat:
+    """A plain progress line every `every` seconds for a log (stderr not a terminal: `2>job.log`, cron,
+    Kubernetes), where a redrawn bar shows nothing until the job ends (issue 34.3): the local time, the share
+    done, `Progress.text` (records, rows, tok/s, cache, ETA) and the time since the first chunk. Lines start
+    at the first chunk read (model loading shows nothing); one more when the job ends or stops. A context
+    manager: its thread runs while the job does."""
+
+    def __init__(self, progress: Progress, label: str, noun: str, write: Callable[[str], Any], every: float):
+        self.progress, self.label, self.noun, self.write, self.every = progress, label, noun, write, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="openjev-heartbeat", daemon=True)
+
+    def line(self) -> str:
+        p = self.progress
+        total = p.total_records
+        share = f" {min(p.records_done / total, 1):.0%}" if total else ""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        return f"{stamp} {self.label}{share} · {p.text(self.noun)} · elapsed {_hms(p.elapsed())}"
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            if self.progress.started is not None:
+                self.write(self.line())
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.progress.started is not None:
+            self.write(self.line())
 
 
 class WindowReports:

@@ -272,3 +272,42 @@ def test_classify_answers_and_progress_per_batch(hf_cls, tmp_path):
         assert conf is None if n == 0 else conf == pytest.approx(got["probs"].list.max().mean())
     assert sum(n for _, n, _ in s.answers["label"]) == 5
     assert (live.rows_done, live.records_done, live.tokens) == (6, 6, s.branch_tokens)
+
+
+def test_a_log_gets_a_plain_progress_line_every_few_seconds(monkeypatch):
+    """Issue 34.3: with stderr not a terminal (`2>job.log`, cron, Kubernetes) the redrawn bar wrote nothing
+    until the job ended. Now a log line every OPENJEV_HEARTBEAT_S seconds (rows, share, rate, ETA) from the
+    first chunk on, and one when the job ends."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    from openjev_batch.cli import display
+
+    buf = io.StringIO()
+    monkeypatch.setattr(display, "err", Console(file=buf, force_terminal=False, width=80))
+    monkeypatch.setenv("OPENJEV_HEARTBEAT_S", "0.2")
+    with display._progress("prefill", "questions", True) as live:
+        time.sleep(0.5)
+        assert buf.getvalue() == ""  # nothing while the model loads
+        live.total_rows = 4
+        live.chunk_read(4, 8)
+        live.branches(2, 100, 0, rows=1)
+        time.sleep(1.2)  # no event meanwhile
+        beats = buf.getvalue().splitlines()
+    assert len(beats) >= 3, beats
+    line = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d prefill 25% · 2/8 questions · 1/4 rows · [0-9,]+ tok/s · cache 0%"
+    assert all(re.fullmatch(line + r"( · ETA \d+:\d\d:\d\d)? · elapsed \d+:\d\d:\d\d", b) for b in beats), beats
+    assert len(buf.getvalue().splitlines()) == len(beats) + 1  # the last line, at the end
+    assert "\x1b" not in buf.getvalue()  # plain text: no cursor movement or colour
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "nan"])
+def test_a_heartbeat_interval_that_is_no_duration_is_refused(monkeypatch, value):
+    from openjev_batch.cli.display import heartbeat_s
+    from openjev_batch.errors import ConfigError
+
+    monkeypatch.setenv("OPENJEV_HEARTBEAT_S", value)
+    with pytest.raises(ConfigError, match="OPENJEV_HEARTBEAT_S"):
+        heartbeat_s()
