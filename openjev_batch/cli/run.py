@@ -84,7 +84,11 @@ def _run_job(command: str, kw: dict, job: dict, show_prompt: int | None = None) 
         raise typer.BadParameter(
             f"missing: -o/--output (only --dry-run{also} run without it)", param_hint="'-o'"
         )
-    threads_note = apply_threads_option(job["threads"])
+    try:
+        _check_names_early(kw)
+    except OpenjevError as e:
+        _fail(e)
+    threads_note = apply_threads_option(job["threads"])  # imports torch: seconds
     _quiet(kw["progress"])
     stack = contextlib.ExitStack()
     stop_on_signals()  # SIGTERM (schedulers) ends the job like Ctrl-C: message, partial kept, exit 143
@@ -154,6 +158,28 @@ def _config(kw: dict, stack: contextlib.ExitStack, tokenizer_only: bool):
         except ValueError as e:
             raise ConfigError(f"invalid options: {e}") from None
     return cfg
+
+
+def _check_names_early(kw: dict) -> None:
+    """The mistakes a name or a path shows, refused before torch is imported (--threads, the default
+    backend: seconds) and the model resolved (a packaged one may be fetched): a missing input (as the job's
+    own check words it), an output in no folder or of an unknown kind, an unknown backend (issue 34.5: 6-12 s
+    for these). build_config and the job check them again, with every other option."""
+    from ..config import check_output_path
+    from ..options import BACKENDS
+    from ..pipeline.read import check_exists
+
+    if str(kw["input"]) not in STDIN_NAMES:
+        check_exists(kw["input"])
+    if kw["output"] is not None and str(kw["output"]) != "-":
+        try:
+            check_output_path(Path(kw["output"]), any_format=True)
+        except ValueError as e:
+            raise ConfigError(f"invalid options: output: {e}") from None
+    if kw["backend"] is not None and kw["backend"] not in BACKENDS:
+        raise ConfigError(
+            f"invalid options: backend: unknown backend {kw['backend']!r}; expected one of {', '.join(BACKENDS)}"
+        )
 
 
 def _plan_only(cfg, command: str, show_prompt: int | None, *, dry_run: bool, resume: bool, ray: bool) -> None:

@@ -20,15 +20,21 @@ from .formats import has_rows, input_columns, input_format, record_chunks
 KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
 
 
-def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
-    """Whole-file checks done before any model loads. Raises InputFileError for a missing, empty or
-    wrong-extension file, or a `--keep` column missing from a schema (Parquet, CSV header, datasets folder;
-    JSONL/JSON: from every one of the first KEEP_SCAN_ROWS rows; a row without it later gets a null)."""
+def check_exists(path: str | Path) -> Path:
+    """An input that exists, in a format by its extension. Raises InputFileError."""
     path = Path(path)
     if not path.exists():
         input_format(path)  # an unknown extension is the better message
         raise InputFileError(f"{path}: no such file")
     input_format(path)
+    return path
+
+
+def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
+    """Whole-file checks done before any model loads. Raises InputFileError for a missing, empty or
+    wrong-extension file, or a `--keep` column missing from a schema (Parquet, CSV header, datasets folder;
+    JSONL/JSON: from every one of the first KEEP_SCAN_ROWS rows; a row without it later gets a null)."""
+    path = check_exists(path)
     if path.is_file() and path.stat().st_size == 0:
         raise InputFileError(f"{path}: file is empty")
     if not has_rows(path):  # blank lines only, a header only, 0 rows: refused before the model loads
