@@ -24,6 +24,8 @@ def check_exists(path: str | Path) -> Path:
     """An input that exists, in a format by its extension. Raises InputFileError."""
     path = Path(path)
     if not path.exists():
+        if not path.suffix:  # a datasets folder has none: not an "unknown extension '(none)'" (issue 34.9)
+            raise InputFileError(f"{path}: no such file or folder")
         input_format(path)  # an unknown extension is the better message
         raise InputFileError(f"{path}: no such file")
     input_format(path)

@@ -137,6 +137,7 @@ def test_parquet_nested_and_json_string_columns(tmp_path):
         ("bad.json", "[{", "cannot read as JSON"),
         ("header.csv", "id,state\n", "no rows"),
         ("none.jsonl", None, "no such file"),
+        ("missing", None, "missing: no such file or folder$"),  # issue 34.9: said "unknown extension '(none)'"
         ("e.jsonl", "", "empty"),
         ("bad.parquet", "not parquet", "cannot read as Parquet"),
         ("blank.jsonl", "\n\n", "no rows"),
