@@ -12,6 +12,7 @@ from conftest import EXAMPLES, cli, write_jsonl
 from openjev_batch.config import build_config
 from openjev_batch.pipeline.job import run_job
 from openjev_batch.pipeline.progress import Progress
+from openjev_batch.readouts.label_logprobs.answer import confidence
 
 Q = {"u": {"type": "noul", "instructions": "Urgent?"},
      "k": {"type": "choice", "instructions": "Kind?", "criteria": {"a": None, "b": None, "c": None}}}  # fmt: skip
@@ -255,7 +256,8 @@ def test_the_bar_redraws_between_events(monkeypatch):
 
 def test_classify_answers_and_progress_per_batch(hf_cls, tmp_path):
     """classify's distribution is one question, `label`, over the checkpoint's labels; its rows are
-    reported per padded batch."""
+    reported per padded batch. Its mean confidence is the mean of the `confidence` column, 1 − H/ln K as
+    run's (issue 34.7: it was the mean top probability)."""
     rows = [
         {"id": f"r{i}", "premise": f"A man is eating pasta {i}.", "hypothesis": "He eats."} for i in range(5)
     ]
@@ -269,7 +271,9 @@ def test_classify_answers_and_progress_per_batch(hf_cls, tmp_path):
     for opt, n, conf in s.answers["label"]:
         got = df.filter(pl.col("label") == opt)
         assert n == got.height
-        assert conf is None if n == 0 else conf == pytest.approx(got["probs"].list.max().mean())
+        assert conf is None if n == 0 else conf == pytest.approx(got["confidence"].mean())
+    for probs, conf in zip(df["probs"].to_list(), df["confidence"].to_list(), strict=True):
+        assert conf == pytest.approx(confidence(probs)) and conf != pytest.approx(max(probs))
     assert sum(n for _, n, _ in s.answers["label"]) == 5
     assert (live.rows_done, live.records_done, live.tokens) == (6, 6, s.branch_tokens)
 

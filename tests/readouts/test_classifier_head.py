@@ -371,6 +371,7 @@ def test_run_classify_end_to_end(which, request, hf_cls, tmp_path):
         "logits",
         "probs",
         "label",
+        "confidence",
         "p_contradiction",
         "p_entailment",
         "p_neutral",

@@ -14,8 +14,9 @@ checkpoint (e.g. a Qwen3 NLI cross-encoder: contradiction / entailment / neutral
   prefix text's ids, so they are always an exact prefix of what runs. Rows are sorted by them, so many
   hypotheses against one premise are adjacent and reuse its KV (sglang: radix cache, warmed once).
 - **Labels.** From the checkpoint's `config.json` `id2label` (backends/checkpoint.py).
-- **Output.** `id`, `logits`, `probs` (stable softmax), `label` (argmax → id2label), one `p_<label>` per
-  label, `prompt_tokens`, `error`, then the kept columns; input order.
+- **Output.** `id`, `logits`, `probs` (stable softmax), `label` (argmax → id2label), `confidence` (1 − H/ln K
+  over `probs`, as `run`'s), one `p_<label>` per label, `prompt_tokens`, `error`, then the kept columns;
+  input order.
 
 template.py holds the template, rows.py the input rows, prompt.py the tokenization and the prefix split; this
 file the readout: output columns, the read-out, the resume key.
@@ -34,12 +35,12 @@ from ...core import RowError, unidentified_row_error
 from ...errors import ConfigError
 from .. import CLASSIFIER_HEAD
 from ..base import Readout, RowFailures, RowResults
-from ..label_logprobs.answer import softmax
+from ..label_logprobs.answer import confidence, softmax
 from .prompt import ClassifierPrompter
 from .rows import ClsRow, parse_cls_row
 from .template import DEFAULT_TEMPLATE, Template
 
-BASE_COLUMNS = ("id", "logits", "probs", "label", "prompt_tokens", "error")
+BASE_COLUMNS = ("id", "logits", "probs", "label", "confidence", "prompt_tokens", "error")
 INPUT_COLUMNS = ("id", "text", "premise", "hypothesis")
 TEXT_COLUMN = "text"  # the Python API takes a Series or a list of strings as this column
 OPTIONS = {
@@ -100,7 +101,7 @@ class ClassifierHead(Readout):
     def schema(self) -> pa.Schema:
         return pa.schema(
             [("id", pa.string()), ("logits", pa.list_(pa.float64())), ("probs", pa.list_(pa.float64())),
-             ("label", pa.string())]
+             ("label", pa.string()), ("confidence", pa.float64())]
             + [(label_column(x), pa.float64()) for x in self.labels]
             + [("prompt_tokens", pa.int64()), ("error", pa.string())]
         )  # fmt: skip
@@ -148,7 +149,7 @@ class ClassifierHead(Readout):
         return [
             self.blank(
                 row.id, row.kept, logits=list(logits), probs=list(probs), label=label,
-                prompt_tokens=res.prompt_tokens, **cols,
+                confidence=confidence(probs) if len(probs) > 1 else 1.0, prompt_tokens=res.prompt_tokens, **cols,
             )
         ]  # fmt: skip
 
@@ -164,12 +165,13 @@ class ClassifierHead(Readout):
 
     def answers(self, table: pa.Table) -> tuple[pa.Table, dict[str, list[str]]]:
         ok = table.filter(pc.is_valid(table.column("label")))
-        conf = [max(p) if p else None for p in ok.column("probs").to_pylist()]
+        # the `confidence` column, as run's (1 − H/ln K): "mean confidence" was the mean top probability
+        # here and the mean concentration in `run` (issue 34.7)
         t = pa.table(
             {
                 "question": pa.array(["label"] * ok.num_rows, pa.string()),
                 "answer": ok.column("label"),
-                "confidence": pa.array(conf, pa.float64()),
+                "confidence": ok.column("confidence"),
             }
         )
         return t, {"label": list(self.labels)}
