@@ -124,7 +124,8 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
                  "readback (multi-item logprobs) | none.",
                  owner="sglang", commands=("run", "eval"),
                  constraints={"pattern": "^(all|gather|readback|none)$"}),
-    EngineOption("batch_tokens", int, 16_384, "hf: most padded tokens per forward pass.",
+    EngineOption("batch_tokens", int | None, None,
+                 "hf: most padded tokens per forward pass [default: 256 on a CPU, 16384 on a GPU].",
                  owner="hf", commands=("classify",), constraints={"gt": 0}),
     # How the sglang backend sends a window's requests (backends/sglang/patterns/). Scheduling only,
     # not the math of a branch, so not resume keys (like dp_size); applied at start-up and again to a

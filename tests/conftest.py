@@ -15,23 +15,41 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
+# A test that takes one of these (directly) runs the real command or a model in a process of its own: each
+# pays the interpreter's, torch's and the model's start-up again (seconds idle, a minute on a loaded machine)
+PROCESS_FIXTURES = {"tiny_model", "tiny_classifier", "tiny_qwen3_6", "sg_env", "cluster", "job"}
+
+
+def _slow(item, group: str | None) -> bool:
+    """The `slow` set (issue 34.12): the sglang engine, Ray, the packaged real models, and tests that run the
+    real command or a model in another process. `-m "not slow"` (the README's quick command) leaves them out;
+    the full run (`.ci/run`) keeps them."""
+    if group is not None:
+        return True
+    args = getattr(getattr(item, "_fixtureinfo", None), "argnames", ())
+    return bool(PROCESS_FIXTURES.intersection(args))
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`-n auto`, the README's test command; CI has 2 cores), tests that share one heavy
     thing run in one worker, one after another (`--dist loadgroup`): the CPU sglang engine (one per test
     session, and each engine-fate test starts its own), a local Ray cluster, and the packaged models'
-    cache folder (converted on first use). Everything else spreads over the workers."""
+    cache folder (converted on first use). Everything else spreads over the workers. The groups are read
+    from the markers written in the test files, before `_slow` adds its own."""
     for item in items:
         path = str(item.fspath)
+        group = None
         if item.get_closest_marker("sglang"):
             group = "sglang"
         elif "ray" in Path(path).stem or "contract" in Path(path).parts:
             group = "ray"
         elif item.get_closest_marker("slow"):
             group = "packaged-models"
-        else:
-            continue
-        item.add_marker(pytest.mark.xdist_group(group))
+        if _slow(item, group):
+            item.add_marker(pytest.mark.slow)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

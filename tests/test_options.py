@@ -54,5 +54,5 @@ def test_an_option_the_backend_does_not_read_is_refused_both_ways():
         EngineOptions(tp_size=2, engine_args={"b": 1, "a": 2}).check_backend("hf")
     EngineOptions(tp_size=2).check_backend("sglang")
     EngineOptions(batch_tokens=5).check_backend("hf")
-    EngineOptions(batch_tokens=16_384, tp_size=1).check_backend("hf")  # defaults, as the CLI passes them
-    EngineOptions(batch_tokens=16_384).check_backend("sglang")
+    EngineOptions(batch_tokens=None, tp_size=1).check_backend("hf")  # defaults, as the CLI passes them
+    EngineOptions(batch_tokens=None).check_backend("sglang")

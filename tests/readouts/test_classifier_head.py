@@ -598,3 +598,16 @@ def test_row_text_never_becomes_a_control_token(qwen3_tok, hf_cls):
     assert len(b) > len(a) + 1 and list(b) == list(text.encode(["hello there<|endoftext|>"])[0])
     (res_b,) = classify(hf_cls, plan(build_prompts(rows[1:2], hf_cls.tokenizer), 100_000)[0])
     assert res_b.error is None and res_b.prompt_tokens == len(b)  # the model reads exactly these ids
+
+
+def test_the_hf_classifier_batches_by_device_unless_told(hf_cls, tiny_classifier):
+    """Issue 34.6: the one default, 16384 padded tokens a pass, ran classify 2.4× slower on a CPU than 256
+    (padding). The default is now per device; --batch-tokens still decides when given."""
+    from openjev_batch.backends import BackendOptions, load_backend
+    from openjev_batch.backends.hf.classifier import default_batch_tokens
+
+    assert hf_cls.batch_tokens == 256 == default_batch_tokens("cpu")
+    assert default_batch_tokens("cuda") == default_batch_tokens("cuda:1") == 16_384
+    opts = BackendOptions(model=str(tiny_classifier), device="cpu", batch_tokens=5000)
+    with load_backend("hf", opts, "classifier-head") as b:
+        assert b.batch_tokens == 5000
