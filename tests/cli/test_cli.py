@@ -334,7 +334,7 @@ def test_sglang_refuses_hf_options(tiny_classifier, tmp_path):
     base = dict(input=inp, output=out, model="m", readout="classifier-head")
     with pytest.raises(ConfigError, match="sglang backend does not read --batch-tokens"):
         build_config(**base, backend="sglang", batch_tokens=5)
-    assert build_config(**base, backend="sglang", batch_tokens=16_384).sglang.tp_size == 1
+    assert build_config(**base, backend="sglang", batch_tokens=None).sglang.tp_size == 1  # the default
     assert build_config(**base, backend="hf", batch_tokens=5).hf.batch_tokens == 5
 
 
