@@ -5,7 +5,9 @@ import math
 import pytest
 import torch
 
+from openjev_batch.backends import BackendOptions
 from openjev_batch.core import BranchSpec, RowPrompt
+from openjev_batch.errors import BackendError
 from openjev_batch.pipeline.plan import plan
 
 
@@ -548,3 +550,19 @@ def test_a_warm_up_that_stops_is_logged_and_start_up_goes_on(caplog):
         assert b._warm_up() >= 0.0
     assert sent == [64, 128, 500, 999, 999, 400]  # every shape, capped below the context
     assert "warm-up stopped (RuntimeError: no cache to flush); the job compiles as it goes" in caplog.text
+
+
+def test_an_sglang_engine_that_needs_cuda_on_a_cpu_names_the_hf_backend():
+    """Issue 34.11: `-b sglang --device cpu` on Qwen3.5/3.6 passed on sglang's "extra_buffer … needs CUDA"
+    without saying that `-b hf` runs the model on a CPU. (The engine's own failure, raised as sglang raises
+    it at start-up: its CPU build cannot run the hybrid model here.)"""
+    from openjev_batch.backends.sglang.signals import start_engine
+
+    def engine(**kw):
+        raise RuntimeError("mamba_radix_cache_strategy=extra_buffer needs CUDA")
+
+    with pytest.raises(BackendError, match=r"needs CUDA \(sglang's CPU engine cannot run this model; -b hf runs"):
+        start_engine(engine, {"device": "cpu"}, BackendOptions(model="m"))
+    with pytest.raises(BackendError) as e:  # on a GPU the hint would be wrong
+        start_engine(engine, {"device": "cuda"}, BackendOptions(model="m"))
+    assert "-b hf" not in str(e.value)

@@ -278,6 +278,8 @@ def start_engine(make, kw: dict, opts, external_package: str | None = None) -> t
             raise BackendError(NO_SGL_KERNEL) from None
         why = str(e) if isinstance(e, EngineDied) else f"{type(e).__name__}: {e}"
         hint = trust_hint(opts, e)  # a hub checkpoint with pickle weights only, or its own code
+        if kw.get("device") == "cpu" and "cuda" in why.lower():  # e.g. Qwen3.5/3.6: "extra_buffer needs CUDA"
+            hint += " (sglang's CPU engine cannot run this model; -b hf runs it on a CPU)"
         raise BackendError(f"sglang.Engine could not start with {opts.model!r}: {why}{hint}") from None
     return engine, error_file
 
