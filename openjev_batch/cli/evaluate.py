@@ -25,7 +25,7 @@ from .options import (
 )
 
 
-@app.command("eval")
+@app.command("eval", short_help="Score a benchmark file into a report (accuracy, calibration).")
 @_engine_options("eval")
 def eval_(
     input: Path = typer.Argument(

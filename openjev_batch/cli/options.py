@@ -103,8 +103,7 @@ THREADS_HELP = "CPU threads for torch/OpenMP (default: the idle cores, cores min
 # Every command that runs a job (run, classify, eval) takes these three, with these defaults.
 LIMIT = typer.Option(
     None,
-    "--limit",
-    min=1,
+    "--limit",  # its range is the config's to check (exit 4, as --chunk-rows 0), not a usage error
     help="Only the first N input rows, in file order (a quick look; eval: questions, after --sample, lm-eval's --limit).",
 )
 THREADS = typer.Option(None, "--threads", min=1, max=MAX_THREADS, help=THREADS_HELP)

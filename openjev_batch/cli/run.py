@@ -33,7 +33,7 @@ from .options import (
 )
 
 
-@app.command()
+@app.command(short_help="Answer every question of every row from label logprobs.")
 @_engine_options("run")
 def run(
     input: Path = typer.Argument(
@@ -220,7 +220,7 @@ def _execute(cfg, command: str, ray_opts):
     return readout, s
 
 
-@app.command()
+@app.command(short_help="Classify every row with a sequence-classification head.")
 @_engine_options("classify")
 def classify(
     input: Path = typer.Argument(

@@ -14,7 +14,7 @@ from . import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
 from .options import QUESTIONS, STDIN_NAMES, _spool_stdin
 
 
-@app.command()
+@app.command(short_help="Check an input file's rows without loading a model.")
 def validate(
     input: Path = typer.Argument(
         ..., help="Input: .parquet, .jsonl (.gz/.zst), .csv, .json, a datasets folder, or - (stdin)."

@@ -490,3 +490,20 @@ def test_a_wrong_path_or_name_is_refused_before_torch_is_imported(tmp_path, args
     r = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.stdout.split() == ["exit", "4", "False"], (r.stdout, r.stderr)
     assert message in " ".join(r.stderr.split()), r.stderr
+
+
+def test_top_level_help_names_each_command_in_whole_phrases():
+    """Issue 34.11: `openjev-batch -h` cut each command's line mid-phrase ("from the model's...")."""
+    r = cli("-h")
+    commands = r.stdout[r.stdout.index("Commands:") :].splitlines()[1:]
+    assert r.returncode == 0 and len([c for c in commands if c.strip()]) == 5, r.stdout
+    assert not [c for c in commands if c.rstrip().endswith("...")], r.stdout
+
+
+@pytest.mark.parametrize("flag", ["--limit", "--chunk-rows"])
+def test_an_out_of_range_number_is_one_kind_of_error(flag, tmp_path):
+    """Issue 34.11: `--limit 0` was a usage error (exit 2, `Error:`), `--chunk-rows 0` a bad option (exit 4,
+    `error:`); both are now exit 4 with the config's one-line message."""
+    r = cli("run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-m", "smollm2-135m",
+            "-o", tmp_path / "o.parquet", flag, "0")  # fmt: skip
+    assert r.returncode == 4 and r.stderr.startswith("error: invalid options: "), r.stderr
