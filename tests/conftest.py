@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
-# A test that takes one of these (directly) runs the real command or a model in a process of its own: each
-# pays the interpreter's, torch's and the model's start-up again (seconds idle, a minute on a loaded machine)
+# A test that takes one of these (directly), or calls one of these, runs the real command or a model in a
+# process of its own: each pays the interpreter's, torch's and the model's start-up again (seconds idle, a
+# minute on a loaded machine)
 PROCESS_FIXTURES = {"tiny_model", "tiny_classifier", "tiny_qwen3_6", "sg_env", "cluster", "job"}
+PROCESS_CALLS = re.compile(r"\b(cli|start_cli)\(|sys\.executable")
 
 
 def _slow(item, group: str | None) -> bool:
@@ -27,7 +31,12 @@ def _slow(item, group: str | None) -> bool:
     if group is not None:
         return True
     args = getattr(getattr(item, "_fixtureinfo", None), "argnames", ())
-    return bool(PROCESS_FIXTURES.intersection(args))
+    if PROCESS_FIXTURES.intersection(args):
+        return True
+    try:
+        return bool(PROCESS_CALLS.search(inspect.getsource(item.function)))
+    except (OSError, TypeError, AttributeError):  # no source to read (a doctest, a generated test)
+        return False
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
