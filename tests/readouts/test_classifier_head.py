@@ -611,3 +611,21 @@ def test_the_hf_classifier_batches_by_device_unless_told(hf_cls, tiny_classifier
     opts = BackendOptions(model=str(tiny_classifier), device="cpu", batch_tokens=5000)
     with load_backend("hf", opts, "classifier-head") as b:
         assert b.batch_tokens == 5000
+
+
+def test_the_readmes_test_classifier_recipe_runs_classify(tmp_path):
+    """Issue 34.10: `classify` had no classifier a newcomer could get. The README's one-command recipe
+    (scripts/make_test_classifier.py) builds one, offline, that `classify` runs on the bundled CB sample."""
+    import subprocess
+
+    from conftest import ROOT, cli
+
+    model = tmp_path / "test_classifier"
+    made = subprocess.run([sys.executable, str(ROOT / "scripts/make_test_classifier.py"), str(model)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "out_cb.parquet"
+    r = cli("classify", ROOT / "examples/nli/cb_sample.jsonl", "-m", model, "-b", "hf", "-o", out, "--no-progress")
+    assert r.returncode == 0, r.stderr
+    t = pq.read_table(out)
+    assert t.num_rows == 20 and set(t.column("label").to_pylist()) <= {"contradiction", "entailment", "neutral"}
