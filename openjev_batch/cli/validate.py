@@ -77,11 +77,11 @@ def _job(input: Path, name: str, questions, template, keep: tuple[str, ...]):
     classifier's labels are not needed for its rows, and the backend is only a value the config requires."""
     from ..config import build_config
     from ..readouts import build
-    from ..readouts.classifier_head.template import unescape_template
+    from .options import unescape
 
     opts = dict(
-        input=input, model="", backend="hf", readout=name, questions_file=questions or None,
-        template=unescape_template(template) if template else None,
+        input=input, model="", backend="hf", readout=name, questions=questions or None,
+        template=unescape(template) if template else None,
         chunk_rows=100_000,  # nothing is written per chunk: read in large ones, as before the loop
     )  # fmt: skip
     cfg = build_config(**opts, keep=() if keep == ("all",) else keep)

@@ -77,16 +77,11 @@ class EvalConfig(EngineOptions):
         self, questions: Path, predictions: Path, resume: bool | None = None, readout: str = LABEL_LOGPROBS
     ):
         """The RunConfig of the eval's job (`resume`: default the eval's; `readout`: its format's, tasks.py).
-        A classifier-head job reads `classify`'s default template. Raises ConfigError / BackendError as
-        build_config does."""
-        from ..readouts.classifier_head.template import DEFAULT_TEMPLATE
-
+        A classifier-head job reads `classify`'s default template (the system prompt, refused for its
+        formats by build.refuse_for_classifier, is None). Raises ConfigError / BackendError as build_config
+        does."""
         engine = {k: getattr(self, k) for k in EngineOptions.model_fields}
-        own = (
-            {"template": DEFAULT_TEMPLATE}
-            if readout == CLASSIFIER_HEAD
-            else {"system_prompt": self.system_prompt}
-        )
+        own = {"system_prompt": self.system_prompt}
         return build_config(
             input=questions, output=predictions, keep=KEEP, model=self.model, backend=self.backend,
             readout=readout, chunk_rows=self.chunk_rows, max_branches_per_window=self.max_branches_per_window,

@@ -32,7 +32,7 @@ def prompt_texts(job) -> tuple[dict[tuple[str, str], str], str]:
                 # the ids decoded with their control tokens: what the model reads, markup included
                 out[(row.id, b.qid)] = tok.decode(list(rp.prefix) + list(b.suffix))
     if job.readout == CLASSIFIER_HEAD:  # no cut to name: the template's text is tokenized whole
-        return out, f"classifier-head: template {job.template!r} tokenized whole as text"
+        return out, f"classifier-head: template {job.readout_options.template!r} tokenized whole as text"
     return out, tokenization(getattr(prompter, "base", prompter).cut)  # Variants wraps the base Prompter
 
 

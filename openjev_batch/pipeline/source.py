@@ -19,12 +19,12 @@ class FileSource:
 
     def check(self) -> None:
         """Whole-file checks, before any model loads. Raises InputFileError."""
-        from ..readouts import LABEL_LOGPROBS
-        from .read import check_has_questions, check_input
+        from ..readouts import readout_class
+        from .read import check_has_column, check_input
 
         check_input(self.cfg.input, self.cfg.keep)
-        if self.cfg.readout == LABEL_LOGPROBS and self.cfg.questions_file is None:
-            check_has_questions(self.cfg.input)
+        if needed := readout_class(self.cfg.readout).needed_column(self.cfg.readout_options):
+            check_has_column(self.cfg.input, *needed)
 
     def count_rows(self) -> int | None:
         from .formats import count_rows

@@ -71,8 +71,10 @@ class OutputStore:
         kept_types: dict[str, pa.DataType] | None = None,
         schema: pa.Schema | None = None,
     ):
-        if schema is None:
-            from ..readouts.label_logprobs import OUTPUT_SCHEMA as schema
+        if schema is None:  # the default readout's columns
+            from ..readouts import default_readout
+
+            schema = default_readout().schema
         self.schema = schema  # the readout's columns
         self.path = Path(path)
         self.partial = self.path.with_name(self.path.name + ".partial")
