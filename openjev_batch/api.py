@@ -126,10 +126,10 @@ class Classifier:
         `last_summary` holds the run's counts (a pipeline.Summary). Raises ConfigError for bad arguments or
         invalid shared questions, OutputCheckError when a row lacks records (the count check).
         """
-        from .frames import as_frame, convert, input_index, kind_of, restore_ids
         from .pipeline import loop
+        from .pipeline.input.frames import as_frame, convert, input_index, kind_of, restore_ids
+        from .pipeline.input.source import FrameSource
         from .pipeline.sink import MemorySink
-        from .pipeline.source import FrameSource
 
         self._open()  # a closed Classifier says so (not an AttributeError on its backend)
         data = as_frame(data, self._text_column())
@@ -173,8 +173,8 @@ class Classifier:
         label-logprobs only. Raises ConfigError for bad arguments."""
         from . import readouts
         from .config import build_config
-        from .frames import as_frame, kind_of, records_of
-        from .pipeline.read import parse_records
+        from .pipeline.input.frames import as_frame, kind_of, records_of
+        from .pipeline.input.read import parse_records
 
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
             raise ConfigError(f"n must be a positive integer, got {n!r}")
@@ -238,7 +238,7 @@ def _checked(data: Any, kind: str, output: str, limit: Any) -> tuple[str, list[s
     """`Classifier.run`'s arguments checked before anything runs: the output kind ("auto" resolved), the
     limit, data that would be iterated wrongly, a column named twice. Returns the output kind and the
     data's columns. Raises ConfigError."""
-    from .frames import columns_of
+    from .pipeline.input.frames import columns_of
 
     if output == "auto":
         output = kind if kind in ("polars", "pandas", "arrow") else "polars"

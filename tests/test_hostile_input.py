@@ -13,7 +13,7 @@ import pytest
 from conftest import cli, write_jsonl
 
 from openjev_batch.core import RowError
-from openjev_batch.pipeline.read import read_rows
+from openjev_batch.pipeline.input.read import read_rows
 from openjev_batch.readouts.label_logprobs.questions import MAX_QUESTION_BYTES
 from openjev_batch.readouts.label_logprobs.rows import Row, parse_row
 from openjev_batch.values import MAX_DEPTH, MAX_STATE_BYTES

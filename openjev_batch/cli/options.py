@@ -42,7 +42,7 @@ def _spool_stdin(stack: contextlib.ExitStack) -> Path:
     import tempfile
 
     from ..errors import InputFileError
-    from ..pipeline.stdin import spool_stdin
+    from ..pipeline.input.stdin import spool_stdin
 
     try:
         path = spool_stdin(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-")))

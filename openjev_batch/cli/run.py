@@ -127,7 +127,7 @@ def _config(kw: dict, stack: contextlib.ExitStack, tokenizer_only: bool):
     `stack` removes, --system-prompt's @FILE read, --keep all resolved, the model name resolved."""
     from ..backends import default_backend
     from ..config import build_config, check_not_input
-    from ..pipeline.read import all_columns
+    from ..pipeline.input.read import all_columns
 
     resume = kw["resume"]
     if str(kw["output"]) == "-":  # JSONL on standard output, joined in a temporary folder first (atomic)

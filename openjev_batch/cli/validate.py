@@ -35,9 +35,9 @@ def validate(
 ) -> None:
     """Check the schema and limits of an input file without loading a model."""
     from ..pipeline import loop
+    from ..pipeline.input.source import FileSource
     from ..pipeline.runners.parse_only import ParseOnlyRunner
     from ..pipeline.sink import NullSink
-    from ..pipeline.source import FileSource
 
     stack = contextlib.ExitStack()
     try:
@@ -86,7 +86,7 @@ def _job(input: Path, name: str, questions, template, keep: tuple[str, ...]):
     )  # fmt: skip
     cfg = build_config(**opts, keep=() if keep == ("all",) else keep)
     if keep == ("all",):  # every input column the readout neither reads nor writes, as `run --keep all`
-        from ..pipeline.read import all_columns
+        from ..pipeline.input.read import all_columns
 
         cfg = build_config(**opts, keep=all_columns(cfg))
     return cfg, build(name, cfg)

@@ -19,7 +19,7 @@ def prompt_texts(job) -> tuple[dict[tuple[str, str], str], str]:
     from .. import readouts
     from ..backends.base import load_tokenizer
     from ..core import RowError
-    from ..pipeline.read import job_rows
+    from ..pipeline.input.read import job_rows
 
     readout = readouts.build(job.readout, job)
     tok = load_tokenizer(job.model, job.trust_remote_code)

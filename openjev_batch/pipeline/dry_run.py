@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from ..config import RunConfig
 from . import loop
+from .input.source import FileSource
 from .runners.plan_only import PlanOnlyRunner
 from .sink import NullSink
-from .source import FileSource
 
 
 @dataclass(frozen=True)

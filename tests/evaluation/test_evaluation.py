@@ -356,7 +356,7 @@ def test_eval_logs_the_exact_prompt_and_takes_lm_eval_options(tiny_model, tmp_pa
     from transformers import AutoTokenizer
 
     from openjev_batch import readouts
-    from openjev_batch.pipeline.read import job_rows
+    from openjev_batch.pipeline.input.read import job_rows
 
     out = tmp_path / "ev"
     args = ["eval", TEST, "-m", tiny_model, "-b", "hf", "--no-progress", "--system-prompt", "Be brief."]

@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 from conftest import write_jsonl
 
+import openjev_batch.pipeline.input.read as read
 import openjev_batch.pipeline.job as pipeline
-import openjev_batch.pipeline.read as read
 from openjev_batch.config import build_config
 from openjev_batch.readouts import label_logprobs
 from openjev_batch.readouts.label_logprobs.prompt import Prompter

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from openjev_batch.backends import BackendError
 from openjev_batch.config import build_config
 from openjev_batch.core import RowError
+from openjev_batch.pipeline.input.read import read_rows
 from openjev_batch.pipeline.job import run_job
-from openjev_batch.pipeline.read import read_rows
 from openjev_batch.readouts.label_logprobs.rows import Row, parse_row
 
 

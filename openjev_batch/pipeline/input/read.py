@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..core import duplicate_id_error
-from ..errors import InputFileError
+from ...core import duplicate_id_error
+from ...errors import InputFileError
 from .formats import has_rows, input_columns, input_format, record_chunks
 
 KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
@@ -74,7 +74,7 @@ def all_columns(cfg: Any) -> tuple[str, ...]:
     """`--keep all`, as the Python API's keep="all": every column of the input's first KEEP_SCAN_ROWS rows in
     the order first seen (a schema's order for Parquet and CSV), except those `cfg`'s readout reads or
     writes. Raises InputFileError as check_input does."""
-    from .. import readouts
+    from ... import readouts
 
     skip = {*readouts.input_columns(cfg.readout), *readouts.build(cfg.readout, cfg).schema.names}
     first = next(record_chunks(check_input(cfg.input), KEEP_SCAN_ROWS), [])
@@ -122,7 +122,7 @@ def job_rows(cfg: Any, readout: Any) -> tuple[Iterator[list[Any]], Any]:
 
 
 def _default_readout(questions: Any, keep: tuple[str, ...]):
-    from ..readouts import default_readout
+    from ...readouts import default_readout
 
     return default_readout(keep, questions)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..readouts.base import Readout
+from ...readouts.base import Readout
 
 
 class FileSource:
@@ -65,7 +65,7 @@ class FrameSource:
         return None
 
     def chunks(self, readout: Readout) -> Iterator[tuple[list, str | None]]:
-        from ..frames import records_of
+        from .frames import records_of
         from .read import parse_records
 
         recs = records_of(self.data, self.kind, self.chunk_rows)
