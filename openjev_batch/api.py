@@ -129,7 +129,7 @@ class Classifier:
         from .pipeline import loop
         from .pipeline.input.frames import as_frame, convert, input_index, kind_of, restore_ids
         from .pipeline.input.source import FrameSource
-        from .pipeline.sink import MemorySink
+        from .pipeline.output.sink import MemorySink
 
         self._open()  # a closed Classifier says so (not an AttributeError on its backend)
         data = as_frame(data, self._text_column())

@@ -36,8 +36,8 @@ def validate(
     """Check the schema and limits of an input file without loading a model."""
     from ..pipeline import loop
     from ..pipeline.input.source import FileSource
+    from ..pipeline.output.sink import NullSink
     from ..pipeline.runners.parse_only import ParseOnlyRunner
-    from ..pipeline.sink import NullSink
 
     stack = contextlib.ExitStack()
     try:

@@ -175,7 +175,7 @@ def run_eval(
     Returns the report. Raises ConfigError for bad benchmark data, options or a non-empty folder, other
     OpenjevErrors from the job."""
     from ..pipeline.job import run_job, run_job_ray
-    from ..pipeline.lock import refuse_if_held
+    from ..pipeline.output.lock import refuse_if_held
 
     if ray is not None and backend is not None:
         raise ConfigError("eval on Ray starts its backends in the engine actors: pass no backend")

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from ..config import RunConfig
 from . import loop
 from .input.source import FileSource
+from .output.sink import NullSink
 from .runners.plan_only import PlanOnlyRunner
-from .sink import NullSink
 
 
 @dataclass(frozen=True)

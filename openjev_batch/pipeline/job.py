@@ -14,9 +14,9 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from . import loop
 from .input.source import FileSource
+from .output.sink import StoreSink
 from .progress import Progress
 from .runners.local import LocalRunner
-from .sink import StoreSink
 from .summary import Summary
 
 

@@ -221,7 +221,7 @@ def test_eval_refuses_a_used_folder_and_resumes_with_per_sample_columns(tiny_mod
     cut = tmp_path / "cut"
 
     # one-row chunks, stopped in the second: the first chunk's part is on disk (a job that wrote nothing
-    # leaves no partial, pipeline/store.py), so there is a partial to continue
+    # leaves no partial, pipeline/output/store.py), so there is a partial to continue
     seen = []
 
     def stop(*_):

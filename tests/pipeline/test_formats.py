@@ -234,7 +234,7 @@ def test_table_writer_formats_read_back(tmp_path, name):
     """The output formats a new user asked for (issue 26): .json (one array), .jsonl.gz, .tsv, beside
     .jsonl and .csv; each read back gives the rows written, nested columns as JSON text in CSV/TSV."""
     from openjev_batch.options import output_format
-    from openjev_batch.pipeline.write import TableWriter
+    from openjev_batch.pipeline.output.write import TableWriter
 
     t = pa.table({"id": ["a", "b\tc"], "probs": [[0.25, 0.75], None], "n": [1, None]})
     path = tmp_path / name

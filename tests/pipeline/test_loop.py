@@ -13,8 +13,8 @@ from openjev_batch.errors import BackendError, OutputCheckError
 from openjev_batch.pipeline import loop
 from openjev_batch.pipeline.input.frames import kind_of
 from openjev_batch.pipeline.input.source import FileSource, FrameSource
+from openjev_batch.pipeline.output.sink import MemorySink, StoreSink
 from openjev_batch.pipeline.runners.local import LocalRunner
-from openjev_batch.pipeline.sink import MemorySink, StoreSink
 
 Q = {"u": {"type": "noul", "instructions": "Urgent?"}}
 

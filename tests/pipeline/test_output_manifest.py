@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, cli, write_jsonl
 
-from openjev_batch.pipeline.output_manifest import KEY, confirm_finished
-from openjev_batch.pipeline.store import OutputStore
+from openjev_batch.pipeline.output.manifest import KEY, confirm_finished
+from openjev_batch.pipeline.output.store import OutputStore
 
 Q = {"u": {"type": "noul", "instructions": "Urgent?"}}
 ROWS = [{"id": f"r{i}", "state": f"ticket number {i}", "questions": Q, "team": i % 2} for i in range(5)]

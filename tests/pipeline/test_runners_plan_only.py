@@ -15,8 +15,8 @@ from openjev_batch.pipeline import loop
 from openjev_batch.pipeline.dry_run import dry_run, show_prompt
 from openjev_batch.pipeline.input.read import job_rows
 from openjev_batch.pipeline.input.source import FileSource
+from openjev_batch.pipeline.output.sink import NullSink
 from openjev_batch.pipeline.runners.plan_only import PlanOnlyRunner
-from openjev_batch.pipeline.sink import NullSink
 
 Q = {
     "urgent": {"type": "noul", "instructions": "Urgent?"},

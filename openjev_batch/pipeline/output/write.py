@@ -40,7 +40,7 @@ class TableWriter:
     """Writes tables of one schema to `path` as Parquet, JSONL (one object per output row; `jsonl.gz`
     gzipped), JSON (one array of those objects) or CSV / TSV (header once; nested columns as JSON text).
     Used by the store's join (join.py) for the joined output; `metadata` goes into a Parquet file's
-    key-value metadata (the text formats have none: their manifest is a sidecar, output_manifest.py)."""
+    key-value metadata (the text formats have none: their manifest is a sidecar, manifest.py)."""
 
     def __init__(self, path: Path, schema: pa.Schema, fmt: str, metadata: dict[bytes, bytes] | None = None):
         self.fmt, self.n = fmt, 0
@@ -93,7 +93,7 @@ def records_table(
     columns), then the kept columns with the type Arrow infers (mixed types, as a JSONL column may
     hold, become their JSON text)."""
     if schema is None:  # the default readout's columns
-        from ..readouts import default_readout
+        from ...readouts import default_readout
 
         schema = default_readout().schema
     cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in schema}
