@@ -114,7 +114,7 @@ def questions(cfg: EvalConfig):
 def model_labels(model: str) -> tuple[str, ...]:
     """The classifier's labels from its config.json (no weights). Raises ValueError (prepare's ConfigError)
     for a checkpoint that is no sequence classifier or has no usable id2label."""
-    from ..backends.checkpoint import read_checkpoint
+    from ..checkpoint.classifier import read_checkpoint
 
     try:
         return read_checkpoint(model).labels

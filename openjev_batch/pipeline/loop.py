@@ -34,7 +34,7 @@ def job_manifest(cfg: Any, readout: Readout | None = None) -> dict[str, Any]:
     so one output never mixes precisions, and the readout's own key (the questions by content, or template
     and labels). The input is identified by content too, chunk by chunk as it is read
     (`store.OutputStore.begin_chunk`), not by its path, size or mtime."""
-    from ..backends.weights import model_fingerprint
+    from ..checkpoint.weights import model_fingerprint
 
     readout = readout or readouts.build(cfg.readout, cfg)
     return {
@@ -144,6 +144,6 @@ def _record_downloaded_model(cfg: Any, manifest: dict, out) -> None:
     """A hub id the loader has just downloaded: its revision is known now, so the key a resume computes
     matches the manifest."""
     if manifest.get("model content", {}).get("revision", "") is None:
-        from ..backends.weights import model_fingerprint
+        from ..checkpoint.weights import model_fingerprint
 
         out.amend("model content", model_fingerprint(cfg.model))

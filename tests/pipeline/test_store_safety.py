@@ -68,7 +68,7 @@ def test_a_hub_id_is_keyed_by_its_cached_revision_recorded_once_downloaded(tmp_p
     crash matches; a new commit under the same id is refused."""
     from huggingface_hub import constants
 
-    from openjev_batch.backends.weights import model_fingerprint
+    from openjev_batch.checkpoint.weights import model_fingerprint
     from openjev_batch.errors import ConfigError
     from openjev_batch.pipeline.output.store import OutputStore
 

@@ -18,7 +18,7 @@ import pytest
 
 from openjev_batch.backends import load_backend
 from openjev_batch.backends.base import BackendOptions
-from openjev_batch.backends.checkpoint import Checkpoint, read_checkpoint
+from openjev_batch.checkpoint.classifier import Checkpoint, read_checkpoint
 from openjev_batch.cli.options import unescape
 from openjev_batch.config import build_config
 from openjev_batch.core import RowError

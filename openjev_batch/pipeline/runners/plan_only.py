@@ -70,7 +70,7 @@ class PlanOnlyRunner:
         self.cfg, self.readout = cfg, readout
         # the branch limit a job would have: the backends take max_position_embeddings (or --context-length);
         # without it a dry run passed an 8,192-token model's 10k-token rows that the job then refused
-        from ...model_info import model_info
+        from ...checkpoint.info import model_info
 
         self.info = model_info(cfg.model)  # config.json, read once: the limit here, describe() below
         self.prompter = readout.prompter(self.tokenizer, cfg.context_length or self.info.context_length)

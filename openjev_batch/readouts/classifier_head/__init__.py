@@ -13,7 +13,7 @@ checkpoint (e.g. a Qwen3 NLI cross-encoder: contradiction / entailment / neutral
   (3 of 4 test rows). The prefix ids are the longest common prefix of the whole prompt's ids and the
   prefix text's ids, so they are always an exact prefix of what runs. Rows are sorted by them, so many
   hypotheses against one premise are adjacent and reuse its KV (sglang: radix cache, warmed once).
-- **Labels.** From the checkpoint's `config.json` `id2label` (backends/checkpoint.py).
+- **Labels.** From the checkpoint's `config.json` `id2label` (checkpoint/classifier.py).
 - **Output.** `id`, `logits`, `probs` (stable softmax), `label` (argmax → id2label), `confidence` (1 − H/ln K
   over `probs`, as `run`'s), one `p_<label>` per label, `prompt_tokens`, `error`, then the kept columns;
   input order.
@@ -85,7 +85,7 @@ class ClassifierHead(Readout):
         (`validate`) a placeholder label, as a row's checks do not need them. Raises ConfigError /
         BackendError."""
         if labels is None and getattr(cfg, "model", None):
-            from ...backends.checkpoint import read_checkpoint
+            from ...checkpoint.classifier import read_checkpoint
 
             labels = read_checkpoint(cfg.model).labels
         return cls(tuple(labels or ("?",)), cfg.readout_options.template, tuple(cfg.keep))
