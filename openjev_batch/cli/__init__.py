@@ -72,7 +72,7 @@ out = _Console()
 
 def _version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from .._version import __version__
 
         print(f"openjev-batch {__version__}")
         raise typer.Exit()

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from .. import __version__
+from .._version import __version__
 from ..config import build_config, validation_message
 from ..errors import BackendError, ConfigError
 from ..options import EngineOptions
