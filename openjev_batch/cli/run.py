@@ -12,7 +12,7 @@ import typer
 from ..errors import ConfigError, OpenjevError, OutputFinished
 from ..interrupts import stop_on_signals
 from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS
-from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
+from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
 from .display import _print_plan, _print_summary, _progress
 from .job_options import ENGINE, JOB, _engine_options
 from .options import (

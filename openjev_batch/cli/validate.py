@@ -10,7 +10,7 @@ import typer
 
 from ..errors import OpenjevError
 from ..readouts import LABEL_LOGPROBS
-from . import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
+from .app import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
 from .options import QUESTIONS, STDIN_NAMES, _spool_stdin
 
 
