@@ -150,29 +150,7 @@ class RunConfig(EngineOptions):
     @classmethod
     def _readout_options(cls, data: Any) -> Any:
         """The readout's options (flat keywords) into its `Options` type, and its default chunk size."""
-        from .readouts import foreign_option, option_names, readout_class
-
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        try:
-            kind = readout_class(data.get("readout", DEFAULT))
-        except ConfigError:
-            return data  # the `readout` field names it
-        given = dict(data.pop("readout_options", None) or {})
-        for k in [k for k in data if k in option_names() and k not in cls.model_fields]:
-            v = data.pop(k)
-            if (why := foreign_option(kind.name, k)) is None:
-                given[k] = v
-            elif v is not None:  # each readout declares the options it reads: another's is refused
-                raise ValueError(why)
-        if data.get("chunk_rows") is None:
-            data["chunk_rows"] = kind.chunk_rows
-        try:
-            data["readout_options"] = kind.Options(**given)
-        except ValidationError as e:
-            raise ValueError(validation_message(e)) from None
-        return data
+        return _nest_readout_options(data, set(cls.model_fields)) if isinstance(data, dict) else data
 
     @field_validator("output")
     @classmethod
@@ -205,6 +183,33 @@ class RunConfig(EngineOptions):
         except ValueError as e:
             raise ValueError(f"keep: {e}") from None
         return self
+
+
+def _nest_readout_options(data: dict[str, Any], fields: set[str]) -> dict[str, Any]:
+    """`data` (a RunConfig's keywords) with each readout option (`questions=…`, `template=…`) moved into the
+    chosen readout's `Options` as `readout_options`, and `chunk_rows` the readout's when not given. Raises
+    ValueError for another readout's option (set) or a bad value; an unknown readout is left to the field."""
+    from .readouts import foreign_option, option_names, readout_class
+
+    try:
+        kind = readout_class(data.get("readout", DEFAULT))
+    except ConfigError:
+        return data
+    out, given = dict(data), dict(data.get("readout_options") or {})
+    out.pop("readout_options", None)
+    for k in [k for k in data if k in option_names() and k not in fields]:
+        v = out.pop(k)
+        if (why := foreign_option(kind.name, k)) is None:
+            given[k] = v
+        elif v is not None:  # each readout declares the options it reads: another's is refused
+            raise ValueError(why)
+    if out.get("chunk_rows") is None:
+        out["chunk_rows"] = kind.chunk_rows
+    try:
+        out["readout_options"] = kind.Options(**given)
+    except ValidationError as e:
+        raise ValueError(validation_message(e)) from None
+    return out
 
 
 def build_config(**kw: Any) -> RunConfig:
