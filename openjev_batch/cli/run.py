@@ -166,7 +166,7 @@ def _check_names_early(kw: dict) -> None:
     for these). build_config and the job check them again, with every other option."""
     from ..config import check_output_path
     from ..options import BACKENDS
-    from ..pipeline.read import check_exists
+    from ..pipeline.input.read import check_exists
 
     if str(kw["input"]) not in STDIN_NAMES:
         check_exists(kw["input"])

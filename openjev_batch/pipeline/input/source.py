@@ -19,7 +19,7 @@ class FileSource:
 
     def check(self) -> None:
         """Whole-file checks, before any model loads. Raises InputFileError."""
-        from ..readouts import readout_class
+        from ...readouts import readout_class
         from .read import check_has_column, check_input
 
         check_input(self.cfg.input, self.cfg.keep)
