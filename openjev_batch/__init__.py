@@ -4,7 +4,8 @@ Python API (imported lazily, so `import openjev_batch` stays light): `Classifier
 calls: `with Classifier(model, backend="hf") as clf: out = clf.run(df, questions)`) and `run` (one shot).
 """
 
-__version__ = "0.1.0"
+from ._version import __version__
+
 __all__ = ["Classifier", "run", "__version__"]
 
 

@@ -24,21 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .readouts import LABEL_LOGPROBS
-
-CHUNK_ROWS = 20_000
-
-
-def _questions(questions: Any):
-    """None (use each row's `questions`), a mapping question_id → question, or a JSON/YAML file path;
-    every question of a shared map must be valid. Raises ConfigError."""
-    from .readouts.label_logprobs.questions import load_questions, shared_questions
-
-    if questions is None:
-        return None
-    if isinstance(questions, str | Path):
-        return load_questions(Path(questions))
-    return shared_questions(questions, "questions")
+from .readouts import DEFAULT
 
 
 class Classifier:
@@ -64,7 +50,7 @@ class Classifier:
         model: str | os.PathLike,
         backend: str | None = None,
         *,
-        readout: str = LABEL_LOGPROBS,
+        readout: str = DEFAULT,
         threads: int | None = None,
         max_branches: int = 4096,
         system_prompt: str | None = None,
@@ -87,16 +73,15 @@ class Classifier:
         # the CLI's door: the same checks (the 256 KiB system prompt, engine options the backend lacks, …)
         self._options = dict(
             input=Path("<data>"), model=model, backend=backend or default_backend(), readout=readout,
-            system_prompt=system_prompt, max_branches_per_window=max_branches, chunk_rows=CHUNK_ROWS,
-            progress=False, **engine_options,
+            system_prompt=system_prompt, max_branches_per_window=max_branches, progress=False,
+            **engine_options,
         )  # fmt: skip
-        cfg = build_config(**self._options)
+        cfg = build_config(**self._options)  # chunk_rows: the readout's default, as the CLI's
         self.backend_name, self.readout = cfg.backend, readout
+        self._class = readouts.readout_class(readout)
         self.system_prompt = system_prompt
         self.model = self._options["model"] = resolve_model(model)
-        self.backend = load_backend(
-            cfg.backend, cfg.backend_options(self.model), readouts.build(readout, cfg, ()).backend_kind
-        )
+        self.backend = load_backend(cfg.backend, cfg.backend_options(self.model), self._class.backend_kind)
         try:
             # label-logprobs: the labels are verified in the tokenizer's answer context once, at start-up
             r = readouts.build(readout, cfg, self.backend.labels)
@@ -141,17 +126,17 @@ class Classifier:
         `last_summary` holds the run's counts (a pipeline.Summary). Raises ConfigError for bad arguments or
         invalid shared questions, OutputCheckError when a row lacks records (the count check).
         """
-        from .frames import as_frame, convert, input_index, kind_of, restore_ids
         from .pipeline import loop
-        from .pipeline.sink import MemorySink
-        from .pipeline.source import FrameSource
+        from .pipeline.input.frames import as_frame, convert, input_index, kind_of, restore_ids
+        from .pipeline.input.source import FrameSource
+        from .pipeline.output.sink import MemorySink
 
         self._open()  # a closed Classifier says so (not an AttributeError on its backend)
         data = as_frame(data, self._text_column())
         kind = kind_of(data)
         output, cols = _checked(data, kind, output, limit)
         cfg, readout = self._job(questions, template, keep, cols, limit)
-        source = FrameSource(data, kind, CHUNK_ROWS, limit)
+        source = FrameSource(data, kind, cfg.chunk_rows, limit)
         self.last_summary, table = loop.run(
             cfg,
             source,
@@ -165,25 +150,22 @@ class Classifier:
         return convert(table, output, input_index(table, data, kind) if output == "pandas" else None)
 
     def _job(self, questions: Any, template: Any, keep: Any, cols: list[str] | None, limit: int | None):
-        """This run's config (through `build_config`, as the CLI's) and readout. Raises ConfigError."""
+        """This run's config (through `build_config`, as the CLI's: the questions and the template go through
+        the readout's options, the CLI's door) and readout. Raises ConfigError."""
         from . import readouts
         from .config import build_config
 
         if template is not None and not isinstance(template, str):
             raise ConfigError(f"template must be a string, got {type(template).__name__}")
-        given = {} if questions is None else {"questions": _questions(questions)}
-        base = build_config(**{**self._options, "template": template, "limit": limit})
-        # keep="all": every input column the readout neither reads nor writes (its schema: p_<label> too)
-        written = readouts.build(self.readout, base, self.backend.labels, **given).schema.names
-        skip = {*readouts.input_columns(self.readout), *written}
-        cfg = build_config(**{**self._options, "template": template, "limit": limit,
-                              "keep": self._keep(keep, cols, skip)})  # fmt: skip
-        return cfg, readouts.build(self.readout, cfg, self.backend.labels, **given)
+        opts = {**self._options, "questions": _path(questions), "template": template, "limit": limit}
+        if keep == "all":  # every input column the readout neither reads nor writes (p_<label> too)
+            written = readouts.build(self.readout, build_config(**opts), self.backend.labels).schema.names
+            keep = self._keep(keep, cols, {*self._class.input_columns, *written})
+        cfg = build_config(**opts, keep=self._keep(keep, cols, set()))
+        return cfg, readouts.build(self.readout, cfg, self.backend.labels)
 
     def _text_column(self) -> str:
-        from .readouts import text_column
-
-        return text_column(self.readout)
+        return self._class.text_column
 
     def show_prompt(self, data: Any, questions: Any = None, n: int = 1) -> str:
         """What the model gets for the first `n` rows of `data`, as `run --show-prompt` prints it: the
@@ -191,20 +173,16 @@ class Classifier:
         label-logprobs only. Raises ConfigError for bad arguments."""
         from . import readouts
         from .config import build_config
-        from .frames import as_frame, kind_of, records_of
-        from .pipeline.read import parse_records
-        from .readouts.label_logprobs import LabelLogprobs
-        from .readouts.label_logprobs.show import render_rows
+        from .pipeline.input.frames import as_frame, kind_of, records_of
+        from .pipeline.input.read import parse_records
 
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
             raise ConfigError(f"n must be a positive integer, got {n!r}")
-        given = {} if questions is None else {"questions": _questions(questions)}
-        readout = readouts.build(self.readout, build_config(**self._options), self.backend.labels, **given)
-        if not isinstance(readout, LabelLogprobs):  # the display of that readout's prefix and suffixes
-            raise ConfigError("show_prompt is for the label-logprobs readout")
+        cfg = build_config(**{**self._options, "questions": _path(questions)})
+        readout = readouts.build(self.readout, cfg, self.backend.labels)
         data = as_frame(data, self._text_column())
         chunks = parse_records(records_of(data, kind_of(data), n), limit=n, readout=readout)
-        return render_rows([r for c in chunks for r in c], self.runner.held_prompter)
+        return readout.show([r for c in chunks for r in c], self.runner.held_prompter)
 
     def _keep(
         self, keep: Iterable[str] | str | None, cols: list[str] | None, skip: set[str]
@@ -250,11 +228,17 @@ def run(data: Any, questions: Any = None, *, model: str, backend: str | None = N
         return clf.run(data, questions, **run_kw)
 
 
+def _path(questions: Any) -> Any:
+    """`questions` as the readout's options take it: a str or os.PathLike is a file path; a mapping (or
+    None) as it is. The options type validates either (readouts/label_logprobs/options.py)."""
+    return Path(os.fspath(questions)) if isinstance(questions, os.PathLike) else questions
+
+
 def _checked(data: Any, kind: str, output: str, limit: Any) -> tuple[str, list[str] | None]:
     """`Classifier.run`'s arguments checked before anything runs: the output kind ("auto" resolved), the
     limit, data that would be iterated wrongly, a column named twice. Returns the output kind and the
     data's columns. Raises ConfigError."""
-    from .frames import columns_of
+    from .pipeline.input.frames import columns_of
 
     if output == "auto":
         output = kind if kind in ("polars", "pandas", "arrow") else "polars"

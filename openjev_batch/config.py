@@ -1,7 +1,8 @@
 """The run configuration: frozen and validated once, at the CLI edge. Unknown keys are errors.
 
 `RunConfig` is the engine options (options.py, each declared once) plus the job's own options and the
-readout's (`readout`, `questions_file` or `template`); `build_config` validates them into one.
+readout's (`readout`, and its own options type nested as `readout_options`: readouts/); `build_config`
+validates them into one.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from pydantic import (
     Field,
+    SerializeAsAny,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -20,7 +22,8 @@ from pydantic import (
 
 from .errors import ConfigError
 from .options import BACKENDS, EngineOptions, output_format
-from .readouts import LABEL_LOGPROBS
+from .readouts import DEFAULT
+from .readouts.base import ReadoutOptions
 from .values import option_text_problem
 
 
@@ -109,7 +112,7 @@ def validation_message(e: ValidationError) -> str:
     )
 
 
-def check_keep(v: tuple[str, ...], readout: str = LABEL_LOGPROBS) -> tuple[str, ...]:
+def check_keep(v: tuple[str, ...], readout: str = DEFAULT) -> tuple[str, ...]:
     """Kept columns must not clash with an output column of the readout or repeat. Raises ValueError."""
     from .readouts import base_columns
 
@@ -124,42 +127,30 @@ def check_keep(v: tuple[str, ...], readout: str = LABEL_LOGPROBS) -> tuple[str, 
 
 
 class RunConfig(EngineOptions):
-    """One job: `readout` says what its rows ask (label-logprobs: `run`, questions from `questions_file` or
-    each row; classifier-head: `classify`, rows through `template`)."""
+    """One job: `readout` says what its rows ask (label-logprobs: `run`; classifier-head: `classify`), and
+    `readout_options` holds that readout's own options, of its `Options` type (readouts/). The flat keywords
+    of the CLI and the API (`questions=…`, `template=…`) go to it, as the engine options' go to their
+    backend's; another readout's option is refused naming the command it belongs to."""
 
     input: Path
     output: Path | None = None  # None only for --dry-run (plans, writes nothing)
     model: str
     backend: str
-    readout: str = LABEL_LOGPROBS
-    questions_file: Path | None = None
-    template: str | None = None
+    readout: str = DEFAULT
+    readout_options: SerializeAsAny[ReadoutOptions] = Field(default_factory=ReadoutOptions)
     keep: tuple[str, ...] = ()
-    chunk_rows: int = Field(2048, gt=0)  # see cli.run --chunk-rows
+    chunk_rows: int = Field(2048, gt=0)  # when not given: the readout's (`Readout.chunk_rows`)
     max_branches_per_window: int = Field(4096, gt=0)
     kv_budget_tokens: int | None = Field(None, gt=0)
     progress: bool = True
     resume: bool = False
     limit: int | None = Field(None, gt=0)  # only the first N input rows
-    # run: the system message, replacing the default annotator instructions (prompt.INSTRUCTIONS); content,
-    # so tokenized as text (a control string in it never becomes a turn); part of the resume key
-    system_prompt: str | None = None
 
-    @field_validator("system_prompt")
+    @model_validator(mode="before")
     @classmethod
-    def _system_prompt(cls, v: str | None) -> str | None:
-        from .readouts.label_logprobs.questions import MAX_QUESTION_BYTES
-        from .values import text_bytes
-
-        if v is not None and not v.strip():
-            raise ValueError("--system-prompt is empty")
-        if v is not None and (problem := option_text_problem(v)) is not None:  # the tokenizer would raise
-            raise ValueError(f"--system-prompt: {problem}")
-        # part of every row's prefix: one too long would fail every row, slowly (hostile trial: 1 MB took
-        # 0.5 s a row to turn into row errors), so it is refused at once, at the question text's limit
-        if v is not None and (n := text_bytes(v)) > MAX_QUESTION_BYTES:
-            raise ValueError(f"--system-prompt is {n:,} bytes, limit {MAX_QUESTION_BYTES:,}")
-        return v
+    def _readout_options(cls, data: Any) -> Any:
+        """The readout's options (flat keywords) into its `Options` type, and its default chunk size."""
+        return _nest_readout_options(data, set(cls.model_fields)) if isinstance(data, dict) else data
 
     @field_validator("output")
     @classmethod
@@ -170,7 +161,8 @@ class RunConfig(EngineOptions):
     def _not_the_input(self) -> RunConfig:
         if self.output is not None:
             check_not_input(self.output, self.input)
-            check_not_input(self.output, self.questions_file, "the questions file (-q)")
+            for path, what in self.readout_options.files():
+                check_not_input(self.output, path, what)
         return self
 
     @field_validator("readout", "backend")
@@ -184,31 +176,40 @@ class RunConfig(EngineOptions):
             raise ValueError(f"unknown {info.field_name} {v!r}; expected one of {', '.join(known)}")
         return v
 
-    @field_validator("template")
-    @classmethod
-    def _template(cls, v: str | None) -> str | None:
-        from .readouts.classifier_head import Template
-
-        if v is not None:
-            try:
-                Template(v)
-            except ConfigError as e:
-                raise ValueError(str(e)) from None
-        return v
-
     @model_validator(mode="after")
-    def _readout_options(self) -> RunConfig:
-        from .readouts import foreign_option
-
-        # each readout declares the job options it reads (readouts/__init__.py): another's is refused
-        for field in ("questions_file", "template", "system_prompt"):
-            if getattr(self, field) is not None and (why := foreign_option(self.readout, field)):
-                raise ValueError(why)
+    def _keep(self) -> RunConfig:
         try:
             check_keep(self.keep, self.readout)
         except ValueError as e:
             raise ValueError(f"keep: {e}") from None
         return self
+
+
+def _nest_readout_options(data: dict[str, Any], fields: set[str]) -> dict[str, Any]:
+    """`data` (a RunConfig's keywords) with each readout option (`questions=…`, `template=…`) moved into the
+    chosen readout's `Options` as `readout_options`, and `chunk_rows` the readout's when not given. Raises
+    ValueError for another readout's option (set) or a bad value; an unknown readout is left to the field."""
+    from .readouts import foreign_option, option_names, readout_class
+
+    try:
+        kind = readout_class(data.get("readout", DEFAULT))
+    except ConfigError:
+        return data
+    out, given = dict(data), dict(data.get("readout_options") or {})
+    out.pop("readout_options", None)
+    for k in [k for k in data if k in option_names() and k not in fields]:
+        v = out.pop(k)
+        if (why := foreign_option(kind.name, k)) is None:
+            given[k] = v
+        elif v is not None:  # each readout declares the options it reads: another's is refused
+            raise ValueError(why)
+    if out.get("chunk_rows") is None:
+        out["chunk_rows"] = kind.chunk_rows
+    try:
+        out["readout_options"] = kind.Options(**given)
+    except ValidationError as e:
+        raise ValueError(validation_message(e)) from None
+    return out
 
 
 def build_config(**kw: Any) -> RunConfig:

@@ -53,7 +53,7 @@ class OutputBusyError(OpenjevError):
 
 class OutputFinished(Exception):
     """Not an error, so no OpenjevError: `--resume` of an output its job already finished (the manifest the
-    output carries is this job's and the input is the one it read; pipeline/output_manifest.py). Nothing
+    output carries is this job's and the input is the one it read; pipeline/output/manifest.py). Nothing
     is run or written; the CLI prints the message and exits 0."""
 
 

@@ -154,7 +154,8 @@ def test_classifier_head_readout_matches_classify(tiny_classifier, tmp_path):
         assert texts.num_rows == 1 and texts.column("error").to_pylist() == [None]
         templ = nli.run(df.head(1), template="{premise} => {hypothesis}", output="pandas")
         assert templ["label"].notna().all() and templ["prompt_tokens"][0] != want["prompt_tokens"][0]
-        with pytest.raises(ConfigError, match="questions are for the label-logprobs readout"):
+        # the questions go through the readout's options, the CLI's door: refused as `classify -q` is
+        with pytest.raises(ConfigError, match=r"--questions is for run \(label-logprobs\), not for classify"):
             nli.run(df, Q)
         with pytest.raises(ConfigError, match="needs \\{hypothesis\\} exactly once"):
             nli.run(df, template="{premise}")

@@ -79,7 +79,7 @@ def test_json_questions_file_with_a_repeated_key_is_refused(tmp_path):
 def test_second_job_on_the_same_output_is_refused(tmp_path, tiny_model):
     """Two jobs on one -o: the second deleted the first's partial folder and both wrote each other's parts.
     The first job holds `<out>.lock` and has written a part; here the test is that job (an OutputStore)."""
-    from openjev_batch.pipeline.store import OutputStore
+    from openjev_batch.pipeline.output.store import OutputStore
     from openjev_batch.readouts.label_logprobs import OUTPUT_SCHEMA
 
     inp = tmp_path / "in.jsonl"

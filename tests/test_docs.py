@@ -105,8 +105,8 @@ def expand(token: str) -> list[str]:
 
 
 def path_exists(rel: str) -> bool:
-    """A file or folder (relative to the root, the package, benchmarks/ or tests/); `pipeline/read` for
-    `pipeline/read.py` and `pipeline/progress.Progress` for a name in it count; a glob must match; a path
+    """A file or folder (relative to the root, the package, benchmarks/ or tests/); `pipeline/input/read` for
+    `pipeline/input/read.py` and `pipeline/progress.Progress` for a name in it count; a glob must match; a path
     git ignores is a build output (`evals/data/…`, written by a script) and counts."""
     files, dirs = repo_files()
     rel = rel.rstrip("/")

@@ -25,7 +25,7 @@ RECORD = os.environ.get("OPENJEV_GOLDEN") == "record"
 # reduction orders than the one the goldens were recorded on (classify_rte's logits moved by 1.4e-6)
 TOL = 1e-5
 # summary lines that vary from run to run (or name a temporary path)
-# "model" / "request pattern": rows added after the goldens were recorded (tests/test_model_info.py checks them)
+# "model" / "request pattern": rows added after the goldens were recorded (tests/checkpoint/test_info.py checks them)
 VOLATILE = (
     "wall time", "output", "peak RSS", "model", "request pattern", "start-up (in the wall time)",
     "CPU threads",  # the idle-cores default: what the machine had free

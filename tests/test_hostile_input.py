@@ -13,7 +13,7 @@ import pytest
 from conftest import cli, write_jsonl
 
 from openjev_batch.core import RowError
-from openjev_batch.pipeline.read import read_rows
+from openjev_batch.pipeline.input.read import read_rows
 from openjev_batch.readouts.label_logprobs.questions import MAX_QUESTION_BYTES
 from openjev_batch.readouts.label_logprobs.rows import Row, parse_row
 from openjev_batch.values import MAX_DEPTH, MAX_STATE_BYTES
@@ -525,7 +525,7 @@ def test_an_immutable_output_is_refused_before_the_job(tmp_path, tiny_model):
 def test_a_join_that_cannot_be_renamed_leaves_no_temporary_file(tmp_path):
     """The final rename failing (here: a folder took the output's name after the job began) left the
     half-joined `.join-*.tmp` in the partial; the parts stay for --resume."""
-    from openjev_batch.pipeline.store import OutputStore
+    from openjev_batch.pipeline.output.store import OutputStore
     from openjev_batch.readouts.label_logprobs import OUTPUT_SCHEMA
 
     out = tmp_path / "o.parquet"

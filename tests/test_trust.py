@@ -10,7 +10,7 @@ import pytest
 from conftest import EXAMPLES, cli, sglang_cpu_env
 
 from openjev_batch.backends.base import BackendOptions
-from openjev_batch.backends.trust import check_model_trust, loader_options
+from openjev_batch.checkpoint.trust import check_model_trust, loader_options
 from openjev_batch.errors import BackendError
 
 
@@ -153,7 +153,7 @@ def test_sglang_refusal_names_allow_pickle(tiny_model, tmp_path):
     """sglang's loader with load_format=safetensors (the default here) finds nothing in a checkpoint whose
     weights are pickles under a name the folder check does not know (a hub repo); its message
     ("Cannot find any model weights") now says which option allows it, as the hf backend's does."""
-    from openjev_batch.backends.trust import trust_hint
+    from openjev_batch.checkpoint.trust import trust_hint
 
     opts = BackendOptions(model="org/pickled")
     sglang_says = RuntimeError("Cannot find any model weights with `org/pickled`")

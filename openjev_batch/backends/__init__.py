@@ -37,7 +37,7 @@ def load_backend(name: str, opts: BackendOptions, kind: str = "label-logprobs") 
     load; ConfigError for request options the started engine cannot serve."""
     if (name, kind) not in _BACKENDS:
         raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(NAMES)}")
-    from .trust import check_model_trust
+    from ..checkpoint.trust import check_model_trust
 
     check_model_trust(opts)  # before any engine or loader sees the checkpoint
     if kind == "label-logprobs":
@@ -64,7 +64,7 @@ def _refuse_classifier(model: str) -> None:
     initialised `lm_head` (transformers only reports it as "newly initialized"), so `run` answered at random,
     differently each time (hostile trial). Raises BackendError naming `classify`; a config that cannot be
     read is left to the loader."""
-    from ..model_info import load_config
+    from ..checkpoint.info import load_config
 
     try:
         cfg = load_config(model) or {}

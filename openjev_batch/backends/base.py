@@ -31,10 +31,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
+from ..checkpoint.trust import trust_hint
 from ..core import BranchResult, Window
 from ..errors import BackendError
 from ..options import BackendOptions
-from .trust import trust_hint
 
 
 def load_tokenizer(model: str, trust_remote_code: bool = False) -> Any:

@@ -15,7 +15,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from . import err, out, printable
+from .app import err, out, printable
 
 
 def _cell(value: str):

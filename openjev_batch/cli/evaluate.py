@@ -9,7 +9,7 @@ import typer
 
 from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
-from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
+from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
 from .display import _print_plan, _progress
 from .job_options import ENGINE, JOB, _engine_options
 from .options import (

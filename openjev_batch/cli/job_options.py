@@ -125,7 +125,7 @@ def _engine_options(command: str):
                 try:
                     engine["engine_args"] = parse_engine_args(engine["engine_args"] or [])
                 except ConfigError as e:  # parsed before the command's own error handling: same exit 4
-                    from . import _fail
+                    from .app import _fail
 
                     _fail(e)
             return f(**kw, engine=engine)

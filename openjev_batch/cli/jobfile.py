@@ -24,7 +24,7 @@ def load_job_file(ctx: typer.Context, param: Any, value: Path | None) -> Path | 
         return value
     from ..data_files import load_data_file
     from ..errors import ConfigError
-    from . import _fail
+    from .app import _fail
 
     try:
         ctx.default_map = {**(ctx.default_map or {}), **_defaults(ctx, value, load_data_file)}

@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 
 from ..errors import OpenjevError
-from . import _fail, models_app, out
+from .app import _fail, models_app, out
 
 
 @models_app.command("list")

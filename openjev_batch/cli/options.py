@@ -42,7 +42,7 @@ def _spool_stdin(stack: contextlib.ExitStack) -> Path:
     import tempfile
 
     from ..errors import InputFileError
-    from ..pipeline.stdin import spool_stdin
+    from ..pipeline.input.stdin import spool_stdin
 
     try:
         path = spool_stdin(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-")))
@@ -113,6 +113,28 @@ DRY_RUN = typer.Option(
     help="Plan only (tokenizer, no model, no -o): rows, questions, branches, logical/unique tokens, expected cache hit rate, peak RSS.",
 )
 CHUNK_ROWS_HELP = "Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
+
+
+def chunk_rows_option(readout: str):
+    """--chunk-rows of the command that runs `readout`, its default the readout's (`Readout.chunk_rows`)."""
+    from ..readouts import readout_class
+
+    return typer.Option(readout_class(readout).chunk_rows, help=CHUNK_ROWS_HELP)
+
+
+def unescape(text: str) -> str:
+    """`\\n`, `\\t` and `\\\\` in a command-line text (`--template`) → newline, tab, backslash."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in "nt\\":
+            out.append({"n": "\n", "t": "\t", "\\": "\\"}[text[i + 1]])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
 RESUME = typer.Option(False, "--resume", help="Continue from OUT.partial, skipping finished chunks.")
 RAY = typer.Option(
     False, "--ray", help="Run on Ray Data: engine actors score prefix-grouped buckets (extra `[ray]`)."

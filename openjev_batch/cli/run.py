@@ -12,12 +12,11 @@ import typer
 from ..errors import ConfigError, OpenjevError, OutputFinished
 from ..interrupts import stop_on_signals
 from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS
-from . import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
+from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
 from .display import _print_plan, _print_summary, _progress
 from .job_options import ENGINE, JOB, _engine_options
 from .options import (
     BACKEND,
-    CHUNK_ROWS_HELP,
     KEEP,
     QUESTIONS,
     STDIN_NAMES,
@@ -28,8 +27,10 @@ from .options import (
     _text_or_file,
     apply_threads_option,
     at_file,
+    chunk_rows_option,
     ray_options,
     show_prompt_option,
+    unescape,
 )
 
 
@@ -53,9 +54,7 @@ def run(
     questions: Path = QUESTIONS,
     keep: str = KEEP,
     engine: dict = ENGINE,
-    # 2048: the host stage of chunk k+1 runs while chunk k is on the engine, so smaller chunks hide more of it
-    # (H200, multi-item, W2 12,032 rows: 11.2 s in one chunk, 9.5 s in chunks of 2048; docs/benchmarks.md).
-    chunk_rows: int = typer.Option(2048, help=CHUNK_ROWS_HELP),
+    chunk_rows: int = chunk_rows_option(LABEL_LOGPROBS),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     job: dict = JOB,
     system_prompt: str = SYSTEM_PROMPT,
@@ -66,7 +65,7 @@ def run(
         "run",
         dict(
             input=input, output=output, model=model, backend=backend, readout=LABEL_LOGPROBS,
-            questions_file=questions, keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
+            questions=questions, keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
             system_prompt=system_prompt, **engine,
         ),
         job, show_prompt=show_prompt,
@@ -128,7 +127,7 @@ def _config(kw: dict, stack: contextlib.ExitStack, tokenizer_only: bool):
     `stack` removes, --system-prompt's @FILE read, --keep all resolved, the model name resolved."""
     from ..backends import default_backend
     from ..config import build_config, check_not_input
-    from ..pipeline.read import all_columns
+    from ..pipeline.input.read import all_columns
 
     resume = kw["resume"]
     if str(kw["output"]) == "-":  # JSONL on standard output, joined in a temporary folder first (atomic)
@@ -167,7 +166,7 @@ def _check_names_early(kw: dict) -> None:
     for these). build_config and the job check them again, with every other option."""
     from ..config import check_output_path
     from ..options import BACKENDS
-    from ..pipeline.read import check_exists
+    from ..pipeline.input.read import check_exists
 
     if str(kw["input"]) not in STDIN_NAMES:
         check_exists(kw["input"])
@@ -238,18 +237,16 @@ def classify(
     ),
     keep: str = KEEP,
     engine: dict = ENGINE,
-    chunk_rows: int = typer.Option(20_000, help=CHUNK_ROWS_HELP),
+    chunk_rows: int = chunk_rows_option(CLASSIFIER_HEAD),
     max_rows: int = typer.Option(4096, help="Most rows per window."),
     job: dict = JOB,
 ) -> None:
     """Classify every row with a sequence-classification head (e.g. NLI): logits, probs, label per row."""
-    from ..readouts.classifier_head.template import DEFAULT_TEMPLATE, unescape_template
-
     _run_job(
         "classify",
         dict(
             input=input, output=output, model=model, backend=backend, readout=CLASSIFIER_HEAD,
-            template=unescape_template(template) if template is not None else DEFAULT_TEMPLATE,
+            template=unescape(template) if template is not None else None,
             keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_rows, **engine,
         ),
         job,

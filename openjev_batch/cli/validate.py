@@ -10,7 +10,7 @@ import typer
 
 from ..errors import OpenjevError
 from ..readouts import LABEL_LOGPROBS
-from . import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
+from .app import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
 from .options import QUESTIONS, STDIN_NAMES, _spool_stdin
 
 
@@ -35,9 +35,9 @@ def validate(
 ) -> None:
     """Check the schema and limits of an input file without loading a model."""
     from ..pipeline import loop
+    from ..pipeline.input.source import FileSource
+    from ..pipeline.output.sink import NullSink
     from ..pipeline.runners.parse_only import ParseOnlyRunner
-    from ..pipeline.sink import NullSink
-    from ..pipeline.source import FileSource
 
     stack = contextlib.ExitStack()
     try:
@@ -77,16 +77,16 @@ def _job(input: Path, name: str, questions, template, keep: tuple[str, ...]):
     classifier's labels are not needed for its rows, and the backend is only a value the config requires."""
     from ..config import build_config
     from ..readouts import build
-    from ..readouts.classifier_head.template import unescape_template
+    from .options import unescape
 
     opts = dict(
-        input=input, model="", backend="hf", readout=name, questions_file=questions or None,
-        template=unescape_template(template) if template else None,
+        input=input, model="", backend="hf", readout=name, questions=questions or None,
+        template=unescape(template) if template else None,
         chunk_rows=100_000,  # nothing is written per chunk: read in large ones, as before the loop
     )  # fmt: skip
     cfg = build_config(**opts, keep=() if keep == ("all",) else keep)
     if keep == ("all",):  # every input column the readout neither reads nor writes, as `run --keep all`
-        from ..pipeline.read import all_columns
+        from ..pipeline.input.read import all_columns
 
         cfg = build_config(**opts, keep=all_columns(cfg))
     return cfg, build(name, cfg)

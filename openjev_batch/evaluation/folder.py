@@ -135,10 +135,10 @@ def refuse_another_job(out_dir: Path, key: dict[str, Any], text: str) -> None:
 
 
 def refuse_other_predictions(predictions: Path, job) -> None:
-    """Finished predictions are re-scored only when their manifest (pipeline/output_manifest.py) is this
+    """Finished predictions are re-scored only when their manifest (pipeline/output/manifest.py) is this
     job's: it names the model by content, eval_job.json by path (weights swapped under it are refused)."""
-    from ..pipeline import output_manifest
     from ..pipeline.loop import job_manifest
+    from ..pipeline.output import manifest as output_manifest
 
     doc = output_manifest.read(predictions)
     if doc is not None and (diff := output_manifest.differences(doc["manifest"], job_manifest(job))):

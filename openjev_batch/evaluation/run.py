@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from .. import __version__
+from .._version import __version__
 from ..config import build_config, validation_message
 from ..errors import BackendError, ConfigError
 from ..options import EngineOptions
@@ -77,16 +77,11 @@ class EvalConfig(EngineOptions):
         self, questions: Path, predictions: Path, resume: bool | None = None, readout: str = LABEL_LOGPROBS
     ):
         """The RunConfig of the eval's job (`resume`: default the eval's; `readout`: its format's, tasks.py).
-        A classifier-head job reads `classify`'s default template. Raises ConfigError / BackendError as
-        build_config does."""
-        from ..readouts.classifier_head.template import DEFAULT_TEMPLATE
-
+        A classifier-head job reads `classify`'s default template (the system prompt, refused for its
+        formats by build.refuse_for_classifier, is None). Raises ConfigError / BackendError as build_config
+        does."""
         engine = {k: getattr(self, k) for k in EngineOptions.model_fields}
-        own = (
-            {"template": DEFAULT_TEMPLATE}
-            if readout == CLASSIFIER_HEAD
-            else {"system_prompt": self.system_prompt}
-        )
+        own = {"system_prompt": self.system_prompt}
         return build_config(
             input=questions, output=predictions, keep=KEEP, model=self.model, backend=self.backend,
             readout=readout, chunk_rows=self.chunk_rows, max_branches_per_window=self.max_branches_per_window,
@@ -119,7 +114,7 @@ def questions(cfg: EvalConfig):
 def model_labels(model: str) -> tuple[str, ...]:
     """The classifier's labels from its config.json (no weights). Raises ValueError (prepare's ConfigError)
     for a checkpoint that is no sequence classifier or has no usable id2label."""
-    from ..backends.checkpoint import read_checkpoint
+    from ..checkpoint.classifier import read_checkpoint
 
     try:
         return read_checkpoint(model).labels
@@ -180,7 +175,7 @@ def run_eval(
     Returns the report. Raises ConfigError for bad benchmark data, options or a non-empty folder, other
     OpenjevErrors from the job."""
     from ..pipeline.job import run_job, run_job_ray
-    from ..pipeline.lock import refuse_if_held
+    from ..pipeline.output.lock import refuse_if_held
 
     if ray is not None and backend is not None:
         raise ConfigError("eval on Ray starts its backends in the engine actors: pass no backend")

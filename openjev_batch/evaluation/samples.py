@@ -19,7 +19,7 @@ def prompt_texts(job) -> tuple[dict[tuple[str, str], str], str]:
     from .. import readouts
     from ..backends.base import load_tokenizer
     from ..core import RowError
-    from ..pipeline.read import job_rows
+    from ..pipeline.input.read import job_rows
 
     readout = readouts.build(job.readout, job)
     tok = load_tokenizer(job.model, job.trust_remote_code)
@@ -32,7 +32,7 @@ def prompt_texts(job) -> tuple[dict[tuple[str, str], str], str]:
                 # the ids decoded with their control tokens: what the model reads, markup included
                 out[(row.id, b.qid)] = tok.decode(list(rp.prefix) + list(b.suffix))
     if job.readout == CLASSIFIER_HEAD:  # no cut to name: the template's text is tokenized whole
-        return out, f"classifier-head: template {job.template!r} tokenized whole as text"
+        return out, f"classifier-head: template {job.readout_options.template!r} tokenized whole as text"
     return out, tokenization(getattr(prompter, "base", prompter).cut)  # Variants wraps the base Prompter
 
 

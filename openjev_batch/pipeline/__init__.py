@@ -1,7 +1,7 @@
-"""The pipeline: read (read.py, source.py) → prompt + plan (plan.py) → prefill → read out (stages.py, run
-by runners/) → write (sink.py, store.py's OutputStore), all driven by the one job loop (loop.py; job.py's
-`run_job` is it over a file; dry_run.py's `dry_run` and `show_prompt` are it with the plan-only runner); ray/
-the Ray runner.
+"""The pipeline: read (input/: read.py, source.py) → prompt + plan (plan.py) → prefill → read out
+(stages.py, run by runners/) → write (output/: sink.py, store.py's OutputStore), all driven by the one job
+loop (loop.py; job.py's `run_job` is it over a file; dry_run.py's `dry_run` and `show_prompt` are it with the
+plan-only runner); runners/ray/ the Ray runner.
 `from openjev_batch.pipeline import run_job` and the other public names resolve lazily to job.py."""
 
 from __future__ import annotations

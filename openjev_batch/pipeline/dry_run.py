@@ -8,12 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import RunConfig
-from ..errors import ConfigError
-from ..readouts import LABEL_LOGPROBS
 from . import loop
+from .input.source import FileSource
+from .output.sink import NullSink
 from .runners.plan_only import PlanOnlyRunner
-from .sink import NullSink
-from .source import FileSource
 
 
 @dataclass(frozen=True)
@@ -66,10 +64,8 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
 def show_prompt(cfg: RunConfig, n: int, tokenizer=None) -> str:
     """What the model gets for the first `n` input rows (`run --show-prompt`): the ids a job would send,
     decoded, with the prefix/suffix cut, the control tokens and the label tokens marked
-    (readouts/label_logprobs/show.py). Tokenizer only, no weights. Raises the job-level errors of `run` for
-    bad input, questions or tokenizer."""
-    if cfg.readout != LABEL_LOGPROBS:
-        raise ConfigError("--show-prompt is for run (label logprobs)")
+    (the readout's `show`). Tokenizer only, no weights. Raises the job-level errors of `run` for bad input,
+    questions or tokenizer, ConfigError for a readout without a prompt display."""
     first = cfg.model_copy(update={"limit": min(n, cfg.limit or n), "chunk_rows": max(n, 1)})
     s, _ = loop.run(first, FileSource(first), NullSink(), PlanOnlyRunner(tokenizer, show=True))
     return "".join(s.counted.shown)

@@ -13,10 +13,10 @@ from ..backends import Backend
 from ..config import RunConfig
 from ..errors import ConfigError
 from . import loop
+from .input.source import FileSource
+from .output.sink import StoreSink
 from .progress import Progress
 from .runners.local import LocalRunner
-from .sink import StoreSink
-from .source import FileSource
 from .summary import Summary
 
 

@@ -1,9 +1,9 @@
 """The one job loop: every job, whatever reads it, runs it or keeps its output, is
 `run(cfg, source, sink, runner)`.
 
-    source (source.py: a file, a DataFrame) ──chunks of rows──▶ loop ──chunks to do──▶ runner
+    source (input/source.py: a file, a DataFrame) ──chunks of rows──▶ loop ──chunks to do──▶ runner
     (runners/: a backend in-process, or the tokenizer or parser alone) ──(index, records, info)──▶ loop
-    ──▶ sink (sink.py: the output store, an in-memory table, nowhere)
+    ──▶ sink (output/sink.py: the output store, an in-memory table, nowhere)
 
 The loop owns the job's bookkeeping, so it exists once: skip-if-done (`--resume`), the input ledger, live
 progress, the totals of the summary, one FailureTracker for the whole job, the count check and the join. Output
@@ -34,7 +34,7 @@ def job_manifest(cfg: Any, readout: Readout | None = None) -> dict[str, Any]:
     so one output never mixes precisions, and the readout's own key (the questions by content, or template
     and labels). The input is identified by content too, chunk by chunk as it is read
     (`store.OutputStore.begin_chunk`), not by its path, size or mtime."""
-    from ..backends.weights import model_fingerprint
+    from ..checkpoint.weights import model_fingerprint
 
     readout = readout or readouts.build(cfg.readout, cfg)
     return {
@@ -131,7 +131,7 @@ def _todo(cfg: Any, source: Any, readout: Readout, out: Any, totals: Totals, loc
 
 
 def _part_info(part) -> dict[str, int]:
-    from .store import part_info
+    from .output.store import part_info
 
     return part_info(part)
 
@@ -144,6 +144,6 @@ def _record_downloaded_model(cfg: Any, manifest: dict, out) -> None:
     """A hub id the loader has just downloaded: its revision is known now, so the key a resume computes
     matches the manifest."""
     if manifest.get("model content", {}).get("revision", "") is None:
-        from ..backends.weights import model_fingerprint
+        from ..checkpoint.weights import model_fingerprint
 
         out.amend("model content", model_fingerprint(cfg.model))

@@ -1,75 +1,100 @@
 """Readouts: what a row asks and how its answer is read (base.py has the protocol). The registry below is the
-one place that names them; each readout's module builds it from a job's options (`build(cfg, labels, …)`).
+one place that names them; each readout is a `Readout` class registered by name (`@register(name)`), that
+owns its options type (`Options`), columns, command and defaults, and builds itself from a job's config
+(`from_config(cfg, labels)`).
 
 - `label-logprobs` (label_logprobs/): questions answered from option-label next-token logprobs (`run`).
 - `classifier-head` (classifier_head/): a sequence-classification head's logits (`classify`).
 
-Adding a readout: its module (a `Readout` subclass, `BASE_COLUMNS`, `INPUT_COLUMNS`, `TEXT_COLUMN`, `OPTIONS`,
-`COMMAND`, a `build` function), one `register` line here, and a backend class per backend for its
+Adding a readout: its module (a `Readout` subclass decorated `@register(name)`, with its `Options`), and one
+line in `_MODULES` here (so it loads only when used), and a backend class per backend for its
 `backend_kind` (backends/__init__.py).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-_REGISTRY: dict[str, str] = {}
-
-
-def register(name: str, module: str) -> None:
-    """Register readout `name`, built by `module`'s `build` (imported only when that readout is used)."""
-    _REGISTRY[name] = module
-
+if TYPE_CHECKING:
+    from .base import Readout
 
 # the readouts' names: everything else refers to them through these two constants
 LABEL_LOGPROBS, CLASSIFIER_HEAD = "label-logprobs", "classifier-head"
-register(LABEL_LOGPROBS, ".label_logprobs")
-register(CLASSIFIER_HEAD, ".classifier_head")
+# where each readout's class lives (imported when the readout is first used); the class registers itself
+_MODULES: dict[str, str] = {LABEL_LOGPROBS: ".label_logprobs", CLASSIFIER_HEAD: ".classifier_head"}
+_CLASSES: dict[str, type[Readout]] = {}
 
-NAMES = tuple(_REGISTRY)
+NAMES = tuple(_MODULES)
+DEFAULT = LABEL_LOGPROBS  # a job's readout when none is named (`run`'s, and the Python API's)
 
 
-def _module(name: str):
+def register(name: str):
+    """Class decorator: `@register("label-logprobs")` makes the class readout `name` (its `name` attribute)."""
+
+    def add(cls):
+        cls.name = name
+        _CLASSES[name] = cls
+        return cls
+
+    return add
+
+
+def readout_class(name: str) -> type[Readout]:
+    """The class of readout `name` (its module imported on first use). Raises ConfigError for an unknown one."""
     from ..errors import ConfigError
 
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown readout {name!r}; expected one of {', '.join(NAMES)}")
-    return importlib.import_module(_REGISTRY[name], __name__)
+    if name not in _MODULES:
+        raise ConfigError(f"unknown readout {name!r}; expected one of {', '.join(_MODULES)}")
+    if name not in _CLASSES:
+        importlib.import_module(_MODULES[name], __name__)
+    return _CLASSES[name]
 
 
-def build(name: str, cfg: Any, labels: tuple[str, ...] | None = None, **options: Any):
-    """Readout `name` for a job. `cfg`: the job's options (a RunConfig: keep, questions_file, template,
-    system_prompt, model); `labels`: a started backend's (classifier-head; else read from the checkpoint
-    when `cfg.model` is set); `options`: what the Python API passes as values instead of files (`questions`:
-    a parsed question map). Raises ConfigError / BackendError (a checkpoint that is no classifier)."""
-    return _module(name).build(cfg, labels, **options)
+def build(name: str, cfg: Any, labels: tuple[str, ...] | None = None) -> Readout:
+    """Readout `name` for a job. `cfg`: the job's options (a RunConfig: keep, model, `readout_options` of
+    that readout's `Options` type); `labels`: a started backend's (classifier-head; else read from the
+    checkpoint when `cfg.model` is set). Raises ConfigError / BackendError (a checkpoint that is no
+    classifier)."""
+    return readout_class(name).from_config(cfg, labels)
+
+
+def default_readout(keep: tuple[str, ...] = (), questions: Any = None) -> Readout:
+    """The default readout over parsed shared `questions` (None: each row's own) and `keep`, built without a
+    job's config: what the reading and writing functions parse and write when not given one."""
+    return readout_class(DEFAULT)(questions, tuple(keep))
 
 
 def base_columns(name: str) -> tuple[str, ...]:
     """The output columns a readout always writes (a kept input column must not reuse one)."""
-    return tuple(_module(name).BASE_COLUMNS)
+    return tuple(readout_class(name).base_columns)
 
 
 def input_columns(name: str) -> tuple[str, ...]:
     """The input columns a readout reads (the Python API's keep="all" keeps the others)."""
-    return tuple(_module(name).INPUT_COLUMNS)
+    return tuple(readout_class(name).input_columns)
 
 
 def text_column(name: str) -> str:
     """The column a bare list of texts fills (the Python API: a Series or a list of strings)."""
-    return _module(name).TEXT_COLUMN
+    return readout_class(name).text_column
 
 
 def foreign_option(name: str, field: str) -> str | None:
-    """Why job option `field` (a RunConfig field, set) is refused for readout `name`: it is another readout's
-    (each declares the job options it reads in `OPTIONS`, field → flag, and the command that runs it in
-    `COMMAND`). None when `name` reads it, or no readout declares it."""
-    mine = _module(name)
-    if field in mine.OPTIONS:
+    """Why job option `field` (set) is refused for readout `name`: it is another readout's (each declares
+    the options it reads in its `Options` type, and the command that runs it in `command`). None when
+    `name` reads it, or no readout declares it."""
+    mine = readout_class(name)
+    if field in mine.Options.model_fields:
         return None
     for other in NAMES:
-        m = _module(other)
-        if field in m.OPTIONS:
-            return f"{m.OPTIONS[field]} is for {m.COMMAND} ({other}), not for {mine.COMMAND} ({name})"
+        cls = readout_class(other)
+        if field in cls.Options.model_fields:
+            flag = "--" + field.replace("_", "-")
+            return f"{flag} is for {cls.command} ({other}), not for {mine.command} ({name})"
     return None
+
+
+def option_names() -> set[str]:
+    """Every option some readout declares (a RunConfig keyword that goes to a readout's `Options`)."""
+    return {f for n in NAMES for f in readout_class(n).Options.model_fields}

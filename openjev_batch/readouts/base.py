@@ -10,14 +10,20 @@ for row data: bad rows are `RowError` values.
     prompter(tokenizer)  → .build_many(rows)      (prompt: RowPrompts + failed questions)
     records(row, results, failed) → output rows   (read out, after prefill)
     schema, n_records, error_records, manifest   (write: columns, count check, resume key)
+    show(rows, prompter) → text                   (`--show-prompt`: what the model gets)
+
+A readout owns its options: `Options` (a `ReadoutOptions` type, each option declared once with its default),
+nested in a job's RunConfig as `readout_options`; `from_config(cfg, labels)` builds it from them.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
 
 from ..core import BranchResult, RowError
 
@@ -27,15 +33,60 @@ RowResults = dict[str, tuple[int, BranchResult]]
 RowFailures = dict[str, str]
 
 
-class Readout(ABC):
-    """A readout (see the module docstring). `name` is the `--readout` value; `keep` the kept input columns,
-    appended to `schema`'s columns in every output record; `backend_kind` picks the backend class that
-    serves it (`backends.load_backend(name, opts, kind)`); `unit` names a prefill unit in progress bars."""
+class ReadoutOptions(BaseModel):
+    """A readout's own job options (frozen; another readout's option is an unknown key). A subclass declares
+    each option once, with its default; the CLI flag is the field's name (`system_prompt` →
+    `--system-prompt`). RunConfig nests the chosen readout's as `readout_options`."""
 
-    name: str
-    backend_kind: str
-    unit: str = "branches"
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    def files(self) -> list[tuple[Path, str]]:
+        """Files the job reads besides its input, each with how a message names it: a job must not write
+        its output over one (config.check_not_input)."""
+        return []
+
+
+class Readout(ABC):
+    """A readout (see the module docstring). `name` is the `--readout` value (set by `@register`); `keep`
+    the kept input columns, appended to `schema`'s columns in every output record; `backend_kind` picks the
+    backend class that serves it (`backends.load_backend(name, opts, kind)`); `unit` names a prefill unit in
+    progress bars, `noun` what a record answers.
+
+    Class facts, known without building one: `Options` (its options type), `command` (the CLI command that
+    runs it), `input_columns` (what it reads), `base_columns` (what it always writes), `text_column` (the
+    column a bare list of texts fills), `chunk_rows` (its default chunk size: the `--chunk-rows` default)."""
+
+    name: ClassVar[str]
+    backend_kind: ClassVar[str]
+    unit: ClassVar[str] = "branches"
+    noun: ClassVar[str] = "row"
+    command: ClassVar[str]
+    Options: ClassVar[type[ReadoutOptions]] = ReadoutOptions
+    input_columns: ClassVar[tuple[str, ...]]
+    base_columns: ClassVar[tuple[str, ...]]
+    text_column: ClassVar[str]
+    chunk_rows: ClassVar[int]
     keep: tuple[str, ...] = ()
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, cfg: Any, labels: tuple[str, ...] | None = None) -> Readout:
+        """The readout of a job: `cfg` a RunConfig (its `keep`, `model`, and `readout_options` of type
+        `Options`); `labels` a started backend's, where the readout needs them. Raises ConfigError /
+        BackendError."""
+
+    @classmethod
+    def needed_column(cls, options: ReadoutOptions) -> tuple[str, str] | None:
+        """A column some row of the input must have under `options` (checked before the model loads), with
+        the hint a refusal gives; None when no column is needed beyond what every row is parsed for."""
+        return None
+
+    def show(self, rows: list, prompter) -> str:
+        """`rows` (parsed rows and RowErrors) as the model gets them, as text (`--show-prompt`). Raises
+        ConfigError for a readout without a prompt display."""
+        from ..errors import ConfigError
+
+        raise ConfigError(f"--show-prompt is not for {self.command} ({self.name})")
 
     @property
     @abstractmethod

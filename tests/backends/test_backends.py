@@ -451,7 +451,7 @@ def test_request_pattern_per_job_on_one_engine(sglang_backend, tmp_path):
     from openjev_batch.errors import ConfigError
     from openjev_batch.pipeline.job import run_job
 
-    base = dict(input=EXAMPLES / "tickets.jsonl", questions_file=EXAMPLES / "ticket_questions.yaml",
+    base = dict(input=EXAMPLES / "tickets.jsonl", questions=EXAMPLES / "ticket_questions.yaml",
                 model="-", backend="sglang", progress=False)  # fmt: skip
 
     def job(name, **kw):

@@ -8,8 +8,8 @@ import pytest
 from conftest import EXAMPLES, cli
 
 from openjev_batch.backends.sglang.patterns import planned, resolve, words
+from openjev_batch.checkpoint.info import model_info
 from openjev_batch.errors import ConfigError
-from openjev_batch.model_info import model_info
 
 
 @pytest.mark.parametrize(

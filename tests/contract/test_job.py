@@ -222,7 +222,7 @@ def test_every_runner_refuses_another_jobs_partial_and_a_changed_input(case, clu
 
 
 def test_every_runner_refuses_a_held_output_and_a_missing_keep_column(case, cluster, tmp_path):
-    from openjev_batch.pipeline.lock import acquire
+    from openjev_batch.pipeline.output.lock import acquire
 
     cfg = case.cfg.model_copy(update={"output": tmp_path / "o.parquet"})
     fd = acquire(cfg.output)  # another job writing this output

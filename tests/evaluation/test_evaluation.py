@@ -221,7 +221,7 @@ def test_eval_refuses_a_used_folder_and_resumes_with_per_sample_columns(tiny_mod
     cut = tmp_path / "cut"
 
     # one-row chunks, stopped in the second: the first chunk's part is on disk (a job that wrote nothing
-    # leaves no partial, pipeline/store.py), so there is a partial to continue
+    # leaves no partial, pipeline/output/store.py), so there is a partial to continue
     seen = []
 
     def stop(*_):
@@ -356,7 +356,7 @@ def test_eval_logs_the_exact_prompt_and_takes_lm_eval_options(tiny_model, tmp_pa
     from transformers import AutoTokenizer
 
     from openjev_batch import readouts
-    from openjev_batch.pipeline.read import job_rows
+    from openjev_batch.pipeline.input.read import job_rows
 
     out = tmp_path / "ev"
     args = ["eval", TEST, "-m", tiny_model, "-b", "hf", "--no-progress", "--system-prompt", "Be brief."]

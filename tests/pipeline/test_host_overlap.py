@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 from conftest import write_jsonl
 
+import openjev_batch.pipeline.input.read as read
 import openjev_batch.pipeline.job as pipeline
-import openjev_batch.pipeline.read as read
 from openjev_batch.config import build_config
 from openjev_batch.readouts import label_logprobs
 from openjev_batch.readouts.label_logprobs.prompt import Prompter
@@ -111,7 +111,7 @@ def test_an_engine_that_dies_while_the_next_chunk_is_read_fails_the_job_once(
     and the loop's close of that reader raised "generator already executing" instead of the engine's
     error. The runner now waits for its host step, so the job ends with the BackendError and the partial."""
     from openjev_batch.errors import BackendError
-    from openjev_batch.pipeline.store import OutputStore
+    from openjev_batch.pipeline.output.store import OutputStore
 
     reading = threading.Event()
     begin = OutputStore.begin_chunk

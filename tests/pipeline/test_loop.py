@@ -10,11 +10,11 @@ from conftest import write_jsonl
 
 from openjev_batch.config import build_config
 from openjev_batch.errors import BackendError, OutputCheckError
-from openjev_batch.frames import kind_of
 from openjev_batch.pipeline import loop
+from openjev_batch.pipeline.input.frames import kind_of
+from openjev_batch.pipeline.input.source import FileSource, FrameSource
+from openjev_batch.pipeline.output.sink import MemorySink, StoreSink
 from openjev_batch.pipeline.runners.local import LocalRunner
-from openjev_batch.pipeline.sink import MemorySink, StoreSink
-from openjev_batch.pipeline.source import FileSource, FrameSource
 
 Q = {"u": {"type": "noul", "instructions": "Urgent?"}}
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from openjev_batch.backends import BackendError
 from openjev_batch.config import build_config
 from openjev_batch.core import RowError
+from openjev_batch.pipeline.input.read import read_rows
 from openjev_batch.pipeline.job import run_job
-from openjev_batch.pipeline.read import read_rows
 from openjev_batch.readouts.label_logprobs.rows import Row, parse_row
 
 
@@ -232,14 +232,14 @@ def test_job_manifest_names_the_numbers_not_the_paths(tmp_path, monkeypatch):
         base = dict(input=inp, output=tmp_path / "o.parquet", model="m", backend="hf", progress=False)
         return job_manifest(build_config(**{**base, **kw}))
 
-    same = [manifest(questions_file=p) for p in (Path("q.yaml"), q, copy)]
+    same = [manifest(questions=p) for p in (Path("q.yaml"), q, copy)]
     assert same[0] == same[1] == same[2]
-    assert manifest(questions_file=q, dtype="bfloat16") != same[0]
-    assert manifest(questions_file=q, device="cpu") != same[0]
-    assert manifest(questions_file=q, tp_size=2, backend="sglang") != manifest(
-        questions_file=q, backend="sglang"
+    assert manifest(questions=q, dtype="bfloat16") != same[0]
+    assert manifest(questions=q, device="cpu") != same[0]
+    assert manifest(questions=q, tp_size=2, backend="sglang") != manifest(
+        questions=q, backend="sglang"
     )
-    sg = manifest(questions_file=q, backend="sglang")
-    assert manifest(questions_file=q, backend="sglang", engine_args={"attention_backend": "triton"}) != sg
+    sg = manifest(questions=q, backend="sglang")
+    assert manifest(questions=q, backend="sglang", engine_args={"attention_backend": "triton"}) != sg
     q.write_text('u: {type: noul, instructions: "Angry?"}\n')
-    assert manifest(questions_file=q) != same[0]
+    assert manifest(questions=q) != same[0]

@@ -130,7 +130,7 @@ def test_resumed_summary_counts_the_whole_job(tiny_model, hf_backend, tmp_path):
     args = [EXAMPLES / "tickets.jsonl", "-q", qf, "-m", tiny_model, "-b", "hf", "--chunk-rows", "6"]
     out = tmp_path / "out.parquet"
     cfg = build_config(input=EXAMPLES / "tickets.jsonl", output=out, model=str(tiny_model), backend="hf",
-                       questions_file=qf, chunk_rows=6, progress=False)  # fmt: skip
+                       questions=qf, chunk_rows=6, progress=False)  # fmt: skip
     _stop_in_chunk_three(cfg, hf_backend)
     live = Progress()
     s = run_job(cfg.model_copy(update={"resume": True}), backend=hf_backend, progress=live)

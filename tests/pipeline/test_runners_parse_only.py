@@ -9,10 +9,10 @@ from conftest import write_jsonl
 from openjev_batch import readouts
 from openjev_batch.config import build_config
 from openjev_batch.pipeline import loop
+from openjev_batch.pipeline.input.source import FileSource
+from openjev_batch.pipeline.output.sink import NullSink
 from openjev_batch.pipeline.runners import stand_ins
 from openjev_batch.pipeline.runners.parse_only import ParseOnlyRunner
-from openjev_batch.pipeline.sink import NullSink
-from openjev_batch.pipeline.source import FileSource
 
 Q = {"u": {"type": "noul", "instructions": "Urgent?"}, "v": {"type": "noul", "instructions": "Polite?"}}
 

@@ -13,10 +13,10 @@ from openjev_batch.core import RowError
 from openjev_batch.errors import OutputCheckError
 from openjev_batch.pipeline import loop
 from openjev_batch.pipeline.dry_run import dry_run, show_prompt
-from openjev_batch.pipeline.read import job_rows
+from openjev_batch.pipeline.input.read import job_rows
+from openjev_batch.pipeline.input.source import FileSource
+from openjev_batch.pipeline.output.sink import NullSink
 from openjev_batch.pipeline.runners.plan_only import PlanOnlyRunner
-from openjev_batch.pipeline.sink import NullSink
-from openjev_batch.pipeline.source import FileSource
 
 Q = {
     "urgent": {"type": "noul", "instructions": "Urgent?"},

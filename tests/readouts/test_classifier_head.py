@@ -18,7 +18,8 @@ import pytest
 
 from openjev_batch.backends import load_backend
 from openjev_batch.backends.base import BackendOptions
-from openjev_batch.backends.checkpoint import Checkpoint, read_checkpoint
+from openjev_batch.checkpoint.classifier import Checkpoint, read_checkpoint
+from openjev_batch.cli.options import unescape
 from openjev_batch.config import build_config
 from openjev_batch.core import RowError
 from openjev_batch.errors import BackendError, ConfigError, InputFileError
@@ -27,7 +28,7 @@ from openjev_batch.pipeline.plan import plan
 from openjev_batch.readouts.classifier_head import read_out
 from openjev_batch.readouts.classifier_head.prompt import build_prompts, prompt_ids
 from openjev_batch.readouts.classifier_head.rows import ClsRow, parse_cls_row
-from openjev_batch.readouts.classifier_head.template import DEFAULT_TEMPLATE, Template, unescape_template
+from openjev_batch.readouts.classifier_head.template import DEFAULT_TEMPLATE, Template
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: conftest, tiny
 from conftest import EXAMPLES, SHIMS, cli, sglang_cpu_env, write_jsonl  # noqa: E402
@@ -139,7 +140,7 @@ def test_template_checks_and_custom_templates():
     t = Template("{{json}} P={premise}\n\nQ:\n{hypothesis} (end)")
     assert t.render("p1", "h1") == ("{json} P=p1\n\nQ:\nh1 (end)", "{json} P=p1\n\nQ:")
     assert Template("{hypothesis}").render("ignored", "h") == ("h", "")
-    assert unescape_template(r"Premise: {premise}\nHypothesis:\t{hypothesis} \\n") == (
+    assert unescape(r"Premise: {premise}\nHypothesis:\t{hypothesis} \\n") == (
         "Premise: {premise}\nHypothesis:\t{hypothesis} \\n"
     )
 

@@ -22,8 +22,8 @@ import pytest
 
 from openjev_batch.backends import load_backend
 from openjev_batch.backends.base import BackendOptions
-from openjev_batch.backends.checkpoint import read_checkpoint, weight_names
 from openjev_batch.backends.sglang.heads import OVERRIDES, TEXT_ONLY
+from openjev_batch.checkpoint.classifier import read_checkpoint, weight_names
 from openjev_batch.errors import BackendError
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: conftest, tiny

@@ -66,7 +66,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(job, tmp_path):
 def test_resume_refuses_a_partial_of_the_other_readout(tmp_path, hf_backend, hf_cls):
     """The readout is part of the resume key: a classify partial never continues a run, nor the reverse."""
     # two one-row chunks, stopped in the second: the first chunk's part is on disk (a job that wrote
-    # nothing leaves no partial, pipeline/store.py), so there is a partial to refuse
+    # nothing leaves no partial, pipeline/output/store.py), so there is a partial to refuse
     rows = [{"id": i, "text": "x", "state": "x", "questions": Q} for i in ("a", "b")]
     src = write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "o.parquet"

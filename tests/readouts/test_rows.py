@@ -7,7 +7,7 @@ from conftest import write_jsonl
 
 from openjev_batch.core import RowError
 from openjev_batch.errors import InputFileError
-from openjev_batch.pipeline.read import read_rows
+from openjev_batch.pipeline.input.read import read_rows
 from openjev_batch.readouts.label_logprobs.questions import QuestionError, parse_question
 from openjev_batch.readouts.label_logprobs.rows import Row, parse_row, parse_state
 

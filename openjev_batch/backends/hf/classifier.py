@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import torch
 
+from ...checkpoint.classifier import read_checkpoint
 from ...core import BranchResult, Window
 from ...errors import BackendError
 from ..base import Backend, BackendOptions
-from ..checkpoint import read_checkpoint
 from .load import device_and_dtype, load_pretrained
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
+from ...checkpoint.trust import loader_options, trust_hint
 from ...errors import BackendError
 from ..base import BackendOptions
-from ..trust import loader_options, trust_hint
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

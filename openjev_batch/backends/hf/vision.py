@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
+from ...checkpoint.info import load_config
 from ...images import ImageProblem
-from ...model_info import load_config
 
 
 def is_vision_checkpoint(model: str, trust_remote_code: bool = False) -> bool:

@@ -23,10 +23,10 @@ import importlib
 import json
 from typing import Any
 
+from ...checkpoint.classifier import Checkpoint, read_checkpoint
 from ...core import BranchResult, Window
 from ...errors import BackendError, EngineDied
 from ..base import Backend, BackendOptions, load_tokenizer
-from ..checkpoint import Checkpoint, read_checkpoint
 from . import signals as sglang_signals
 from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE, TEXT_ONLY
 from .kwargs import engine_kwargs as engine_kwargs_base

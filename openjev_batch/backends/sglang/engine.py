@@ -15,9 +15,9 @@ import logging
 import time
 from typing import Any
 
+from ...checkpoint.info import ModelInfo, model_info
 from ...core import Window
 from ...errors import BackendError
-from ...model_info import ModelInfo, model_info
 from ..base import Backend, BackendOptions, BranchResult, load_tokenizer
 from . import hybrid, mis, patterns, requests
 from . import signals as sglang_signals

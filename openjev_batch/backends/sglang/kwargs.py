@@ -198,7 +198,7 @@ def cpu_mem_fraction(model: str, kv_tokens: int, available: int | None = None) -
     import json
     from pathlib import Path
 
-    from ...model_info import _text_config
+    from ...checkpoint.info import _text_config
 
     folder = Path(model)
     try:

@@ -250,8 +250,8 @@ def start_engine(make, kw: dict, opts, external_package: str | None = None) -> t
     our sglang model classes to register while it starts (`external_models`)."""
     import tempfile
 
+    from ...checkpoint.trust import trust_hint
     from ...errors import BackendError, JobInterrupted
-    from ..trust import trust_hint
 
     refuse_unguarded_main()
     kw = {**kw}

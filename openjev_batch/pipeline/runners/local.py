@@ -58,7 +58,7 @@ class LocalRunner:
 
     def describe(self) -> dict[str, Any]:
         """The Summary's backend facts: the model's kind, the request pattern, the start-up it ran here."""
-        from ...model_info import model_info
+        from ...checkpoint.info import model_info
         from ..summary import describe_model
 
         b = self.backend

@@ -54,7 +54,7 @@ class PlanCounts:
 
 class PlanOnlyRunner:
     """`tokenizer`: one already loaded (tests), else the model's is loaded when the job opens. `show`: also
-    render each chunk's rows (readouts/label_logprobs/show.py) into `PlanCounts.shown`."""
+    render each chunk's rows (the readout's `show`) into `PlanCounts.shown`."""
 
     name = "plan-only"
     summary_type = Summary
@@ -70,7 +70,7 @@ class PlanOnlyRunner:
         self.cfg, self.readout = cfg, readout
         # the branch limit a job would have: the backends take max_position_embeddings (or --context-length);
         # without it a dry run passed an 8,192-token model's 10k-token rows that the job then refused
-        from ...model_info import model_info
+        from ...checkpoint.info import model_info
 
         self.info = model_info(cfg.model)  # config.json, read once: the limit here, describe() below
         self.prompter = readout.prompter(self.tokenizer, cfg.context_length or self.info.context_length)
@@ -101,8 +101,6 @@ class PlanOnlyRunner:
             image_id = getattr(self.prompter, "image_id", None) if images else None
             self.counts.add(plan(prompted.prompts, self.budget, self.cfg.max_branches_per_window), image_id)
             if self.show:
-                from ...readouts.label_logprobs.show import render_rows
-
-                self.counts.shown.append(render_rows(chunk, self.prompter))
+                self.counts.shown.append(self.readout.show(chunk, self.prompter))
             failed = {pos: list(f.values()) for pos, f in prompted.failed.items()}
             yield i, stand_ins(self.readout, chunk, failed), {}

@@ -13,7 +13,7 @@ checkpoint (e.g. a Qwen3 NLI cross-encoder: contradiction / entailment / neutral
   (3 of 4 test rows). The prefix ids are the longest common prefix of the whole prompt's ids and the
   prefix text's ids, so they are always an exact prefix of what runs. Rows are sorted by them, so many
   hypotheses against one premise are adjacent and reuse its KV (sglang: radix cache, warmed once).
-- **Labels.** From the checkpoint's `config.json` `id2label` (backends/checkpoint.py).
+- **Labels.** From the checkpoint's `config.json` `id2label` (checkpoint/classifier.py).
 - **Output.** `id`, `logits`, `probs` (stable softmax), `label` (argmax → id2label), `confidence` (1 − H/ln K
   over `probs`, as `run`'s), one `p_<label>` per label, `prompt_tokens`, `error`, then the kept columns;
   input order.
@@ -33,34 +33,13 @@ import pyarrow.compute as pc
 
 from ...core import RowError, unidentified_row_error
 from ...errors import ConfigError
-from .. import CLASSIFIER_HEAD
+from .. import CLASSIFIER_HEAD, register
 from ..base import Readout, RowFailures, RowResults
 from ..label_logprobs.answer import confidence, softmax
+from .options import ClassifierHeadOptions
 from .prompt import ClassifierPrompter
 from .rows import ClsRow, parse_cls_row
 from .template import DEFAULT_TEMPLATE, Template
-
-BASE_COLUMNS = ("id", "logits", "probs", "label", "confidence", "prompt_tokens", "error")
-INPUT_COLUMNS = ("id", "text", "premise", "hypothesis")
-TEXT_COLUMN = "text"  # the Python API takes a Series or a list of strings as this column
-OPTIONS = {
-    "template": "--template"
-}  # the job options it reads (RunConfig field → flag); another readout refuses them
-COMMAND = "classify"  # the CLI command that runs it
-
-
-def build(cfg: Any, labels: tuple[str, ...] | None = None, questions: Any = None) -> ClassifierHead:
-    """The readout of a job (the registry's factory, readouts/__init__.py): `labels` from a started
-    backend, else read from the checkpoint's config.json (no weights; a checkpoint that is no classifier is
-    refused here, before any model loads); without a model (`validate`) a placeholder label, as a row's
-    checks do not need them. Raises ConfigError / BackendError."""
-    if questions is not None:
-        raise ConfigError("questions are for the label-logprobs readout, not for a classifier head")
-    if labels is None and getattr(cfg, "model", None):
-        from ...backends.checkpoint import read_checkpoint
-
-        labels = read_checkpoint(cfg.model).labels
-    return ClassifierHead(tuple(labels or ("?",)), cfg.template or DEFAULT_TEMPLATE, tuple(cfg.keep))
 
 
 def read_out(logits: tuple[float, ...], labels: tuple[str, ...]) -> tuple[tuple[float, ...], str]:
@@ -79,6 +58,7 @@ def check_keep(keep: tuple[str, ...], labels: tuple[str, ...]) -> None:
         raise ConfigError(f"--keep column(s) {', '.join(clash)} clash with the label columns; rename them")
 
 
+@register(CLASSIFIER_HEAD)
 @dataclass(frozen=True)
 class ClassifierHead(Readout):
     """`labels`: the checkpoint's id2label names in index order; `template`: the premise/hypothesis prompt."""
@@ -88,10 +68,27 @@ class ClassifierHead(Readout):
     keep: tuple[str, ...] = ()
     _template: Template = field(init=False, repr=False, compare=False)
 
-    name = CLASSIFIER_HEAD
     backend_kind = "classifier-head"
     unit = "rows"
     noun = "row"
+    command = "classify"
+    Options = ClassifierHeadOptions
+    input_columns = ("id", "text", "premise", "hypothesis")
+    base_columns = ("id", "logits", "probs", "label", "confidence", "prompt_tokens", "error")
+    text_column = "text"  # the Python API takes a Series or a list of strings as this column
+    chunk_rows = 20_000
+
+    @classmethod
+    def from_config(cls, cfg: Any, labels: tuple[str, ...] | None = None) -> ClassifierHead:
+        """`labels` from a started backend, else read from the checkpoint's config.json (no weights; a
+        checkpoint that is no classifier is refused here, before any model loads); without a model
+        (`validate`) a placeholder label, as a row's checks do not need them. Raises ConfigError /
+        BackendError."""
+        if labels is None and getattr(cfg, "model", None):
+            from ...checkpoint.classifier import read_checkpoint
+
+            labels = read_checkpoint(cfg.model).labels
+        return cls(tuple(labels or ("?",)), cfg.readout_options.template, tuple(cfg.keep))
 
     def __post_init__(self):
         check_keep(self.keep, self.labels)

@@ -52,16 +52,3 @@ class Template:
                 out.append(premise)
         assert prefix is not None
         return "".join(out), prefix.rstrip()
-
-
-def unescape_template(text: str) -> str:
-    """`\\n`, `\\t` and `\\\\` in a command-line template → newline, tab, backslash."""
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in "nt\\":
-            out.append({"n": "\n", "t": "\t", "\\": "\\"}[text[i + 1]])
-            i += 2
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)

@@ -10,28 +10,22 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...core import RowError, unidentified_row_error
-from .. import LABEL_LOGPROBS
+from .. import LABEL_LOGPROBS, register
 from ..base import Readout, RowFailures, RowResults
 from .answer import read_out
+from .options import LabelLogprobsOptions
 from .prompt import INSTRUCTIONS, Prompter
 from .prompt_variants import Variants
 from .questions import QuestionError, QuestionSpec
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
 from .rows_images import image_key, input_has_image_column
-
-INPUT_COLUMNS = ("id", "state", "questions", "image", "images")
-TEXT_COLUMN = "state"  # the Python API takes a Series or a list of strings as this column
-OPTIONS = {
-    "questions_file": "--questions",
-    "system_prompt": "--system-prompt",
-}  # the job options it reads (RunConfig field → flag); another readout refuses them
-COMMAND = "run"  # the CLI command that runs it
 
 SEP = "\x1f"  # as pipeline.summary.SEP: a question's id, type and options joined into one answer key
 
@@ -55,35 +49,7 @@ OUTPUT_SCHEMA = pa.schema(
 )
 
 
-BASE_COLUMNS = tuple(OUTPUT_SCHEMA.names)
-
-
-def build(cfg: Any, labels: Any = None, questions: Any = None) -> LabelLogprobs:
-    """The readout of a job (the registry's factory, readouts/__init__.py): the questions of
-    `cfg.questions_file`, or `questions` already parsed (the Python API), or each row's own. Raises
-    ConfigError for a missing or bad questions file."""
-    from pathlib import Path
-
-    keep, system_prompt = tuple(cfg.keep), cfg.system_prompt
-    # relative image paths resolve against the input file's folder, and only inside it (images.py)
-    root, image_input = None, False
-    if getattr(cfg, "input", None) and Path(cfg.input).is_file():
-        root, image_input = str(Path(cfg.input).absolute().parent), input_has_image_column(Path(cfg.input))
-    if image_input and getattr(cfg, "model", None):  # before any weights load: the tokenizer and processor
-        from .image_prompt import check_model_takes_images
-
-        check_model_takes_images(cfg.model, getattr(cfg, "trust_remote_code", False))
-    images = dict(image_root=root, image_input=image_input)
-    if questions is not None or not cfg.questions_file:
-        return LabelLogprobs(questions, keep, system_prompt=system_prompt, **images)
-    from .questions import load_questions
-
-    parsed = load_questions(cfg.questions_file)  # raises ConfigError for a missing or bad file
-    # the questions' content, not their path: an edited file must not mix old and new answers
-    sha = hashlib.sha256(Path(cfg.questions_file).read_bytes()).hexdigest()
-    return LabelLogprobs(parsed, keep, sha, system_prompt, **images)
-
-
+@register(LABEL_LOGPROBS)
 @dataclass(frozen=True)
 class LabelLogprobs(Readout):
     """`questions`: the parsed shared `--questions` (None: each row's own `questions` column);
@@ -97,10 +63,59 @@ class LabelLogprobs(Readout):
     image_root: str | None = None  # the input file's folder (relative image paths); None: absolute only
     image_input: bool = False  # the input has an image column: a model that takes no images is refused
 
-    name = LABEL_LOGPROBS
     backend_kind = "label-logprobs"
     unit = "branches"
     noun = "question"
+    command = "run"
+    Options = LabelLogprobsOptions
+    input_columns = ("id", "state", "questions", "image", "images")
+    base_columns = tuple(OUTPUT_SCHEMA.names)
+    text_column = "state"  # the Python API takes a Series or a list of strings as this column
+    # the host stage of chunk k+1 runs while chunk k is on the engine, so smaller chunks hide more of it
+    # (H200, multi-item, W2 12,032 rows: 11.2 s in one chunk, 9.5 s in chunks of 2048; docs/benchmarks.md)
+    chunk_rows = 2048
+
+    @classmethod
+    def from_config(cls, cfg: Any, labels: Any = None) -> LabelLogprobs:
+        """The questions of the options: a file's (read here; raises ConfigError for a missing or bad
+        one), parsed ones (the Python API's mapping), or None (each row's own)."""
+        opts, keep = cfg.readout_options, tuple(cfg.keep)
+        # relative image paths resolve against the input file's folder, and only inside it (images.py)
+        root, image_input = None, False
+        if getattr(cfg, "input", None) and Path(cfg.input).is_file():
+            root, image_input = (
+                str(Path(cfg.input).absolute().parent),
+                input_has_image_column(Path(cfg.input)),
+            )
+        if image_input and getattr(
+            cfg, "model", None
+        ):  # before any weights load: the tokenizer and processor
+            from .image_prompt import check_model_takes_images
+
+            check_model_takes_images(cfg.model, getattr(cfg, "trust_remote_code", False))
+        images = dict(image_root=root, image_input=image_input)
+        if not isinstance(opts.questions, Path):
+            return cls(opts.questions, keep, system_prompt=opts.system_prompt, **images)
+        from .questions import load_questions
+
+        parsed = load_questions(opts.questions)  # raises ConfigError for a missing or bad file
+        # the questions' content, not their path: an edited file must not mix old and new answers
+        sha = hashlib.sha256(opts.questions.read_bytes()).hexdigest()
+        return cls(parsed, keep, sha, opts.system_prompt, **images)
+
+    @classmethod
+    def needed_column(cls, options: LabelLogprobsOptions) -> tuple[str, str] | None:
+        # without shared questions, each row's own: an input with none is refused before the model loads
+        return (
+            None
+            if options.questions is not None
+            else ("questions", "give them in each row or in one file with -q/--questions FILE")
+        )
+
+    def show(self, rows: list, prompter) -> str:
+        from .show import render_rows
+
+        return render_rows(rows, prompter)
 
     @property
     def schema(self) -> pa.Schema:

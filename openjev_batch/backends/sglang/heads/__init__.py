@@ -30,7 +30,7 @@ OVERRIDES: dict[str, tuple[str, str, str | None]] = {
     # multimodal architecture name (its processor registry and hybrid linear-attention set-up key on it):
     # the engine is told `Qwen3_5ForConditionalGeneration` / `Qwen3_5MoeForConditionalGeneration`, and our
     # class registered under that name is a classifier. A checkpoint saved under the multimodal name with a
-    # score head (the seeds' NLI cross-encoders; backends/checkpoint.py checks `score.weight`) maps the same.
+    # score head (the seeds' NLI cross-encoders; checkpoint/classifier.py checks `score.weight`) maps the same.
     # GPU only (the linear-attention kernels have no CPU build here).
     "Qwen3_5ForSequenceClassification": (
         "qwen3_5_cls",

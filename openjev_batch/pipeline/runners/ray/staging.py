@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ....readouts.base import Readout
-from ...store import STAGE_DIR
+from ...output.store import STAGE_DIR
 from .stages import _EXTRA
 
 

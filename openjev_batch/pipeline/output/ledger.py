@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 LEDGER = "chunks.jsonl"
 

@@ -11,8 +11,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..readouts.label_logprobs import OUTPUT_SCHEMA
-
 
 def _finite(v: Any) -> Any:
     """`v` with every NaN / ±inf float as None: bare `NaN` tokens made a JSONL output that polars'
@@ -42,7 +40,7 @@ class TableWriter:
     """Writes tables of one schema to `path` as Parquet, JSONL (one object per output row; `jsonl.gz`
     gzipped), JSON (one array of those objects) or CSV / TSV (header once; nested columns as JSON text).
     Used by the store's join (join.py) for the joined output; `metadata` goes into a Parquet file's
-    key-value metadata (the text formats have none: their manifest is a sidecar, output_manifest.py)."""
+    key-value metadata (the text formats have none: their manifest is a sidecar, manifest.py)."""
 
     def __init__(self, path: Path, schema: pa.Schema, fmt: str, metadata: dict[bytes, bytes] | None = None):
         self.fmt, self.n = fmt, 0
@@ -91,10 +89,13 @@ class TableWriter:
 def records_table(
     records: list[dict[str, Any]], keep: tuple[str, ...] = (), schema: pa.Schema | None = None
 ) -> pa.Table:
-    """Output records → an Arrow table: the readout's columns (`schema`, default the label-logprobs
-    OUTPUT_SCHEMA), then the kept columns with the type Arrow infers (mixed types, as a JSONL column may
+    """Output records → an Arrow table: the readout's columns (`schema`, default the default readout's
+    columns), then the kept columns with the type Arrow infers (mixed types, as a JSONL column may
     hold, become their JSON text)."""
-    schema = schema if schema is not None else OUTPUT_SCHEMA
+    if schema is None:  # the default readout's columns
+        from ...readouts import default_readout
+
+        schema = default_readout().schema
     cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in schema}
     for k in keep:
         vals = [r[k] for r in records]

@@ -1,5 +1,5 @@
 """The Python API's data: polars / pandas DataFrames, pyarrow Tables or iterables of dicts → chunks of
-(position, record) as the file readers give them (pipeline/formats.py), and an output table back into the
+(position, record) as the file readers give them (pipeline/input/formats.py), and an output table back into the
 kind asked for."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def columns_of(data: Any, kind: str) -> list[str] | None:
     if kind in ("polars", "arrow"):
         return list(data.column_names if kind == "arrow" else data.columns)
     if isinstance(data, (list, tuple)):  # as the CLI scans JSONL: the keys of the first rows (a generator
-        from .pipeline.read import KEEP_SCAN_ROWS  # cannot be read twice, so it is not checked)
+        from .read import KEEP_SCAN_ROWS  # cannot be read twice, so it is not checked)
 
         seen: dict[str, None] = {}
         for r in data[:KEEP_SCAN_ROWS]:
@@ -110,7 +110,7 @@ def records_of(data: Any, kind: str, chunk_rows: int) -> Iterator[list[tuple[int
     Parquet reader gives them: numpy scalars and pandas NaN would otherwise reach the row checks)."""
     import pyarrow as pa
 
-    from .pipeline.arrow_records import batch_records
+    from .arrow_records import batch_records
 
     if kind == "polars":
         data = data.to_arrow()

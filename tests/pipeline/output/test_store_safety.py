@@ -68,9 +68,9 @@ def test_a_hub_id_is_keyed_by_its_cached_revision_recorded_once_downloaded(tmp_p
     crash matches; a new commit under the same id is refused."""
     from huggingface_hub import constants
 
-    from openjev_batch.backends.weights import model_fingerprint
+    from openjev_batch.checkpoint.weights import model_fingerprint
     from openjev_batch.errors import ConfigError
-    from openjev_batch.pipeline.store import OutputStore
+    from openjev_batch.pipeline.output.store import OutputStore
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     repo = tmp_path / "hub" / "models--org--tiny"
@@ -126,7 +126,7 @@ def test_a_symlinked_lock_or_a_users_own_lock_is_refused_and_left_as_it_is(tiny_
 
 def test_the_lock_of_a_job_that_died_is_taken_over_and_a_refused_job_leaves_no_lock(tmp_path):
     from openjev_batch.errors import ConfigError
-    from openjev_batch.pipeline.store import OutputStore
+    from openjev_batch.pipeline.output.store import OutputStore
 
     out = tmp_path / "o.parquet"
     lock = tmp_path / "o.parquet.lock"
@@ -181,7 +181,7 @@ def test_a_part_of_another_job_is_refused_and_only_the_ledgers_job_is_deleted(tm
     """An earlier job's partial is replaced by a fresh run; a part of a third job copied in is not its to
     delete, and the run refuses before it deletes anything."""
     from openjev_batch.errors import ConfigError
-    from openjev_batch.pipeline.store import OutputStore
+    from openjev_batch.pipeline.output.store import OutputStore
 
     def stopped(name, chunks):
         s = OutputStore(tmp_path / name)
@@ -260,7 +260,7 @@ def test_eval_never_writes_over_its_benchmark_nor_a_folder_without_an_eval_job(t
 
 
 def test_a_refused_second_eval_leaves_the_running_evals_questions(tiny_model, tmp_path):
-    from openjev_batch.pipeline.store import OutputStore
+    from openjev_batch.pipeline.output.store import OutputStore
 
     d = tmp_path / "ev"
     d.mkdir()

@@ -1,4 +1,4 @@
-"""Standard input spooled to a file (pipeline/stdin.py): sniffed by its first bytes, and never copied past the
+"""Standard input spooled to a file (pipeline/input/stdin.py): sniffed by its first bytes, and never copied past the
 disk's reserve (`validate - < /dev/zero` filled a 70 GB disk in the hostile trial)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from openjev_batch.errors import InputFileError
-from openjev_batch.pipeline import stdin
+from openjev_batch.pipeline.input import stdin
 
 
 def test_stdin_is_named_by_its_format(tmp_path):

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..core import duplicate_id_error
-from ..errors import InputFileError
+from ...core import duplicate_id_error
+from ...errors import InputFileError
 from .formats import has_rows, input_columns, input_format, record_chunks
 
 KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
@@ -57,24 +57,24 @@ def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
     return path
 
 
-def check_has_questions(path: str | Path) -> None:
-    """A `run` without --questions reads each row's `questions`: an input where none of the first
-    KEEP_SCAN_ROWS rows has one would load the model and write a file of errors (issue 34.4), so it is a job
-    error (InputFileError) before the model loads. Later rows without questions stay row errors."""
+def check_has_column(path: str | Path, column: str, hint: str) -> None:
+    """A column the readout needs in some row (`Readout.needed_column`: `run` without --questions reads each
+    row's `questions`): an input where none of the first KEEP_SCAN_ROWS rows has it would load the model and
+    write a file of errors (issue 34.4), so it is a job error (InputFileError) before the model loads. Later
+    rows without it stay row errors."""
     first = next(record_chunks(Path(path), KEEP_SCAN_ROWS), [])
-    if not any(isinstance(rec, dict) and rec.get("questions") is not None for _, rec in first):
-        scope = "no row has" if len(first) < KEEP_SCAN_ROWS else f"none of the first {KEEP_SCAN_ROWS:,} rows has"
-        raise InputFileError(
-            f"{path}: no questions: {scope} a `questions` field; give them in each row or in one file with "
-            "-q/--questions FILE"
+    if not any(isinstance(rec, dict) and rec.get(column) is not None for _, rec in first):
+        scope = (
+            "no row has" if len(first) < KEEP_SCAN_ROWS else f"none of the first {KEEP_SCAN_ROWS:,} rows has"
         )
+        raise InputFileError(f"{path}: no {column}: {scope} a `{column}` field; {hint}")
 
 
 def all_columns(cfg: Any) -> tuple[str, ...]:
     """`--keep all`, as the Python API's keep="all": every column of the input's first KEEP_SCAN_ROWS rows in
     the order first seen (a schema's order for Parquet and CSV), except those `cfg`'s readout reads or
     writes. Raises InputFileError as check_input does."""
-    from .. import readouts
+    from ... import readouts
 
     skip = {*readouts.input_columns(cfg.readout), *readouts.build(cfg.readout, cfg).schema.names}
     first = next(record_chunks(check_input(cfg.input), KEEP_SCAN_ROWS), [])
@@ -92,7 +92,7 @@ def read_rows(
     hasher: Any = None,
 ) -> Iterator[list[Any]]:
     """Yield chunks of parsed rows in input order (the first `limit` rows when given); `readout`
-    (readouts/base.py) parses each record (default: the label-logprobs readout over `questions` and
+    (readouts/base.py) parses each record (default: the registry's default readout over `questions` and
     `keep`). Duplicate ids become RowErrors (the first one wins). `hasher`: the input's content hash up to
     the end of the chunk just yielded (formats.record_chunks).
 
@@ -122,9 +122,9 @@ def job_rows(cfg: Any, readout: Any) -> tuple[Iterator[list[Any]], Any]:
 
 
 def _default_readout(questions: Any, keep: tuple[str, ...]):
-    from ..readouts.label_logprobs import LabelLogprobs
+    from ...readouts import default_readout
 
-    return LabelLogprobs(questions, keep)
+    return default_readout(keep, questions)
 
 
 def parse_records(

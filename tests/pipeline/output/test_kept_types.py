@@ -1,9 +1,15 @@
-"""Kept-column types from JSONL values (pipeline/kept_types.py): pure; through the store and the join in
+"""Kept-column types from JSONL values (pipeline/output/kept_types.py): pure; through the store and the join in
 test_store.py."""
 
 import pyarrow as pa
 
-from openjev_batch.pipeline.kept_types import as_text, decode_type, encode_type, unify_types, value_type
+from openjev_batch.pipeline.output.kept_types import (
+    as_text,
+    decode_type,
+    encode_type,
+    unify_types,
+    value_type,
+)
 
 
 def test_unify_types_is_the_type_every_value_agrees_on():

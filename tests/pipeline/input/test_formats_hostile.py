@@ -16,8 +16,8 @@ from conftest import ROOT, cli
 
 from openjev_batch.core import RowError
 from openjev_batch.errors import InputFileError, InputWarning
-from openjev_batch.pipeline.formats import kept_types
-from openjev_batch.pipeline.read import read_rows
+from openjev_batch.pipeline.input.formats import kept_types
+from openjev_batch.pipeline.input.read import read_rows
 from openjev_batch.readouts.label_logprobs.questions import shared_questions
 from openjev_batch.readouts.label_logprobs.rows import Row
 from openjev_batch.values import MAX_LINE_BYTES
@@ -256,7 +256,7 @@ def test_a_long_jsonl_line_is_that_rows_error_read_in_bounded_pieces(tmp_path):
     Python heap peak stays near the limit (the old reader held the line, its text and its parse)."""
     import tracemalloc
 
-    from openjev_batch.pipeline.formats import count_rows
+    from openjev_batch.pipeline.input.formats import count_rows
 
     src = tmp_path / "long.jsonl.gz"
     lines = [{"id": "a", "state": "hi"}, {"id": "b", "state": "x" * 60_000_000}, {"id": "c", "state": "ok"}]
@@ -331,7 +331,7 @@ def test_the_csv_record_scan_agrees_with_the_csv_module(tmp_path):
     import io
     import random
 
-    from openjev_batch.pipeline import csv_records
+    from openjev_batch.pipeline.input import csv_records
 
     rng = random.Random(25)
     alphabet = ["a", "b ", ",", '"', '""', "\n", "é"]  # no line of spaces only: a blank line is skipped

@@ -10,7 +10,7 @@ import pytest
 from conftest import EXAMPLES, cli
 
 from openjev_batch.backends.sglang.patterns import resolve, words
-from openjev_batch.model_info import UNKNOWN, from_config, model_info
+from openjev_batch.checkpoint.info import UNKNOWN, from_config, model_info
 
 
 def auto_pattern(info) -> str:

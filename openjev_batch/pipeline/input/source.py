@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..readouts.base import Readout
+from ...readouts.base import Readout
 
 
 class FileSource:
@@ -19,12 +19,12 @@ class FileSource:
 
     def check(self) -> None:
         """Whole-file checks, before any model loads. Raises InputFileError."""
-        from ..readouts import LABEL_LOGPROBS
-        from .read import check_has_questions, check_input
+        from ...readouts import readout_class
+        from .read import check_has_column, check_input
 
         check_input(self.cfg.input, self.cfg.keep)
-        if self.cfg.readout == LABEL_LOGPROBS and self.cfg.questions_file is None:
-            check_has_questions(self.cfg.input)
+        if needed := readout_class(self.cfg.readout).needed_column(self.cfg.readout_options):
+            check_has_column(self.cfg.input, *needed)
 
     def count_rows(self) -> int | None:
         from .formats import count_rows
@@ -65,7 +65,7 @@ class FrameSource:
         return None
 
     def chunks(self, readout: Readout) -> Iterator[tuple[list, str | None]]:
-        from ..frames import records_of
+        from .frames import records_of
         from .read import parse_records
 
         recs = records_of(self.data, self.kind, self.chunk_rows)

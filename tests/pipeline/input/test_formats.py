@@ -16,7 +16,7 @@ from conftest import EXAMPLES, ROOT, cli, write_jsonl
 
 from openjev_batch.core import RowError
 from openjev_batch.errors import InputFileError
-from openjev_batch.pipeline.read import read_rows
+from openjev_batch.pipeline.input.read import read_rows
 from openjev_batch.readouts.label_logprobs.rows import Row
 
 Q = {
@@ -203,7 +203,7 @@ def test_job_rows_reads_a_job_and_hashes_what_it_read(tmp_path):
     import hashlib
 
     from openjev_batch.config import build_config
-    from openjev_batch.pipeline.read import job_rows
+    from openjev_batch.pipeline.input.read import job_rows
     from openjev_batch.readouts.label_logprobs import LabelLogprobs
 
     src = tmp_path / "in.jsonl"
@@ -234,7 +234,7 @@ def test_table_writer_formats_read_back(tmp_path, name):
     """The output formats a new user asked for (issue 26): .json (one array), .jsonl.gz, .tsv, beside
     .jsonl and .csv; each read back gives the rows written, nested columns as JSON text in CSV/TSV."""
     from openjev_batch.options import output_format
-    from openjev_batch.pipeline.write import TableWriter
+    from openjev_batch.pipeline.output.write import TableWriter
 
     t = pa.table({"id": ["a", "b\tc"], "probs": [[0.25, 0.75], None], "n": [1, None]})
     path = tmp_path / name
@@ -267,7 +267,7 @@ def test_output_format_refuses_others_naming_the_choices():
 
 def test_tsv_input_reads_as_csv_with_tabs(tmp_path):
     """TSV input (issue 26): the CSV reader with a tab for the comma; a quoted cell may hold a tab."""
-    from openjev_batch.pipeline.formats import input_columns, record_chunks
+    from openjev_batch.pipeline.input.formats import input_columns, record_chunks
 
     p = tmp_path / "in.tsv"
     p.write_text('id\tstate\n1\tplain, with a comma\n2\t"a\ttab"\n', encoding="utf-8")

@@ -17,7 +17,7 @@ from conftest import ROOT, cli, start_cli, wait_parts, write_jsonl
 from openjev_batch.config import build_config
 from openjev_batch.errors import BackendError, ConfigError, OutputBusyError, OutputCheckError
 from openjev_batch.pipeline import run_job
-from openjev_batch.pipeline.store import OutputStore
+from openjev_batch.pipeline.output.store import OutputStore
 
 Q = {"u": {"type": "noul", "instructions": "Urgent?"}}
 
@@ -64,7 +64,7 @@ def test_a_second_store_on_the_same_output_is_refused_naming_the_holder(tmp_path
 def test_a_killed_job_never_leaves_the_lock_stuck(tmp_path):
     out = tmp_path / "o.parquet"
     code = (
-        "import sys, time; from openjev_batch.pipeline.store import OutputStore; "
+        "import sys, time; from openjev_batch.pipeline.output.store import OutputStore; "
         f"s = OutputStore({str(out)!r}); print('locked', flush=True); time.sleep(600)"
     )
     p = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)

@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, cli, write_jsonl
 
-from openjev_batch.pipeline.output_manifest import KEY, confirm_finished
-from openjev_batch.pipeline.store import OutputStore
+from openjev_batch.pipeline.output.manifest import KEY, confirm_finished
+from openjev_batch.pipeline.output.store import OutputStore
 
 Q = {"u": {"type": "noul", "instructions": "Urgent?"}}
 ROWS = [{"id": f"r{i}", "state": f"ticket number {i}", "questions": Q, "team": i % 2} for i in range(5)]
@@ -35,7 +35,7 @@ def test_the_parquet_output_holds_the_jobs_manifest(done):
     doc = json.loads(pq.read_schema(outs["parquet"]).metadata[KEY])
     m = doc["manifest"]
     assert m["backend"] == "hf" and m["chunk_rows"] == 2 and m["keep"] == ["team"] and m["limit"] is None
-    assert m["model content"]  # the model by content (backends/weights.py)
+    assert m["model content"]  # the model by content (checkpoint/weights.py)
     assert "job_id" not in m  # named the parts, which are gone
     # the input by content: the sha256 of every byte the reader read, i.e. of the whole JSONL file
     assert doc["input_sha256"] == hashlib.sha256(inp.read_bytes()).hexdigest()

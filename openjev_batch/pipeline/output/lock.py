@@ -20,7 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ..errors import ConfigError, OutputBusyError
+from ...errors import ConfigError, OutputBusyError
 
 
 def _holder(fd: int) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..errors import InputFileError
+from ...errors import InputFileError
 
 _MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..readouts.base import Readout
+from ...readouts.base import Readout
 
 
 class StoreSink:

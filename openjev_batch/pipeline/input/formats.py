@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import InputFileError
+from ...errors import InputFileError
 from .arrow_records import arrow_batches, arrow_schema, hf_dataset_files, hf_kept_types, json_file, rechunk
 from .csv_records import columns as csv_columns
 from .csv_records import count as csv_count

@@ -12,8 +12,8 @@ import pytest
 from conftest import EXAMPLES, cli
 
 from openjev_batch.backends.base import BackendOptions
-from openjev_batch.backends.trust import check_model_trust
-from openjev_batch.backends.weights import check_weights, model_fingerprint, safetensors_weights
+from openjev_batch.checkpoint.trust import check_model_trust
+from openjev_batch.checkpoint.weights import check_weights, model_fingerprint, safetensors_weights
 from openjev_batch.errors import BackendError
 
 
@@ -118,7 +118,7 @@ def test_a_large_weight_file_is_keyed_by_a_sample_of_every_tensor(
     copy keys the same."""
     from tiny import make_tiny_qwen3
 
-    from openjev_batch.backends import weights
+    from openjev_batch.checkpoint import weights
 
     monkeypatch.setattr(weights, "SMALL_FILE", 1024)  # the tiny model counts as large
     a, b = tmp_path / "a", tmp_path / "b"

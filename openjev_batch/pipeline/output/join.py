@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import OutputCheckError
+from ...errors import OutputCheckError
 from .kept_types import as_text, decode_type, unify_types
 from .ledger import Ledger
 from .parts import PART_GLOB, kept_part_types, made_by, part_path

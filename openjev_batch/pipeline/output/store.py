@@ -8,7 +8,7 @@
       .part-*.tmp, .join-*.tmp  files being written (unique names, renamed into place when complete)
       ray/               `run --ray` staging (pipeline/runners/ray/staging.py)
     <out>                the parts joined after the count check (join.py), with the manifest in its
-    <out>.manifest.json  Parquet metadata or, beside a text output, in this sidecar (output_manifest.py)
+    <out>.manifest.json  Parquet metadata or, beside a text output, in this sidecar (manifest.py)
 
 This module owns the folder: who may open it, what resuming it means, and what it may delete.
 - One job owns the folder: the lock is taken before anything in it is read or deleted (a second job on the
@@ -37,9 +37,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import ConfigError
-from ..options import output_format
-from . import output_manifest
+from ...errors import ConfigError
+from ...options import output_format
+from . import manifest as output_manifest
 from .join import Join, check_parts
 from .ledger import LEDGER, Ledger
 from .lock import acquire, lock_path, same_file
@@ -71,8 +71,10 @@ class OutputStore:
         kept_types: dict[str, pa.DataType] | None = None,
         schema: pa.Schema | None = None,
     ):
-        if schema is None:
-            from ..readouts.label_logprobs import OUTPUT_SCHEMA as schema
+        if schema is None:  # the default readout's columns
+            from ...readouts import default_readout
+
+            schema = default_readout().schema
         self.schema = schema  # the readout's columns
         self.path = Path(path)
         self.partial = self.path.with_name(self.path.name + ".partial")
@@ -245,7 +247,7 @@ class OutputStore:
 
     def close(self) -> Path:
         """Check the parts (`check`), join them in chunk order into the target path (atomically) with the
-        job's manifest (output_manifest.py), remove the store's files and the lock. Returns the path."""
+        job's manifest (manifest.py), remove the store's files and the lock. Returns the path."""
         self.check()
         join = Join([self.part(i) for i in range(self.ledger.seen)], self.schema, self.keep, self.kept_types)
         rows, records = self.ledger.totals()

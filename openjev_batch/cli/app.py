@@ -1,0 +1,150 @@
+"""The Typer app the commands register on, the exit codes, the consoles, and the one place domain errors
+become messages (`_fail`, `_stopped`). The command modules import it; `cli/__init__.py` imports them.
+
+Exit codes: 0 every question answered · 3 output written, some rows/questions have errors ·
+4 the job could not run (bad options, unreadable input, model or engine failure) · 2 usage error.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import typer
+from rich.console import Console
+
+from ..errors import InputWarning, OpenjevError
+
+EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM: both keep the partial
+
+HELP = {"help_option_names": ["-h", "--help"]}
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    context_settings=HELP,
+    help="Offline batch classification with LLMs: answers read from next-token label logprobs.",
+)
+models_app = typer.Typer(
+    no_args_is_help=True, context_settings=HELP, help="Models that install offline from package registries."
+)
+app.add_typer(models_app, name="models")
+
+
+class _Console(Console):
+    """rich's Console, but a reader that closed stdout's pipe (`validate … | head`) ends the command with
+    exit 0: it has what it wanted, which is no error (rich exits 1). A reader of stderr that has gone (a log
+    shipper or `| tee log` that died) stops nothing: stderr goes to /dev/null and the command ends with its
+    own exit code (issue 34.1: exiting 0 here recorded an interrupted nightly job as a success)."""
+
+    def on_broken_pipe(self) -> None:
+        if self.stderr:
+            self.quiet = True
+            _stderr_to_devnull()
+            return
+        _quiet_exit()
+
+
+def _stderr_to_devnull() -> None:
+    """stderr's fd onto /dev/null: what is still buffered for it, and Python's last flush, then succeed."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stderr.fileno())
+    os.close(devnull)
+
+
+def _quiet_exit() -> None:
+    """Exit 0 with both streams on /dev/null, so the interpreter's last flush does not fail again (Python's
+    own advice: the signal module's "Note on SIGPIPE")."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.dup2(devnull, sys.stderr.fileno())
+    raise SystemExit(EXIT_OK)
+
+
+err = _Console(stderr=True)
+out = _Console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .._version import __version__
+
+        print(f"openjev-batch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Offline batch classification with LLMs: answers read from next-token label logprobs."""
+    warnings.showwarning = _show_warning
+
+
+_python_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """An InputWarning (a CSV quote left open?) as one `warning:` line naming the file and line, not
+    Python's `path:lineno: InputWarning:` and source-line form; other warnings as Python shows them."""
+    from .options import stdin_name
+
+    if not issubclass(category, InputWarning):
+        return _python_showwarning(message, category, filename, lineno, file, line)
+    err.print("[yellow]warning:[/] ", end="")
+    err.print(printable(stdin_name(str(message))), markup=False, highlight=False)
+
+
+_UNSAFE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+_INVISIBLE = (
+    0x061C, 0x200B, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2060, 0x2065),
+    *range(0x2066, 0x206A), 0xFEFF, *range(0xD800, 0xE000),
+)  # fmt: skip
+_UNSAFE.update({c: f"\\u{c:04x}" for c in _INVISIBLE})
+_UNSAFE.update({c: f"\\U{c:08x}" for c in range(0xE0000, 0xE0080)})
+
+
+def printable(text: str) -> str:
+    """Text from the input (row ids, messages, error texts quoting them, paths) made safe for a terminal:
+    control characters (ESC sequences that clear the screen or set the title, BEL), bidirectional overrides,
+    line and paragraph separators (U+2028: a terminal or log viewer breaks the line there), zero-width and
+    tag characters (text that is there but not seen) and lone surrogates (a non-UTF-8 byte of a path) are
+    shown escaped, as `\\x1b` / `\\u202e` / `\\u200b` (hostile trials: a row id's ESC sequences reached the
+    terminal; U+2028 and U+200B were printed raw)."""
+    return text.translate(_UNSAFE)
+
+
+def _fail(e: OpenjevError) -> None:
+    from .options import stdin_name
+
+    err.print("[bold red]error:[/] ", end="")
+    err.print(printable(stdin_name(str(e))), markup=False, highlight=False)
+    raise typer.Exit(EXIT_FAILED)
+
+
+def _stopped(e: KeyboardInterrupt, partial) -> None:
+    """Ctrl-C or SIGTERM (interrupts.py): the window in flight was dropped; say what is kept, exit 130/143."""
+    import signal
+    from pathlib import Path
+
+    from ..errors import JobInterrupted
+
+    term = isinstance(e, JobInterrupted) and e.signum == signal.SIGTERM
+    code = EXIT_TERMINATED if term else EXIT_INTERRUPTED  # decided before printing: the exit must not
+    try:  # depend on whether anyone still reads stderr (issue 34.1)
+        kept = Path(partial).is_dir()  # a job stopped before its first part leaves none
+        err.print(
+            f"{'terminated (SIGTERM)' if term else 'interrupted'}: "
+            + (f"finished chunks are kept in {partial}; rerun with --resume" if kept else "nothing written"),
+            markup=False,
+        )
+    except OSError:  # stderr unwritable in another way (EIO from a vanished terminal): the code still stands
+        pass
+    raise typer.Exit(code) from None

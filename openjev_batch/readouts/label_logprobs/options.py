@@ -1,0 +1,57 @@
+"""The label-logprobs readout's own options (`run`): the shared questions and the system prompt. Declared
+once here; the CLI and the Python API pass the same keywords (one door), validated when a RunConfig is built."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import field_validator
+
+from ...errors import ConfigError
+from ...values import option_text_problem, text_bytes
+from ..base import ReadoutOptions
+from .questions import MAX_QUESTION_BYTES, QuestionSpec, shared_questions
+
+
+class LabelLogprobsOptions(ReadoutOptions):
+    """`questions`: the questions every row is asked: a JSON/YAML file (`run -q`, or the API's path; read when
+    the readout is built, its content the resume key) or a mapping question_id → question (the API's,
+    parsed here: every question must be valid); None: each row's own `questions` column.
+    `system_prompt`: the system message instead of the default annotator instructions
+    (prompt.INSTRUCTIONS); content, so tokenized as text (a control string in it never becomes a turn);
+    part of the resume key."""
+
+    questions: Path | tuple[QuestionSpec, ...] | None = None
+    system_prompt: str | None = None
+
+    @field_validator("questions", mode="before")
+    @classmethod
+    def _questions(cls, v: Any) -> Any:
+        if v is None or isinstance(v, Path | tuple):
+            return v
+        if isinstance(v, str):
+            return Path(v)
+        if isinstance(v, Mapping):
+            try:
+                return shared_questions(v, "questions")
+            except ConfigError as e:  # the field's name leads the message already
+                raise ValueError(str(e).removeprefix("questions: ")) from None
+        raise ValueError(f"questions must be a mapping question_id → question or a file path, got {v!r}")
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _system_prompt(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("--system-prompt is empty")
+        if v is not None and (problem := option_text_problem(v)) is not None:  # the tokenizer would raise
+            raise ValueError(f"--system-prompt: {problem}")
+        # part of every row's prefix: one too long would fail every row, slowly (hostile trial: 1 MB took
+        # 0.5 s a row to turn into row errors), so it is refused at once, at the question text's limit
+        if v is not None and (n := text_bytes(v)) > MAX_QUESTION_BYTES:
+            raise ValueError(f"--system-prompt is {n:,} bytes, limit {MAX_QUESTION_BYTES:,}")
+        return v
+
+    def files(self) -> list[tuple[Path, str]]:
+        return [(self.questions, "the questions file (-q)")] if isinstance(self.questions, Path) else []
