@@ -50,6 +50,11 @@ def _print_plan(p, command: str = "run") -> None:
         *([("image tokens (a row's prefix once)", f"{p.image_tokens:,} in {p.images:,} images")] if p.images else []),
         ("unique tokens, sglang (radix cache: any shared token prefix)", f"{p.unique_tokens:,}"),
         ("unique tokens, hf (identical prefixes only)", f"{p.unique_tokens_hf:,}"),
+        *(
+            [("tokens multi-item scoring computes (sglang, GPU)", f"{p.multi_item_tokens:,}")]
+            if p.backend == "sglang" and p.multi_item_tokens
+            else []
+        ),
         (
             f"expected cache hit rate, {p.backend} (this run's backend)",
             f"{p.expected_hit_rate if p.backend == 'sglang' else p.expected_hit_rate_hf:.1%}",

@@ -205,8 +205,12 @@ def _plan_only(cfg, command: str, show_prompt: int | None, *, dry_run: bool, res
 def _execute(cfg, command: str, ray_opts):
     """The job, local or on Ray (`ray_opts`), under a progress bar in the readout's unit. Returns the readout
     and the Summary."""
-    from ..pipeline.job import run_job, run_job_ray
+    from ..pipeline.job import choose_request_pattern, run_job, run_job_ray
     from ..readouts import build
+
+    cfg, why = choose_request_pattern(cfg)  # a Qwen3.5/3.6 hybrid on sglang: multi-item or prefix-first
+    if why:
+        err.print(why, markup=False)
 
     # classify reads its labels here (config.json only): a checkpoint that is no classifier is refused
     # before the progress bar starts

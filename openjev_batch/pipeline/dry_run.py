@@ -33,6 +33,7 @@ class PlanSummary:
     unique_tokens_hf: int = 0
     images: int = 0
     image_tokens: int = 0  # part of the logical tokens (in the prefixes)
+    multi_item_tokens: int = 0  # what multi-item scoring computes (each pack's prefix again, no radix cache)
 
     @property
     def expected_hit_rate(self) -> float:
@@ -57,7 +58,7 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
     return PlanSummary(
         s.rows, s.questions, s.errors, p.branches, p.logical_tokens, p.unique_tokens, p.windows, s.wall_s,
         rss, s.model, s.pattern, backend=cfg.backend, unique_tokens_hf=p.unique_tokens_hf,
-        images=p.images, image_tokens=p.image_tokens,
+        images=p.images, image_tokens=p.image_tokens, multi_item_tokens=p.multi_item_tokens,
     )  # fmt: skip
 
 

@@ -42,6 +42,36 @@ def run_job(
     return s
 
 
+def choose_request_pattern(cfg: RunConfig) -> tuple[RunConfig, str]:
+    """`--request-pattern auto` for a job on a Qwen3.5/3.6 hybrid on sglang, where multi-item scoring (one request
+    per ticket, the state fork) and prefix-first are both exact: chosen from the planner's own counts over the
+    job's first chunk, before the engine starts (multi-item is fixed when it starts). Multi-item runs without the
+    radix cache, so a long block shared by different rows (a few-shot prefix) is computed in every pack:
+    prefix-first when that makes multi-item compute more than `MAX_MULTI_ITEM_RECOMPUTE` × the unique tokens.
+    Returns the config (with the pattern set when prefix-first is chosen) and the choice in words ('' when the
+    job is not such a job)."""
+    if cfg.backend != "sglang" or cfg.sglang.request_pattern != "auto":
+        return cfg, ""
+    from ..backends.sglang.mis import needs_fork
+    from ..backends.sglang.patterns import MAX_MULTI_ITEM_RECOMPUTE, advice
+    from ..checkpoint.info import model_info
+
+    if not needs_fork({"architectures": [model_info(cfg.model).architecture]}):
+        return cfg, ""
+    from .dry_run import dry_run
+
+    n = min(cfg.chunk_rows, cfg.limit or cfg.chunk_rows)
+    p = dry_run(cfg.model_copy(update={"limit": n, "output": None, "resume": False, "progress": False}))
+    if p.unique_tokens and p.multi_item_tokens / p.unique_tokens > MAX_MULTI_ITEM_RECOMPUTE:
+        why = f"request pattern auto → prefix-first: on the first {p.rows:,} rows " + advice(
+            p.multi_item_tokens, p.unique_tokens
+        ).split(":")[0]
+        return cfg.model_copy(update={"request_pattern": "prefix-first"}), why
+    return cfg, f"request pattern auto → multi-item where the engine runs it: on the first {p.rows:,} rows " + advice(
+        p.multi_item_tokens, p.unique_tokens
+    )
+
+
 def run_job_ray(
     cfg: RunConfig,
     opts: Any = None,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...backends.base import load_tokenizer
+from ...backends.sglang.patterns import multi_item_recompute
 from ...readouts.base import Readout
 from ..plan import plan
 from ..stages import prompt_chunk
@@ -32,6 +33,7 @@ class PlanCounts:
     unique_tokens_hf: int = 0
     images: int = 0  # images in the rows' prefixes (each row's once)
     image_tokens: int = 0  # their tokens (counted in the prefix tokens too)
+    multi_item_tokens: int = 0  # what sglang's multi-item scoring computes (no radix cache: patterns.advice)
     shown: list[str] = field(default_factory=list)
 
     def add(self, windows, image_id: int | None = None) -> None:
@@ -40,6 +42,7 @@ class PlanCounts:
             self.branches += w.n_branches
             self.logical_tokens += w.logical_tokens
             self.unique_tokens += w.unique_tokens
+            self.multi_item_tokens += multi_item_recompute([w])[0]
             # the hf backend keeps one prefix's cache: only an identical next prefix (and images) reuses it
             prev = None
             for r in w.rows:

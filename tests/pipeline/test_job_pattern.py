@@ -1,0 +1,52 @@
+"""`--request-pattern auto` on a Qwen3.5/3.6 hybrid on sglang (pipeline/job.choose_request_pattern): the planner's
+counts over the job's first chunk pick multi-item scoring (one request per ticket) or prefix-first (a long block
+shared by different rows, which multi-item would compute in every pack). Tokenizer and config.json only."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from conftest import write_jsonl
+
+from openjev_batch.config import build_config
+from openjev_batch.pipeline.job import choose_request_pattern
+
+Q = {"urgent": {"type": "noul", "instructions": "Urgent?"}}
+
+
+def hybrid_folder(tmp_path, tok_dir, arch="Qwen3_5MoeForConditionalGeneration"):
+    d = tmp_path / "model"
+    shutil.copytree(tok_dir, d)
+    text = {"model_type": "qwen3_5_moe_text", "num_hidden_layers": 4, "max_position_embeddings": 8192,
+            "layer_types": ["linear_attention"] * 3 + ["full_attention"]}  # fmt: skip
+    (d / "config.json").write_text(json.dumps({"architectures": [arch], "model_type": "qwen3_5_moe",
+                                               "text_config": text}))  # fmt: skip
+    return d
+
+
+def cfg(tmp_path, model, rows, **kw):
+    src = write_jsonl(tmp_path / "in.jsonl", rows)
+    return build_config(input=src, model=str(model), backend="sglang", device="cpu", progress=False, **kw)
+
+
+def test_unique_tickets_keep_multi_item_and_a_long_shared_block_picks_prefix_first(tmp_path, qwen3_tok_dir):
+    model = hybrid_folder(tmp_path, qwen3_tok_dir)
+    tickets = [{"id": f"t{i}", "state": f"ticket {i}: " + f"word{i} " * 60, "questions": Q} for i in range(8)]
+    c, why = choose_request_pattern(cfg(tmp_path, model, tickets))
+    assert c.sglang.request_pattern == "auto" and "auto → multi-item" in why and "on the first 8 rows" in why
+    shots = "Examples of urgent tickets: " + "the printer is on fire again. " * 120  # ~1k tokens before each row
+    c, why = choose_request_pattern(cfg(tmp_path, model, tickets, system_prompt=shots))
+    assert c.sglang.request_pattern == "prefix-first" and "auto → prefix-first" in why
+
+
+def test_only_an_auto_job_on_a_forked_hybrid_on_sglang_is_chosen_for(tmp_path, qwen3_tok_dir):
+    rows = [{"id": "a", "state": "x", "questions": Q}]
+    model = hybrid_folder(tmp_path, qwen3_tok_dir)
+    asked = cfg(tmp_path, model, rows, request_pattern="multi-item")
+    assert choose_request_pattern(asked) == (asked, "")  # the user's choice stands
+    dense = hybrid_folder(tmp_path / "d", qwen3_tok_dir, arch="Qwen3ForCausalLM")
+    plain = cfg(tmp_path, dense, rows)
+    assert choose_request_pattern(plain) == (plain, "")
+    hf = build_config(input=tmp_path / "in.jsonl", model=str(model), backend="hf", progress=False)
+    assert choose_request_pattern(hf) == (hf, "")
