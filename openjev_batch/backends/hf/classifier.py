@@ -71,7 +71,8 @@ class HFClassifier(Backend):
         self._score = getattr(self.model, "score", None)
         from .vision import VisionInputs, is_vision_checkpoint
 
-        vision = is_vision_checkpoint(opts.model, opts.trust_remote_code) and self._base is not None
+        # the multimodal base (a text-only class over a VL config has no M-RoPE index: its image rows fail)
+        vision = hasattr(self._base, "get_rope_index") and is_vision_checkpoint(opts.model, opts.trust_remote_code)
         self.vision = VisionInputs(opts.model, self.model, device, opts.trust_remote_code) if vision else None
 
     def kv_budget_tokens(self) -> int:
