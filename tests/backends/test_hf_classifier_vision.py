@@ -163,3 +163,16 @@ def test_a_text_only_classifier_is_refused_at_start(tiny_classifier, pictures, t
     assert r.returncode == 4, r.stderr[-2000:]
     assert "the input has an image column, but the model" in r.stderr and "takes no images" in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "o.jsonl").exists()
+
+
+def test_where_the_image_goes_in_other_templates_and_text_rows(hf_vl_cls, pictures):
+    """A template with the hypothesis first keeps the whole prompt in the prefix (the image must be in it);
+    a `text` row's image goes before its text."""
+    vision = "<|vision_start|>" + "<|image_pad|>" * 6 + "<|vision_end|>"
+    readout = ClassifierHead(hf_vl_cls.labels, "Claim: {hypothesis}\nEvidence: {premise}", image_root=str(pictures))
+    rows = [readout.parse_row(0, {"id": "h", "premise": "Look:", "hypothesis": "A dog.", "image": "red.png"}),
+            readout.parse_row(1, {"id": "t", "text": "A dog?", "image": "red.png"})]  # fmt: skip
+    (h, _), (t, _) = readout.prompter(hf_vl_cls.tokenizer).build_many(rows)
+    decode = hf_vl_cls.tokenizer.decode
+    assert decode(list(h.prefix)) == f"Claim: A dog.\nEvidence: Look:{vision}" and h.branches[0].suffix == ()
+    assert decode(list(t.prefix)) == f"{vision}A dog?" and len(t.images) == 1
