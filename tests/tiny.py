@@ -235,14 +235,18 @@ QWEN3_5_VL_TEMPLATE = (
 )
 
 
-def make_tiny_qwen3_5_vl(tokenizer_dir: Path, out: Path, seed: int = 0, max_pixels: int = 128 * 128) -> Path:
+def make_tiny_qwen3_5_vl(
+    tokenizer_dir: Path, out: Path, seed: int = 0, max_pixels: int = 128 * 128, classifier: bool = False
+) -> Path:
     """A float32 random Qwen3.5 vision-language model (`Qwen3_5ForConditionalGeneration`: the 4-layer hybrid
     text stack, hidden 32, and a 1-layer vision tower, patch 16, merge 2) around the real Qwen3 tokenizer
     (its `<|vision_start|>`, `<|image_pad|>`, `<|vision_end|>` ids set in the config), saved with its image
     processor (Qwen2VLImageProcessor, as Qwen3.5's; `max_pixels` keeps an image to a few tokens: 96 × 64 is
     3 × 2 tokens) and a chat template that renders image parts (QWEN3_5_VL_TEMPLATE). Its rotary embedding
     is interleaved M-RoPE over 4 frequencies, [2, 1, 1] (time, height, width), so all three position axes
-    reach the attention (the default [11, 11, 10] section of the released models needs 32)."""
+    reach the attention (the default [11, 11, 10] section of the released models needs 32). `classifier`: a
+    `Qwen3_5ForSequenceClassification` instead (the same model with a 3-label `score` head, id2label set, a
+    wide head so the logits spread), the form of the openjev NLI cross-encoder."""
     import json
 
     import torch
@@ -255,13 +259,19 @@ def make_tiny_qwen3_5_vl(tokenizer_dir: Path, out: Path, seed: int = 0, max_pixe
     ids = {k: tok.convert_tokens_to_ids(t) for k, t in (
         ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
         ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}  # fmt: skip
-    cfg = Qwen3_5Config(text_config=text, vision_config=QWEN3_5_VISION, tie_word_embeddings=False, **ids)
+    labels = dict(id2label=ID2LABEL, label2id={v: k for k, v in ID2LABEL.items()}) if classifier else {}
+    cfg = Qwen3_5Config(text_config=text, vision_config=QWEN3_5_VISION, tie_word_embeddings=False, **ids, **labels)
     torch.manual_seed(seed)
-    model = Qwen3_5ForConditionalGeneration(cfg)
+    if classifier:
+        from transformers import Qwen3_5ForSequenceClassification
+
+        model = Qwen3_5ForSequenceClassification(cfg)
+    else:
+        model = Qwen3_5ForConditionalGeneration(cfg)
     with torch.no_grad():
-        for p in model.parameters():
+        for name, p in model.named_parameters():
             if p.dim() > 1:
-                p.normal_(0, 0.05)
+                p.normal_(0, 1.0 if name == "score.weight" else 0.05)
     model.save_pretrained(out, safe_serialization=True)
     Qwen2VLImageProcessor(
         patch_size=16, merge_size=2, temporal_patch_size=2, size={"shortest_edge": 32 * 32, "longest_edge": max_pixels}

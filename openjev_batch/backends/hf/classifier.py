@@ -12,6 +12,10 @@ A Qwen3.5-MoE checkpoint (model type `qwen3_5_moe`, saved as `Qwen3_5MoeForCondi
 head or as `Qwen3_5MoeForSequenceClassification`) loads through our `qwen3_5_moe_cls` class: transformers
 5.12 has no sequence classifier for it. The dense Qwen3.5 one loads through transformers' own class under
 either architecture name (the Auto class picks it by model type).
+
+A vision-language classifier (Qwen3.5's: a `vision_config` and an image processor) keeps its vision tower (the
+sequence classifier's base is the multimodal model): a row with images runs alone, one pass, its images as
+the checkpoint's image processor makes them and explicit M-RoPE positions (vision.py).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 from ...checkpoint.classifier import read_checkpoint
 from ...core import BranchResult, Window
 from ...errors import BackendError
+from ...images import ImageProblem
 from ..base import Backend, BackendOptions
 from .load import device_and_dtype, load_pretrained
 
@@ -64,6 +69,11 @@ class HFClassifier(Backend):
         self.context_length = opts.context_length or getattr(text_cfg, "max_position_embeddings", None)
         self._base = getattr(self.model, getattr(self.model, "base_model_prefix", ""), None)
         self._score = getattr(self.model, "score", None)
+        from .vision import VisionInputs, is_vision_checkpoint
+
+        # the multimodal base (a text-only class over a VL config has no M-RoPE index: its image rows fail)
+        vision = hasattr(self._base, "get_rope_index") and is_vision_checkpoint(opts.model, opts.trust_remote_code)
+        self.vision = VisionInputs(opts.model, self.model, device, opts.trust_remote_code) if vision else None
 
     def kv_budget_tokens(self) -> int:
         # Batches are cut by `batch_tokens`; the window size only bounds host memory.
@@ -87,9 +97,27 @@ class HFClassifier(Backend):
             logits = self.model(input_ids=ids, attention_mask=mask).logits
         return logits.float().cpu().tolist()
 
+    @torch.inference_mode()
+    def forward_images(self, ids: tuple[int, ...], images: tuple) -> list[float]:
+        """Raw logits of one prompt holding `images` (ImageRefs), one pass. Raises ImageProblem."""
+        if self.vision is None or not isinstance(self._score, torch.nn.Linear):
+            raise ImageProblem(f"the model {self.model.name_or_path} takes no images (no vision tower)")
+        inputs, _ = self.vision.prefix_inputs(ids, images)
+        x = torch.tensor([ids], device=self.device)
+        h = self._base(input_ids=x, use_cache=False, **inputs).last_hidden_state
+        return self._score(h[0, -1]).float().cpu().tolist()
+
     def prefill(self, window: Window) -> list[list[BranchResult]]:
         """One branch per row: its raw logits (rows sorted by length into padded batches)."""
         results, todo = self.one_branch_rows(window)
+        for i, ids in [t for t in todo if window.rows[t[0]].images]:  # image rows: alone, one pass each
+            rp = window.rows[i]
+            try:
+                results[i] = [BranchResult(tuple(self.forward_images(ids, rp.images)), len(ids), 0)]
+            except ImageProblem as e:
+                results[i] = [BranchResult((), len(ids), 0, f"image: {e}")]
+            self.report([(rp, 0, results[i][0])])
+        todo = [t for t in todo if not window.rows[t[0]].images]
         todo.sort(key=lambda t: len(t[1]))
         start = 0
         while start < len(todo):

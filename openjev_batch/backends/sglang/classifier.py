@@ -135,8 +135,14 @@ class SGLangClassifier(Backend):
         return outs if isinstance(outs, list) else [outs]
 
     def prefill(self, window: Window) -> list[list[BranchResult]]:
-        """One branch per row: its raw logits. Shared prefixes are warmed first (N+1)."""
+        """One branch per row: its raw logits. Shared prefixes are warmed first (N+1). A row with images is
+        not sent (the engine runs classifiers text only, `enable_multimodal=False`): its error says so, so no
+        image is silently dropped (issue 33)."""
         results, todo = self.one_branch_rows(window)
+        for i, ids in todo:
+            if window.rows[i].images:
+                results[i] = [BranchResult((), len(ids), 0, "image: no images on sglang yet; use --backend hf")]
+        todo = [(i, ids) for i, ids in todo if not window.rows[i].images]
         # N+1, step 1: each prefix that two or more rows share, once (rows are prefix-sorted).
         counts: dict[tuple[int, ...], int] = {}
         for i, ids in todo:

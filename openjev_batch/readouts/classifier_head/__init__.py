@@ -13,6 +13,9 @@ checkpoint (e.g. a Qwen3 NLI cross-encoder: contradiction / entailment / neutral
   (3 of 4 test rows). The prefix ids are the longest common prefix of the whole prompt's ids and the
   prefix text's ids, so they are always an exact prefix of what runs. Rows are sorted by them, so many
   hypotheses against one premise are adjacent and reuse its KV (sglang: radix cache, warmed once).
+- **Images.** An `image` / `images` column is the premise's image(s) (rows.py; `run`'s rules and limits),
+  in the prefix as the checkpoint's processor makes them (prompt.py); a model that takes none is refused at
+  start when the input has an image column.
 - **Labels.** From the checkpoint's `config.json` `id2label` (checkpoint/classifier.py).
 - **Output.** `id`, `logits`, `probs` (stable softmax), `label` (argmax → id2label), `confidence` (1 − H/ln K
   over `probs`, as `run`'s), one `p_<label>` per label, `prompt_tokens`, `error`, then the kept columns;
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -36,6 +40,7 @@ from ...errors import ConfigError
 from .. import CLASSIFIER_HEAD, register
 from ..base import Readout, RowFailures, RowResults
 from ..label_logprobs.answer import confidence, softmax
+from ..label_logprobs.rows_images import input_has_image_column
 from .options import ClassifierHeadOptions
 from .prompt import ClassifierPrompter
 from .rows import ClsRow, parse_cls_row
@@ -66,6 +71,8 @@ class ClassifierHead(Readout):
     labels: tuple[str, ...]
     template: str = DEFAULT_TEMPLATE
     keep: tuple[str, ...] = ()
+    image_root: str | None = None  # the input file's folder (relative image paths); None: absolute only
+    image_input: bool = False  # the input has an image column: a model that takes no images is refused
     _template: Template = field(init=False, repr=False, compare=False)
 
     backend_kind = "classifier-head"
@@ -73,7 +80,7 @@ class ClassifierHead(Readout):
     noun = "row"
     command = "classify"
     Options = ClassifierHeadOptions
-    input_columns = ("id", "text", "premise", "hypothesis")
+    input_columns = ("id", "text", "premise", "hypothesis", "image", "images")
     base_columns = ("id", "logits", "probs", "label", "confidence", "prompt_tokens", "error")
     text_column = "text"  # the Python API takes a Series or a list of strings as this column
     chunk_rows = 20_000
@@ -88,7 +95,15 @@ class ClassifierHead(Readout):
             from ...checkpoint.classifier import read_checkpoint
 
             labels = read_checkpoint(cfg.model).labels
-        return cls(tuple(labels or ("?",)), cfg.readout_options.template, tuple(cfg.keep))
+        # relative image paths resolve against the input file's folder, and only inside it (images.py)
+        root, image_input = None, False
+        if getattr(cfg, "input", None) and Path(cfg.input).is_file():
+            root, image_input = str(Path(cfg.input).absolute().parent), input_has_image_column(Path(cfg.input))
+        if image_input and getattr(cfg, "model", None):  # before any weights load: tokenizer and processor
+            from ..label_logprobs.image_prompt import check_model_takes_images
+
+            check_model_takes_images(cfg.model, getattr(cfg, "trust_remote_code", False))
+        return cls(tuple(labels or ("?",)), cfg.readout_options.template, tuple(cfg.keep), root, image_input)
 
     def __post_init__(self):
         check_keep(self.keep, self.labels)
@@ -104,7 +119,7 @@ class ClassifierHead(Readout):
         )  # fmt: skip
 
     def parse_row(self, pos: int, rec: dict[str, Any]) -> ClsRow | RowError:
-        return parse_cls_row(pos, rec, self._template, self.keep)
+        return parse_cls_row(pos, rec, self._template, self.keep, self.image_root)
 
     def unreadable(self, pos: int, why: str) -> RowError:
         return unidentified_row_error(pos, why, kept=dict.fromkeys(self.keep))
@@ -118,13 +133,15 @@ class ClassifierHead(Readout):
     def prefix_key(self, row: ClsRow | RowError) -> str:
         if isinstance(row, RowError):
             return ""
+        if row.images:  # with the images' content hashes: other images are another prefix
+            return "".join(p if isinstance(p, str) else f"\x1e{p.sha256}\x1e" for p in row.prefix_pieces)
         return row.prefix_text if row.prefix_text is not None else row.text
 
     def problems(self, row: ClsRow) -> list[str]:
         return []
 
     def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> ClassifierPrompter:
-        return ClassifierPrompter(tokenizer)
+        return ClassifierPrompter(tokenizer, self.image_input)
 
     def _values_error(self, values) -> str | None:
         if len(values) != len(self.labels):
@@ -134,6 +151,8 @@ class ClassifierHead(Readout):
         return None
 
     def records(self, row: ClsRow, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
+        if "" in failed:  # an image the model cannot take (prompt.py)
+            return [self.blank(row.id, row.kept, error=failed[""])]
         _, res = results[""]
         err = res.error or self._values_error(res.values)
         if err is not None:

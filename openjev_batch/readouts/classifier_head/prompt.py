@@ -1,9 +1,15 @@
 """The classifier-head readout's prompt stage: a row's whole prompt tokenized as text, split into the shared
-prefix and its one branch."""
+prefix and its one branch. An image row's images take the markup and the image-token count the checkpoint's
+chat template and image processor give an image (label_logprobs/image_prompt.py), where its premise has them;
+the text between them is tokenized as text (the markup is control tokens, which the tokenizer cuts at anyway,
+so the ids equal the checkpoint's processor's for the same text). The images sit in the prefix."""
 
 from __future__ import annotations
 
 from ...core import BranchSpec, RowPrompt, lcp
+from ...images import ImageProblem
+from ..label_logprobs.branches import Failed
+from ..label_logprobs.image_prompt import ImageSlots
 from ..text import TextTokenizer
 from .rows import ClsRow
 
@@ -32,12 +38,60 @@ def prompt_ids(rp: RowPrompt) -> tuple[int, ...]:
     return rp.prefix + rp.branches[0].suffix
 
 
+def wrapping(text: TextTokenizer) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The ids the model's tokenizer puts before and after a prompt (BOS / [CLS] … [SEP]; none for Qwen)."""
+    bare, wrapped = text.encode(["a"])[0], text.encode(["a"], specials=True)[0]
+    k = next((i for i in range(len(wrapped) - len(bare) + 1) if wrapped[i : i + len(bare)] == bare), 0)
+    return wrapped[:k], wrapped[k + len(bare) :]
+
+
+def image_prompt(row: ClsRow, text: TextTokenizer, slots: ImageSlots, wrap) -> RowPrompt:
+    """An image row's RowPrompt: its pieces' ids (each image its markup), the prefix up to the hypothesis when
+    every image is before it, else the whole prompt. Raises ImageProblem."""
+    texts = [p for p in (*row.pieces, *row.prefix_pieces) if isinstance(p, str)]
+    enc = dict(zip(texts, text.encode(texts), strict=True)) if texts else {}
+
+    def ids(pieces) -> tuple[int, ...]:
+        return tuple(i for p in pieces for i in (enc[p] if isinstance(p, str) else slots.markup_ids(p)))
+
+    head, tail = wrap
+    whole = (*head, *ids(row.pieces), *tail)
+    k = len(whole)
+    if sum(not isinstance(p, str) for p in row.prefix_pieces) == len(row.images) and row.prefix_text is not None:
+        k = lcp(whole, (*head, *ids(row.prefix_pieces)))
+    return RowPrompt(row.pos, row.id, whole[:k], (BranchSpec("", whole[k:], ()),), tuple(row.images))
+
+
 class ClassifierPrompter:
-    """The prompt stage of this readout: one branch per row, nothing fails here (too-long rows are the
-    backend's row errors, against the model's real input limit)."""
+    """The prompt stage of this readout: one branch per row; only an image the model cannot take fails
+    here (too-long rows are the backend's row errors, against the model's real input limit).
+    `image_input`: the input has an image column, so a model that takes no images is refused (ConfigError)."""
 
-    def __init__(self, tokenizer):
-        self.tokenizer = TextTokenizer(tokenizer)  # built once: content never becomes markup
+    def __init__(self, tokenizer, image_input: bool = False):
+        self.tok = tokenizer
+        self.text = self.tokenizer = TextTokenizer(tokenizer)  # built once: content never becomes markup
+        self.images = ImageSlots(self)  # loads the image processor on first use (text jobs never do)
+        self._wrap: tuple | None = None
+        if image_input:
+            self.images.check()
 
-    def build_many(self, rows: list[ClsRow]) -> list[tuple[RowPrompt, tuple]]:
-        return [(rp, ()) for rp in build_prompts(rows, self.tokenizer)]
+    @property
+    def image_id(self) -> int | None:
+        return self.images.image_id
+
+    def build_many(self, rows: list[ClsRow]) -> list[tuple[RowPrompt | None, tuple]]:
+        text = [r for r in rows if not r.images]
+        built = iter(build_prompts(text, self.tokenizer))
+        out: list[tuple[RowPrompt | None, tuple]] = []
+        for r in rows:
+            if not r.images:
+                out.append((next(built), ()))
+                continue
+            if self._wrap is None:
+                self._wrap = wrapping(self.text)
+            try:
+                out.append((image_prompt(r, self.text, self.images, self._wrap), ()))
+            except ImageProblem as e:
+                field = "image" if len(r.images) == 1 else "images"
+                out.append((None, (Failed("", f"row {r.id}: {field}: {e}"),)))
+        return out

@@ -52,3 +52,32 @@ class Template:
                 out.append(premise)
         assert prefix is not None
         return "".join(out), prefix.rstrip()
+
+    def parts(self, premise: tuple, hypothesis: str) -> tuple[list, list]:
+        """`render` with a premise of several pieces (its text, then its images: any non-string objects) →
+        (the prompt's pieces, its prefix's pieces): strings and the premise's other pieces in order, adjacent
+        strings joined; the prefix's trailing whitespace moved to the variable part, as `render` does."""
+        out: list = []
+        prefix: list | None = None
+        for literal, fld in self.pieces:
+            out.append(literal)
+            if fld == "hypothesis":
+                prefix = _joined(out)
+                out.append(hypothesis)
+            elif fld == "premise":
+                out.extend(premise)
+        assert prefix is not None
+        if prefix and isinstance(prefix[-1], str):
+            prefix[-1] = prefix[-1].rstrip()
+        return _joined(out), [p for p in prefix if p != ""]
+
+
+def _joined(pieces: list) -> list:
+    """Adjacent strings joined, empty ones dropped."""
+    out: list = []
+    for p in pieces:
+        if isinstance(p, str) and out and isinstance(out[-1], str):
+            out[-1] += p
+        elif p != "":
+            out.append(p)
+    return out

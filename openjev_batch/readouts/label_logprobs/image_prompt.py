@@ -96,6 +96,13 @@ class ImageSlots:
         except ValueError as e:
             raise ImageProblem(f"{image.source}: {e}") from None
 
+    def markup_ids(self, image: ImageRef) -> tuple[int, ...]:
+        """The ids one image takes in a prompt: its markup around its image tokens (the classifier-head readout
+        puts them where the template's premise goes). Raises ImageProblem."""
+        n = self.n_tokens(image)
+        _, before, after, image_id = self._ready  # type: ignore[misc]
+        return (*before, *[image_id] * n, *after)
+
     @property
     def image_id(self) -> int | None:
         return None if self.problem() else self._ready[3]  # type: ignore[index]
