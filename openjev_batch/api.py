@@ -37,6 +37,8 @@ class Classifier:
     *ForSequenceClassification checkpoint's logits over its id2label). `threads`: CPU threads (set before
     torch loads, when it has not been imported yet). `system_prompt` (label-logprobs): the system message
     instead of the default instructions, as `run --system-prompt` (tokenized as text; the same limits).
+    `calibration` (label-logprobs): a file `openjev-batch calibrate` wrote, applied as `run --calibration`;
+    `debias_order`: as `run --debias-order` (choice/score options shown in K cyclic orders, averaged).
     The other keywords are the CLI's engine options (device, dtype, tp_size, dp_size, mem_fraction_static,
     attention_backend, context_length, engine_args, batch_tokens, …) and `max_branches` (most branches —
     classifier-head: rows — per window). Every option goes through the CLI's `build_config`.
@@ -54,6 +56,8 @@ class Classifier:
         threads: int | None = None,
         max_branches: int = 4096,
         system_prompt: str | None = None,
+        calibration: str | os.PathLike | None = None,
+        debias_order: int | None = None,
         **engine_options: Any,
     ):
         from .config import build_config
@@ -74,7 +78,7 @@ class Classifier:
         self._options = dict(
             input=Path("<data>"), model=model, backend=backend or default_backend(), readout=readout,
             system_prompt=system_prompt, max_branches_per_window=max_branches, progress=False,
-            **engine_options,
+            calibration=_path(calibration), debias_order=debias_order, **engine_options,
         )  # fmt: skip
         cfg = build_config(**self._options)  # chunk_rows: the readout's default, as the CLI's
         self.backend_name, self.readout = cfg.backend, readout

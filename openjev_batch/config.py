@@ -199,9 +199,11 @@ def _nest_readout_options(data: dict[str, Any], fields: set[str]) -> dict[str, A
     out.pop("readout_options", None)
     for k in [k for k in data if k in option_names() and k not in fields]:
         v = out.pop(k)
+        if v is None:  # not given (the API's and the CLI's default): the Options' own default
+            continue
         if (why := foreign_option(kind.name, k)) is None:
             given[k] = v
-        elif v is not None:  # each readout declares the options it reads: another's is refused
+        else:  # each readout declares the options it reads: another's is refused
             raise ValueError(why)
     if out.get("chunk_rows") is None:
         out["chunk_rows"] = kind.chunk_rows

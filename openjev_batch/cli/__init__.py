@@ -1,7 +1,7 @@
 """The `openjev-batch` command line. It only parses options, builds one frozen RunConfig, calls the
 library, and turns domain errors into messages and exit codes — here and nowhere else (app.py).
 
-Top-down: this module imports the commands (run.py, validate.py, evaluate.py, models.py), which register
+Top-down: this module imports the commands (run.py, validate.py, evaluate.py, calibrate.py, models.py), which register
 themselves on app.py's `app`; nothing in cli/ imports this module back.
 """
 
@@ -14,7 +14,7 @@ from .app import _quiet_exit, app, printable
 __all__ = ["app", "main", "printable"]
 
 # The commands register themselves on `app` when their modules load (this order is `--help`'s).
-from . import run, validate, evaluate, models  # noqa: E402, F401, I001
+from . import run, validate, evaluate, calibrate, models  # noqa: E402, F401, I001
 
 
 def main() -> None:  # pragma: no cover - entry point for `python -m openjev_batch`

@@ -15,6 +15,7 @@ from .job_options import ENGINE, JOB, _engine_options
 from .options import (
     BACKEND,
     CHUNK_ROWS_HELP,
+    DEBIAS_ORDER,
     SYSTEM_PROMPT,
     _quiet,
     _resolve,
@@ -51,6 +52,7 @@ def eval_(
     show_prompt: int = show_prompt_option("questions"),
     seed: int = typer.Option(42, help="Seed of --sample and of the --calibrate split."),
     calibrate: float = typer.Option(None, help="Fit one temperature on this share, report the rest scaled."),
+    debias_order: int = DEBIAS_ORDER,
     engine: dict = ENGINE,
     chunk_rows: int = typer.Option(2048, help=CHUNK_ROWS_HELP),
     max_branches: int = typer.Option(4096, help="Most branches per window."),
@@ -72,7 +74,7 @@ def eval_(
         cfg, on_ray = _config(job, engine, input=input, output_dir=output_dir or Path("."), model=model,
                       tokenizer_only=bool(show_prompt) or dry_run, system_prompt=system_prompt,
                       backend=backend, format=fmt, shots=shots, dev=dev, sample=sample, seed=seed,
-                      calibrate=calibrate, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
+                      calibrate=calibrate, debias_order=debias_order, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
                       force=force)  # fmt: skip
         if dry_run or show_prompt:
             _plan_only(cfg, show_prompt, dry_run=dry_run, resume=job["resume"], force=force, ray=job["ray"])

@@ -160,6 +160,13 @@ def show_prompt_option(what: str):
 
 # `run`'s and `validate`'s --questions
 QUESTIONS = typer.Option(None, "--questions", "-q", help="JSON/YAML question map applied to every row.")
+DEBIAS_ORDER = typer.Option(
+    1, "--debias-order", min=1, max=64,
+    help="Show choice/score options in K cyclic orders (one more suffix each), average by option; order_spread.",
+)  # fmt: skip
+CALIBRATION = typer.Option(
+    None, "--calibration", help="A file `calibrate` wrote: calibrated probs, raw_probs and an abstain column."
+)
 
 
 def at_file(value: str) -> Path | None:

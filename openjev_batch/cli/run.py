@@ -17,6 +17,8 @@ from .display import _print_plan, _print_summary, _progress
 from .job_options import ENGINE, JOB, _engine_options
 from .options import (
     BACKEND,
+    CALIBRATION,
+    DEBIAS_ORDER,
     KEEP,
     QUESTIONS,
     STDIN_NAMES,
@@ -58,6 +60,8 @@ def run(
     max_branches: int = typer.Option(4096, help="Most branches per window."),
     job: dict = JOB,
     system_prompt: str = SYSTEM_PROMPT,
+    calibration: Path = CALIBRATION,
+    debias_order: int = DEBIAS_ORDER,
     show_prompt: int = show_prompt_option("rows (prefix, suffixes, label tokens)"),
 ) -> None:
     """Answer every question of every row from the model's next-token label logprobs."""
@@ -66,7 +70,8 @@ def run(
         dict(
             input=input, output=output, model=model, backend=backend, readout=LABEL_LOGPROBS,
             questions=questions, keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
-            system_prompt=system_prompt, **engine,
+            system_prompt=system_prompt, calibration=calibration, debias_order=debias_order,
+            **engine,
         ),
         job, show_prompt=show_prompt,
     )  # fmt: skip

@@ -60,6 +60,7 @@ class EvalConfig(EngineOptions):
     system_prompt: str | None = None  # checked by the job's RunConfig (its size limit)
     seed: int = 42
     calibrate: float | None = Field(None, gt=0, lt=1)
+    debias_order: int = Field(1, ge=1, le=64)  # `run --debias-order` for the eval's choice questions
     model_name: str | None = None  # as the user named it (a packaged name), for the report
     chunk_rows: int = Field(2048, gt=0)  # the unit of --resume, as in `run`
     max_branches_per_window: int = Field(4096, gt=0)
@@ -81,7 +82,9 @@ class EvalConfig(EngineOptions):
         formats by build.refuse_for_classifier, is None). Raises ConfigError / BackendError as build_config
         does."""
         engine = {k: getattr(self, k) for k in EngineOptions.model_fields}
-        own = {"system_prompt": self.system_prompt}
+        # the default order (1) is left unset: a classifier-head job refuses a label-logprobs option given
+        debias = self.debias_order if self.debias_order > 1 else None
+        own = {"system_prompt": self.system_prompt, "debias_order": debias}
         return build_config(
             input=questions, output=predictions, keep=KEEP, model=self.model, backend=self.backend,
             readout=readout, chunk_rows=self.chunk_rows, max_branches_per_window=self.max_branches_per_window,
@@ -230,6 +233,7 @@ def _dataset_record(cfg: EvalConfig, fmt: str, items: list, dev_items: list | No
         "dev": str(cfg.dev) if cfg.dev else None,
         "shots_short": sorted(c for c, n in shots_used.items() if n < cfg.shots),
         "calibrate": cfg.calibrate,
+        **({"debias_order": cfg.debias_order} if cfg.debias_order > 1 else {}),  # older reports: not set
         "labels": list(items[0].options) if readout_of(fmt) == CLASSIFIER_HEAD else None,
     }
 

@@ -25,6 +25,9 @@ def _cfg(**kw):
             "--questions is for run (label-logprobs)",
         ),
         ({"readout": "classifier-head", "system_prompt": "x"}, "--system-prompt is for run (label-logprobs)"),
+        # issue 32's options, declared once in LabelLogprobsOptions, are refused the same way
+        ({"readout": "classifier-head", "calibration": Path("c.json")}, "--calibration is for run (label-logprobs)"),
+        ({"readout": "classifier-head", "debias_order": 2}, "--debias-order is for run (label-logprobs)"),
         ({"template": "{premise} / {hypothesis}"}, "--template is for classify (classifier-head)"),
     ],
 )
@@ -81,6 +84,12 @@ def test_each_readout_declares_its_options_once_with_their_defaults():
     assert run.chunk_rows == readouts.readout_class("label-logprobs").chunk_rows == 2048
     assert classify.chunk_rows == readouts.readout_class("classifier-head").chunk_rows == 20_000
     assert run.readout_options.questions is None and run.readout_options.system_prompt is None
+    assert run.readout_options.calibration is None and run.readout_options.debias_order == 1
+    # not given (None: the API's default) is the Options' default, for any readout
+    assert _cfg(debias_order=None).readout_options.debias_order == 1
+    assert _cfg(readout="classifier-head", debias_order=None, calibration=None).readout == "classifier-head"
+    with pytest.raises(ConfigError, match="debias_order"):
+        _cfg(debias_order=65)
     assert classify.readout_options.template == "Premise: {premise}\nHypothesis: {hypothesis}"
     assert _cfg(chunk_rows=5).chunk_rows == 5
     with pytest.raises(ConfigError, match="invalid options: system_prompt: --system-prompt is empty"):

@@ -3,13 +3,14 @@ next-token logprobs of its option labels (readout.py for the math, prompt.py for
 
 Output: one record per input row × question, in the row's question order:
 `id, question_id, type, options, probs, answer, p_true, score, confidence, label_mass, prefix_tokens,
-branch_tokens, cached_tokens, error`, then the kept columns.
+branch_tokens, cached_tokens, error, chosen, order_spread` (with --calibration also `raw_probs, abstain`), then
+the kept columns.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...core import RowError, unidentified_row_error
+from ...errors import ConfigError
 from .. import LABEL_LOGPROBS, register
 from ..base import Readout, RowFailures, RowResults
-from .answer import read_out
+from .calibration import Calibration
+from .items import combine, items, with_debias
 from .options import LabelLogprobsOptions
 from .prompt import INSTRUCTIONS, Prompter
 from .prompt_variants import Variants
@@ -45,7 +48,15 @@ OUTPUT_SCHEMA = pa.schema(
         ("branch_tokens", pa.int64()),
         ("cached_tokens", pa.int64()),
         ("error", pa.string()),
+        ("chosen", pa.list_(pa.string())),  # multi: the labels at or above the threshold
+        ("order_spread", pa.float64()),  # order-debiased: the largest change of an option's p across orders
     ]
+)
+
+
+# with --calibration: the distribution before it, and whether the answer falls below the abstain threshold
+CALIBRATED_SCHEMA = pa.schema(
+    [*OUTPUT_SCHEMA, ("raw_probs", pa.list_(pa.float64())), ("abstain", pa.bool_())]
 )
 
 
@@ -54,7 +65,8 @@ OUTPUT_SCHEMA = pa.schema(
 class LabelLogprobs(Readout):
     """`questions`: the parsed shared `--questions` (None: each row's own `questions` column);
     `questions_sha256`: their file's content hash (the resume key; an edited file never mixes answers);
-    `system_prompt`: the system message instead of the default instructions (`--system-prompt`)."""
+    `system_prompt`: the system message instead of the default instructions (`--system-prompt`);
+    `calibration`: per-question temperatures and abstain thresholds (`--calibration`, calibration.py)."""
 
     questions: tuple[QuestionSpec, ...] | None = None
     keep: tuple[str, ...] = ()
@@ -62,6 +74,8 @@ class LabelLogprobs(Readout):
     system_prompt: str | None = None
     image_root: str | None = None  # the input file's folder (relative image paths); None: absolute only
     image_input: bool = False  # the input has an image column: a model that takes no images is refused
+    calibration: Calibration | None = None
+    debias_order: int = 1  # --debias-order: choice/score questions without their own `debias` (items.py)
 
     backend_kind = "label-logprobs"
     unit = "branches"
@@ -78,7 +92,9 @@ class LabelLogprobs(Readout):
     @classmethod
     def from_config(cls, cfg: Any, labels: Any = None) -> LabelLogprobs:
         """The questions of the options: a file's (read here; raises ConfigError for a missing or bad
-        one), parsed ones (the Python API's mapping), or None (each row's own)."""
+        one), parsed ones (the Python API's mapping), or None (each row's own); the calibration of
+        `calibration` (`--calibration`; raises ConfigError for a missing or bad file, or shared questions it
+        cannot apply to); `debias_order` (shared questions too small for the orders: ConfigError)."""
         opts, keep = cfg.readout_options, tuple(cfg.keep)
         # relative image paths resolve against the input file's folder, and only inside it (images.py)
         root, image_input = None, False
@@ -93,15 +109,31 @@ class LabelLogprobs(Readout):
             from .image_prompt import check_model_takes_images
 
             check_model_takes_images(cfg.model, getattr(cfg, "trust_remote_code", False))
-        images = dict(image_root=root, image_input=image_input)
-        if not isinstance(opts.questions, Path):
-            return cls(opts.questions, keep, system_prompt=opts.system_prompt, **images)
-        from .questions import load_questions
+        calibration = None
+        if opts.calibration is not None:
+            from .calibration import load_calibration
 
-        parsed = load_questions(opts.questions)  # raises ConfigError for a missing or bad file
-        # the questions' content, not their path: an edited file must not mix old and new answers
-        sha = hashlib.sha256(opts.questions.read_bytes()).hexdigest()
-        return cls(parsed, keep, sha, opts.system_prompt, **images)
+            calibration = load_calibration(opts.calibration)  # raises ConfigError naming the file
+        own = dict(system_prompt=opts.system_prompt, image_root=root, image_input=image_input,
+                   calibration=calibration, debias_order=opts.debias_order)  # fmt: skip
+        if not isinstance(opts.questions, Path):
+            out = cls(opts.questions, keep, **own)
+        else:
+            from .questions import load_questions
+
+            parsed = load_questions(opts.questions)  # raises ConfigError for a missing or bad file
+            # the questions' content, not their path: an edited file must not mix old and new answers
+            sha = hashlib.sha256(opts.questions.read_bytes()).hexdigest()
+            out = cls(parsed, keep, sha, **own)
+        if opts.debias_order > 1 and out.questions is not None:
+            # shared questions: one with fewer options than the orders is refused at start
+            qs = tuple(with_debias(q, opts.debias_order) for q in out.questions)
+            if bad := [q.error for q in qs if isinstance(q, QuestionError)]:
+                raise ConfigError("; ".join(bad))
+            out = replace(out, questions=qs)
+        if calibration is not None and out.questions is not None:
+            calibration.check_questions(out.questions)  # a file for other questions: refused at start
+        return out
 
     @classmethod
     def needed_column(cls, options: LabelLogprobsOptions) -> tuple[str, str] | None:
@@ -119,10 +151,16 @@ class LabelLogprobs(Readout):
 
     @property
     def schema(self) -> pa.Schema:
-        return OUTPUT_SCHEMA
+        return OUTPUT_SCHEMA if self.calibration is None else CALIBRATED_SCHEMA
 
     def parse_row(self, pos: int, rec: dict[str, Any]) -> Row | RowError:
-        return parse_row(pos, rec, self.questions, self.keep, self.image_root)
+        row = parse_row(pos, rec, self.questions, self.keep, self.image_root)
+        if self.debias_order > 1 and self.questions is None and isinstance(row, Row):  # a row's own questions
+            qs = [with_debias(q, self.debias_order) for q in row.questions]
+            named = (QuestionError(q.qid, q.type, f"row {row.id}: {q.error}") if isinstance(q, QuestionError)
+                     and not q.error.startswith("row ") else q for q in qs)  # fmt: skip
+            row = replace(row, questions=tuple(named))
+        return row
 
     def unreadable(self, pos: int, why: str) -> RowError:
         return unidentified_row_error(pos, why, dict.fromkeys(self.keep), *ids_and_types(self.questions))
@@ -156,18 +194,25 @@ class LabelLogprobs(Readout):
     def records(self, row: Row, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
         out = []
         for q in row.questions:
-            if q.qid in failed:
+            its = items(q) if isinstance(q, QuestionSpec) else ()
+            why = failed.get(q.qid) or next((failed[it.bid] for it in its if it.bid in failed), None)
+            if why is not None:
                 opts = list(q.options) if isinstance(q, QuestionSpec) else None
-                out.append(self._rec(row, q.qid, q.type, error=failed[q.qid], options=opts))
+                out.append(self._rec(row, q.qid, q.type, error=why, options=opts))
                 continue
-            plen, res = results[q.qid]
-            tokens = dict(
-                prefix_tokens=plen, branch_tokens=res.prompt_tokens, cached_tokens=res.cached_tokens
-            )
+            got = [results[it.bid] for it in its]
+            # a question asked as several branches (multi, debias) counts all of their tokens
+            tokens = dict(prefix_tokens=got[0][0], branch_tokens=sum(r.prompt_tokens for _, r in got),
+                          cached_tokens=sum(r.cached_tokens for _, r in got))  # fmt: skip
+            extra: dict[str, Any] = {}
             try:
-                if res.error:
-                    raise ValueError(res.error)
-                a = read_out(q, res.values)
+                if err := next((r.error for _, r in got if r.error), None):
+                    raise ValueError(err)
+                c = combine(q, [r.values for _, r in got])
+                a, extra = c.answer, {"chosen": c.chosen, "order_spread": c.order_spread}
+                if self.calibration is not None:
+                    a, cal = self._calibrated(q, a)
+                    extra.update(cal)
             except ValueError as e:
                 err = f"row {row.id}: questions.{q.qid}: {e}"
                 out.append(self._rec(row, q.qid, q.type, options=list(q.options), error=err, **tokens))
@@ -176,9 +221,23 @@ class LabelLogprobs(Readout):
                 self._rec(
                     row, q.qid, q.type, options=list(a.options), probs=list(a.probs), answer=a.answer,
                     p_true=a.p_true, score=a.score, confidence=a.confidence, label_mass=a.label_mass, **tokens,
+                    **extra,
                 )
             )  # fmt: skip
         return out
+
+    def _calibrated(self, q: QuestionSpec, a):
+        """The calibrated answer and its extra columns; raises ValueError (the question's error) when the file
+        has no entry for it (and does not let it go unfitted) or was fitted on other options."""
+        from .calibration import apply
+
+        entry = self.calibration.entry(q.qid, q.type, q.options)
+        if entry is None:  # "unfitted": "raw"
+            return a, {"raw_probs": list(a.probs)}
+        if q.type == "multi":  # per-label P(yes): the file sets the threshold the labels are chosen at
+            return a, {"chosen": [o for o, p in zip(a.options, a.probs, strict=True) if p >= entry.threshold]}
+        cal, abstain = apply(entry, a)
+        return cal, {"raw_probs": list(a.probs), "abstain": abstain}
 
     def error_records(self, row: RowError) -> list[dict[str, Any]]:
         return [
@@ -193,6 +252,10 @@ class LabelLogprobs(Readout):
         if self.system_prompt is not None:  # only when set: partials made before the option still resume
             used = self.system_prompt.strip()  # as the prompt uses it: a file's trailing newline is no change
             key["system_prompt_sha256"] = hashlib.sha256(used.encode()).hexdigest()
+        if self.debias_order > 1:  # only when set: partials made before the option still resume
+            key["debias_order"] = self.debias_order
+        if self.calibration is not None:  # the file's content: a refitted file must not mix answers
+            key["calibration_sha256"] = self.calibration.sha256
         return key
 
     def tokens(self, table: pa.Table) -> dict[str, int]:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...core import BranchSpec, RowPrompt
+from .items import items, question_id
 from .labels import Label
 from .questions import QuestionError
 from .rows import Row
@@ -30,7 +31,8 @@ def row_prompt(
     max_row_tokens: int,
 ) -> tuple[RowPrompt | None, tuple[Failed, ...]]:
     """(the RowPrompt of the row's questions that fit, or None when none does, the failed questions).
-    `suffixes`: qid → suffix ids of the questions the labels can answer (the others fail here)."""
+    `suffixes`: branch id (items.py) → suffix ids of the questions the labels can answer (the others fail
+    here)."""
     branches: list[BranchSpec] = []
     failed: list[Failed] = []
     total = len(prefix)
@@ -38,22 +40,24 @@ def row_prompt(
         if isinstance(q, QuestionError):
             failed.append(Failed(q.qid, q.error))
             continue
-        if q.qid not in suffixes:
+        its = items(q)  # several branches for multi and order-debiased questions, all or none asked
+        if its[0].bid not in suffixes:
             why = f"{len(q.options)} options, the tokenizer gives {len(labels)} labels"
             failed.append(Failed(q.qid, f"row {row.id}: questions.{q.qid}.criteria: {why}"))
             continue
-        suffix = suffixes[q.qid]
-        n = len(prefix) + len(suffix)
+        n = len(prefix) + max(len(suffixes[it.bid]) for it in its)
         if n > max_branch_tokens:
             why = f"branch has {n} tokens, limit {max_branch_tokens}"
             failed.append(Failed(q.qid, f"row {row.id}: questions.{q.qid}: {why}"))
             continue
-        total += len(suffix)
-        ids = tuple(lb.token_id for lb in labels[: len(q.options)])
-        branches.append(BranchSpec(q.qid, suffix, ids))
+        for it in its:
+            total += len(suffixes[it.bid])
+            ids = tuple(lb.token_id for lb in labels[: len(it.shown.options)])
+            branches.append(BranchSpec(it.bid, suffixes[it.bid], ids))
     if total > max_row_tokens:
         err = f"row {row.id}: state: row has {total} input tokens, limit {max_row_tokens}"
-        return None, tuple(failed) + tuple(Failed(b.qid, err) for b in branches)
+        asked = dict.fromkeys(question_id(b.qid) for b in branches)
+        return None, tuple(failed) + tuple(Failed(qid, err) for qid in asked)
     if not branches:
         return None, tuple(failed)
     return RowPrompt(row.pos, row.id, prefix, tuple(branches)), tuple(failed)

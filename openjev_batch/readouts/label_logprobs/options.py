@@ -1,4 +1,5 @@
-"""The label-logprobs readout's own options (`run`): the shared questions and the system prompt. Declared
+"""The label-logprobs readout's own options (`run`): the shared questions, the system prompt, the calibration
+file and the order debiasing. Declared
 once here; the CLI and the Python API pass the same keywords (one door), validated when a RunConfig is built."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from ...errors import ConfigError
 from ...values import option_text_problem, text_bytes
@@ -21,10 +22,16 @@ class LabelLogprobsOptions(ReadoutOptions):
     parsed here: every question must be valid); None: each row's own `questions` column.
     `system_prompt`: the system message instead of the default annotator instructions
     (prompt.INSTRUCTIONS); content, so tokenized as text (a control string in it never becomes a turn);
-    part of the resume key."""
+    part of the resume key.
+    `calibration`: a file `calibrate` wrote (per-question temperatures and abstain thresholds; read when the
+    readout is built, its sha256 part of the resume key).
+    `debias_order`: choice/score options also shown in K − 1 more cyclic orders, averaged (items.py); part
+    of the resume key when > 1."""
 
     questions: Path | tuple[QuestionSpec, ...] | None = None
     system_prompt: str | None = None
+    calibration: Path | None = None
+    debias_order: int = Field(1, ge=1, le=64)
 
     @field_validator("questions", mode="before")
     @classmethod
@@ -54,4 +61,5 @@ class LabelLogprobsOptions(ReadoutOptions):
         return v
 
     def files(self) -> list[tuple[Path, str]]:
-        return [(self.questions, "the questions file (-q)")] if isinstance(self.questions, Path) else []
+        out = [(self.questions, "the questions file (-q)")] if isinstance(self.questions, Path) else []
+        return out + ([(self.calibration, "the --calibration file")] if self.calibration is not None else [])

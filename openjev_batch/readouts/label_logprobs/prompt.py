@@ -41,6 +41,7 @@ from ...images import ImageProblem
 from ..text import TextTokenizer
 from .branches import Failed, row_prompt
 from .image_prompt import ImageSlots, has_images, image_fields
+from .items import items
 from .labels import Label, select_labels
 from .questions import QuestionSpec
 from .rows import MAX_BRANCH_TOKENS, MAX_ROW_TOKENS, Row
@@ -250,8 +251,11 @@ class Prompter:
         suffix_text: list[dict[str, str]] = [{} for _ in rows]  # per row: qid → suffix text
         for st, row in zip(suffix_text, rows, strict=True):
             for q in row.questions:
-                if isinstance(q, QuestionSpec) and len(q.options) <= len(self.labels):
-                    st[q.qid] = self._suffix_text(self.question_text(q))
+                if not isinstance(q, QuestionSpec):
+                    continue
+                its = items(q)  # one suffix per branch: several for multi and order-debiased questions
+                if max(len(it.shown.options) for it in its) <= len(self.labels):
+                    st.update((it.bid, self._suffix_text(self.question_text(it.shown))) for it in its)
         # Questions repeat across rows (a shared --questions file): tokenize each distinct suffix once.
         distinct = {t for st in suffix_text for t in st.values()}
         todo = sorted(distinct - self._suffix_cache.keys())

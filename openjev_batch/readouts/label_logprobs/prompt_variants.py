@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from ...core import RowPrompt
 from .branches import Failed
+from .items import items, question_id
 from .prompt import ANSWER_LEAD, Prompter
 from .questions import QuestionSpec
 from .rows import Row
@@ -103,16 +104,16 @@ class Variants:
             for lead, qs in groups.items():
                 todo.setdefault((systems[key], lead), []).append((i, replace(row, questions=tuple(qs))))
         built: list[list] = [[] for _ in rows]  # per row: (RowPrompt | None, fails) of each of its groups
-        for (system, lead), items in todo.items():
+        for (system, lead), members in todo.items():
             p = self.get(system, lead)
             if isinstance(p, Exception):
-                for i, r in items:
+                for i, r in members:
                     err = [
                         Failed(q.qid, f"row {r.id}: questions.{q.qid}.answer_lead: {p}") for q in r.questions
                     ]
                     built[i].append((None, tuple(err)))
                 continue
-            for (i, _), res in zip(items, p.build_many([r for _, r in items]), strict=True):
+            for (i, _), res in zip(members, p.build_many([r for _, r in members]), strict=True):
                 built[i].append(res)
         out = []
         for row, parts in zip(rows, built, strict=True):
@@ -123,15 +124,20 @@ class Variants:
                     continue
                 images = rp.images
                 if prefix is not None and rp.prefix != prefix:
+                    qids = dict.fromkeys(question_id(b.qid) for b in rp.branches)
                     failed += [
-                        Failed(
-                            b.qid, f"row {row.id}: questions.{b.qid}.answer_lead: changes the prefix tokens"
-                        )
-                        for b in rp.branches
+                        Failed(q, f"row {row.id}: questions.{q}.answer_lead: changes the prefix tokens")
+                        for q in qids
                     ]
                     continue
                 prefix = rp.prefix
                 branches.update({b.qid: b for b in rp.branches})
-            ordered = tuple(branches[q.qid] for q in row.questions if q.qid in branches)
+            ordered = tuple(
+                branches[it.bid]
+                for q in row.questions
+                if isinstance(q, QuestionSpec)
+                for it in items(q)
+                if it.bid in branches
+            )
             out.append((RowPrompt(row.pos, row.id, prefix, ordered, images) if ordered else None, tuple(failed)))
         return out

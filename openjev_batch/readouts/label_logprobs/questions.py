@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ...core import MAX_ID_CHARS
 from ...errors import ConfigError
@@ -22,7 +22,9 @@ MIN_OPTIONS, MAX_OPTIONS = 2, 64
 MAX_QUESTION_BYTES = 256 * 2**10
 # A --questions file: all MAX_QUESTIONS questions at their text limit, twice over for markup and escapes.
 MAX_QUESTIONS_FILE_BYTES = 2 * MAX_QUESTIONS * MAX_QUESTION_BYTES
-QUESTION_TYPES = ("noul", "choice", "score")
+QUESTION_TYPES = ("noul", "choice", "score", "multi")
+MIN_LABELS = 1  # multi: one yes/no item per label, so one label is a question too (1–64)
+MAX_DEBIAS = MAX_OPTIONS  # `debias: K`: K cyclic option orders, at most one per option
 
 
 @dataclass(frozen=True)
@@ -31,14 +33,19 @@ class QuestionSpec:
     score: "0".."K-1"); `descriptions[i]` is what the model reads for option i (None: name only)."""
 
     qid: str
-    type: Literal["noul", "choice", "score"]
+    type: Literal["noul", "choice", "score", "multi"]
     instructions: str
-    options: tuple[str, ...]
+    options: tuple[str, ...]  # multi: the label names
     descriptions: tuple[str | None, ...]
     # what the assistant turn starts with before the label ("Answer:" when None)
     answer_lead: str | None = None
     # worked examples shown before the row's text: (example text, index of its option)
     examples: tuple[tuple[str, int], ...] = ()
+    # multi: a label is chosen when its P(yes) is at least this
+    threshold: float | None = None
+    # choice / score: the options are also shown in debias − 1 more cyclic orders (items.py); None: the job's
+    # --debias-order
+    debias: int | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,8 @@ class _Question(BaseModel):
     criteria: Any = None
     answer_lead: str | None = None
     examples: list[Any] | None = None
+    threshold: float | None = Field(None, gt=0, lt=1)
+    debias: int | None = Field(None, ge=1, le=MAX_DEBIAS)
 
     @field_validator("answer_lead")
     @classmethod
@@ -82,7 +91,27 @@ class _Question(BaseModel):
     @model_validator(mode="after")
     def _criteria(self) -> _Question:
         c, t = self.criteria, self.type
-        if t == "noul":
+        if self.threshold is not None and t != "multi":
+            raise ValueError("threshold: only multi questions have one (the P(yes) a label is chosen at)")
+        if self.debias is not None and t not in ("choice", "score"):
+            raise ValueError("debias: only choice and score questions are shown in several option orders")
+        if self.debias is not None and isinstance(c, dict | list) and self.debias > len(c):
+            raise ValueError(
+                f"debias: {self.debias} orders of {len(c)} options; at most one order per option"
+            )
+        if t == "multi":
+            if self.examples:
+                raise ValueError("examples: not for multi questions")
+            if not isinstance(c, dict):
+                raise ValueError("criteria: multi needs an object mapping label name → description")
+            if not MIN_LABELS <= len(c) <= MAX_OPTIONS:
+                raise ValueError(f"criteria: multi needs 1–64 labels, got {len(c)}")
+            for k, v in c.items():
+                if not str(k).strip():
+                    raise ValueError("criteria: label names must not be empty")
+                if v is not None and not isinstance(v, str):
+                    raise ValueError(f"criteria.{k}: description must be a string or null")
+        elif t == "noul":
             if c is not None and (not isinstance(c, dict) or set(c) - {"true", "false"}):
                 got = f" (got keys {', '.join(map(repr, c))})" if isinstance(c, dict) else ""
                 raise ValueError(
@@ -134,10 +163,13 @@ def _error_text(where: str, e: ValidationError) -> str:
         msg = msg.replace(
             "a valid dictionary or instance of _Question", "a question object (type, instructions, criteria)"
         )
-        if loc and not msg.startswith("criteria"):
+        named = msg.startswith(
+            ("criteria", "threshold:", "debias:", "examples:")
+        )  # a model-level check's field
+        if loc and not named:
             parts.append(f"{where}.{loc}: {msg}")
         else:
-            parts.append(f"{where}.{msg}" if msg.startswith("criteria") else f"{where}: {msg}")
+            parts.append(f"{where}.{msg}" if named else f"{where}: {msg}")
     return "; ".join(parts)
 
 
@@ -213,7 +245,7 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     if q.type == "noul":
         c = q.criteria or {}
         names, descs = ("true", "false"), (c.get("true") or "Yes", c.get("false") or "No")
-    elif q.type == "choice":
+    elif q.type in ("choice", "multi"):
         names, descs = tuple(str(k) for k in q.criteria), tuple(q.criteria.values())
     else:
         names, descs = tuple(str(i) for i in range(len(q.criteria))), tuple(q.criteria)
@@ -221,7 +253,10 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
         examples = _examples(q.examples, names)
     except ValueError as e:
         return QuestionError(qid, q.type, f"{where}.examples{e}")
-    return QuestionSpec(qid, q.type, q.instructions, names, descs, q.answer_lead, examples)  # type: ignore[arg-type]
+    return QuestionSpec(
+        qid, q.type, q.instructions, names, descs, q.answer_lead, examples,  # type: ignore[arg-type]
+        threshold=0.5 if q.type == "multi" and q.threshold is None else q.threshold, debias=q.debias,
+    )  # fmt: skip
 
 
 MAX_EXAMPLES = 16

@@ -32,7 +32,8 @@ class Message:
 
 @dataclass(frozen=True)
 class Row:
-    """A readable row. `pos` is the 0-based input position (output order); `plain` marks a string state."""
+    """A readable row. `pos` is the 0-based input position (output order); `plain` marks a string state (or a
+    JSON record rendered as one)."""
 
     pos: int
     id: str
@@ -48,7 +49,8 @@ _JSON_CONVERSATION = re.compile(r'^(\{\s*"messages"|\[\s*\{\s*")')
 
 def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
     """`state` → (messages, plain). Accepts a string, a JSON string of a message list or of
-    ``{"messages": [...]}``, or those structures. Raises ValueError naming the sub-field.
+    ``{"messages": [...]}``, or those structures; any other JSON object or list (not a string holding one)
+    is a data record rendered as text by `record_text`. Raises ValueError naming the sub-field.
 
     A string that starts with `{` or `[` is read as JSON when it parses to a conversation (a list of objects,
     or an object with `messages`); malformed JSON is an error only when the string starts like one
@@ -80,13 +82,23 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
             if not s:
                 raise ValueError("empty conversation")
             return (Message("user", raw),), True
-    if isinstance(raw, dict):
+    if isinstance(raw, dict) and "messages" in raw:
         if set(raw) != {"messages"}:
-            raise ValueError(f"expected an object with only 'messages', got keys {sorted(raw)}")
+            raise ValueError(
+                f"an object with 'messages' is a conversation and has only that key, got keys {sorted(raw)}"
+            )
         raw = raw["messages"]
+    elif isinstance(raw, dict) or (isinstance(raw, list) and raw and not _is_message_list(raw)):
+        text = record_text(raw)  # a data record (a ticket's fields, a list of items): text for one user turn
+        if not text.strip():
+            raise ValueError("empty state object")
+        if (n := text_bytes(text)) > MAX_STATE_BYTES:
+            raise ValueError(f"{n:,} bytes of rendered text, limit {MAX_STATE_BYTES:,}")
+        return (Message("user", text),), True
     if not isinstance(raw, list):
         raise ValueError(
-            f"expected a string, a list of messages or {{'messages': [...]}}, got {type(raw).__name__}"
+            "expected a string, a list of messages, {'messages': [...]}, or a JSON object or list "
+            f"(rendered as text), got {type(raw).__name__}"
         )
     if not raw:
         raise ValueError("empty conversation")
@@ -109,6 +121,30 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
     if (n := sum(text_bytes(m.content) for m in out)) > MAX_STATE_BYTES:
         raise ValueError(f"{n:,} bytes of message text, limit {MAX_STATE_BYTES:,}")
     return tuple(out), False
+
+
+def _is_message_list(items: list) -> bool:
+    """A list is a conversation when any item looks like a message (an object with `role` or `content`), so a
+    malformed message (`{"role": "user"}`) is still named as one rather than read as data."""
+    return any(isinstance(m, dict) and ("role" in m or "content" in m) for m in items)
+
+
+def _field_text(v: Any) -> str:
+    # strings as they are; everything else as compact JSON, so `true`, `null`, `3` and nested values read
+    # the same in every row and on every platform (default=str: a Parquet date or decimal, deterministically)
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def record_text(raw: dict | list) -> str:
+    """A JSON object or list state as the text of one user message (README: "JSON object and list states"):
+    an object gives one `key: value` line per key, in the order given; a list one `- value` line per item;
+    a string value is written as it is, any other value (number, boolean, null, nested object or list) as
+    compact JSON. Plain text, never markup: the prompter tokenizes it as any other content."""
+    if isinstance(raw, dict):
+        return "\n".join(f"{k}: {_field_text(v)}" for k, v in raw.items())
+    return "\n".join(f"- {_field_text(v)}" for v in raw)
 
 
 def ids_and_types(questions: Any) -> tuple[tuple[str, ...], tuple[str | None, ...]]:

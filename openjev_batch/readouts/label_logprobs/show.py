@@ -6,6 +6,7 @@ them), and the label tokens whose logprobs are read. Tokenizer only: no weights 
 from __future__ import annotations
 
 from ...core import RowError
+from .items import items
 from .questions import QuestionSpec
 
 CUT = "┆"  # printed where the shared prefix ends and a question's suffix begins
@@ -63,7 +64,14 @@ def render_rows(rows: list, prompter) -> str:
             out.append(f"═══ {row.error if row.error.startswith(name + ':') else f'{name}: {row.error}'}")
             continue
         rp, fails = built[row.pos]
-        specs = {q.qid: q for q in row.questions if isinstance(q, QuestionSpec)}
+        # branch id → the question as that branch shows it (multi and debiased questions have several)
+        specs = {
+            it.bid: (q, it, f" item {k + 1}/{len(its)}" if len(its) > 1 else "")
+            for q in row.questions
+            if isinstance(q, QuestionSpec)
+            for its in [items(q)]
+            for k, it in enumerate(its)
+        }
         if rp is None:
             out.append(f"═══ row {row.id}: no question can be asked")
         else:
@@ -73,21 +81,21 @@ def render_rows(rows: list, prompter) -> str:
                 images = f" ({n:,} of them for {len(rp.images)} image(s), each marked ⟦image …⟧)"
             out.append(
                 f"═══ row {row.id} · prefix {len(rp.prefix):,} tokens{images}, shared by its {len(rp.branches)} "
-                f"question(s) · {CUT} marks where each question's suffix starts"
+                f"branch(es) · {CUT} marks where each branch's suffix starts"
             )
             out.append(_decode(prompter, rp) + CUT)
             out.append(f"    control tokens of the prefix: {_controls(prompter, rp.prefix)}")
             for b in rp.branches:
-                q = specs[b.qid]
+                q, it, which = specs[b.qid]
                 out.append(
-                    f"─── {b.qid} ({q.type}) · suffix {len(b.suffix):,} tokens · branch "
+                    f"─── {q.qid}{which} ({q.type}) · suffix {len(b.suffix):,} tokens · branch "
                     f"{len(rp.prefix) + len(b.suffix):,} tokens"
                 )
                 out.append(CUT + tok.decode(list(b.suffix)))
                 out.append(f"    control tokens of the suffix: {_controls(prompter, b.suffix)}")
                 labels = " · ".join(
                     f"{tok.decode([i])!r} id {i} → {name}"
-                    for i, name in zip(b.label_ids, q.options, strict=True)
+                    for i, name in zip(b.label_ids, it.shown.options, strict=True)
                 )
                 out.append(f"    label tokens (the next token, its logprob read as the answer): {labels}")
         out.extend(f"    ✗ {f.qid}: {f.error}" for f in fails)

@@ -1,0 +1,55 @@
+"""`calibrate`: fit per-question temperatures and abstain thresholds on labelled rows, for `run --calibration`
+(evaluation/calibration_fit.py has the fit, readouts/label_logprobs/calibration.py the file and how it
+is applied)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from ..errors import ConfigError, OpenjevError
+from .app import _fail, app, out, printable
+
+
+@app.command()
+def calibrate(
+    labelled: Path = typer.Argument(
+        ..., help="A `run` output with a kept gold column (.parquet, .jsonl, .json, .csv), or an eval folder."
+    ),
+    gold: str = typer.Option(..., "--gold", help="The column of gold answers: an option's name or index."),
+    output: Path = typer.Option(..., "-o", "--output", help="The calibration file to write (.json)."),
+    target_precision: float = typer.Option(
+        None,
+        min=0.0,
+        max=1.0,
+        help="Abstain below the confidence that keeps this selective accuracy [default: 0.9].",
+    ),
+    target_coverage: float = typer.Option(
+        None, min=0.0, max=1.0, help="Instead: abstain below the confidence that keeps this share of answers."
+    ),
+) -> None:
+    """Fit, per question, a temperature and an abstain threshold; print the selective-accuracy/coverage curve."""
+    from ..config import check_output_path
+    from ..evaluation.calibration_fit import curve_table, fit, read_labelled
+
+    try:
+        if target_precision is not None and target_coverage is not None:
+            raise ConfigError("calibrate: give --target-precision or --target-coverage, not both")
+        if target_coverage is None and target_precision is None:
+            target_precision = 0.9
+        if output.suffix.lower() != ".json":
+            raise ConfigError(f"calibrate: -o must be a .json file, got {output}")
+        try:
+            check_output_path(output.with_suffix(".parquet"))  # the folder exists and is writable
+        except ValueError as e:
+            raise ConfigError(f"calibrate: {e}") from None
+        doc = fit(read_labelled(labelled, gold), target_precision, target_coverage)
+    except OpenjevError as e:
+        _fail(e)
+    tmp = output.with_name(output.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(output)  # atomic: a nightly job never reads half a file
+    out.print(printable(curve_table(doc)), markup=False, highlight=False, end="", soft_wrap=True)
+    out.print(f"wrote {output}", markup=False, highlight=False)

@@ -1,0 +1,156 @@
+"""Calibration that travels (issue 32.1): `calibrate` fits, per question, a temperature and an abstain
+threshold on labelled rows and writes them to a JSON file; `run --calibration FILE` applies them every night.
+
+File (``format: openjev-calibration/1``)::
+
+    {"format": "openjev-calibration/1", "unfitted": "error",
+     "target": {"precision": 0.9},
+     "questions": {"<question id>": {"type": "choice", "options": [...], "temperature": 1.7,
+                   "abstain_below": 0.62, "n": 400, "coverage": 0.71, "selective_accuracy": 0.90,
+                   "target_met": true, "curve": [{"coverage": 0.1, "accuracy": 1.0, "threshold": 0.97}, ...]}}}
+
+Applied to one answer: probs ← softmax(ln probs / T) (Guo et al. 2017, the fit of `eval --calibrate`), the
+answer, confidence, p_true and score from those; `abstain` = max(probs) < abstain_below. The raw distribution
+stays in `raw_probs`. A question of the data without an entry is an error (at start for `--questions`, the
+question's error for per-row questions) unless the file says `"unfitted": "raw"` (answered uncalibrated,
+`abstain` null). An entry fitted on other options is an error too: its temperature means nothing there.
+An entry fitted on rows whose options differ row to row (a benchmark's question `answer` in an eval folder)
+has `"options": null, "n_options": K` and applies to any K options.
+A multi question's entry (written by hand: `calibrate` fits single-answer questions) is
+`{"type": "multi", "options": [labels], "threshold": 0.7}`: the P(yes) its labels are chosen at.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ...errors import ConfigError
+from .answer import Answer, confidence
+
+FORMAT = "openjev-calibration/1"
+UNFITTED = ("error", "raw")
+CURVE_POINTS = 10  # the selective-accuracy/coverage curve at 10 %, 20 %, … 100 % coverage
+
+
+@dataclass(frozen=True)
+class Entry:
+    qtype: str
+    options: tuple[str, ...] | int  # an int: any options of that many (a benchmark's per-row option texts)
+    temperature: float
+    abstain_below: float
+    threshold: float = 0.5  # multi: the P(yes) a label is chosen at
+
+
+@dataclass(frozen=True)
+class Calibration:
+    entries: dict[str, Entry]
+    unfitted: str  # "error" or "raw"
+    sha256: str  # the file's content: the resume key
+
+    def entry(self, qid: str, qtype: str, options: tuple[str, ...]) -> Entry | None:
+        """The entry of question `qid` asked with `options`; None when the file lets it go unfitted. Raises
+        ValueError (the question's error) when it has none, or was fitted on other options."""
+        e = self.entries.get(qid)
+        if e is None:
+            if self.unfitted == "raw":
+                return None
+            raise ValueError(f"the calibration file has no entry for this question (fitted: {self._names()})")
+        fits = len(options) == e.options if isinstance(e.options, int) else e.options == tuple(options)
+        if not fits or e.qtype != qtype:
+            fitted = f"{e.options} options" if isinstance(e.options, int) else f"options {list(e.options)}"
+            raise ValueError(
+                f"the calibration file's entry was fitted on a {e.qtype} question with {fitted}, "
+                f"this one is {qtype} with {list(options)}"
+            )
+        return e
+
+    def _names(self) -> str:
+        names = sorted(self.entries)
+        return ", ".join(names[:8]) + (f", … ({len(names)})" if len(names) > 8 else "")
+
+    def check_questions(self, questions: Any) -> None:
+        """Refuse, at start, shared questions the file cannot calibrate. Raises ConfigError."""
+        from .questions import QuestionSpec
+
+        for q in questions:
+            if isinstance(q, QuestionSpec):
+                try:
+                    self.entry(q.qid, q.type, q.options)
+                except ValueError as e:
+                    raise ConfigError(f"--calibration: question {q.qid!r}: {e}") from None
+
+
+def scaled(probs: tuple[float, ...], t: float) -> list[float]:
+    """softmax(ln p / T); a zero probability stays zero."""
+    z = [math.log(p) / t if p > 0 else -math.inf for p in probs]
+    m = max(z)
+    e = [math.exp(x - m) for x in z]
+    s = sum(e)
+    return [x / s for x in e]
+
+
+def apply(e: Entry, a: Answer) -> tuple[Answer, bool]:
+    """The calibrated answer and whether to abstain."""
+    p = scaled(a.probs, e.temperature)
+    best = max(range(len(p)), key=p.__getitem__)
+    cal = replace(
+        a,
+        probs=tuple(p),
+        answer=a.options[best],
+        p_true=p[0] if a.type == "noul" else None,
+        score=sum(i * x for i, x in enumerate(p)) if a.type == "score" else None,
+        confidence=confidence(p),
+    )
+    return cal, p[best] < e.abstain_below
+
+
+def load_calibration(path: Path) -> Calibration:
+    """Read and check a calibration file. Raises ConfigError naming the file and the field."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        doc = json.loads(raw)
+    except OSError as e:
+        raise ConfigError(f"--calibration {path}: cannot read ({e.strerror})") from None
+    except (ValueError, RecursionError) as e:
+        raise ConfigError(f"--calibration {path}: not JSON ({e})") from None
+    where = f"--calibration {path}"
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ConfigError(
+            f"{where}: not a calibration file (format must be {FORMAT!r}; `calibrate` writes one)"
+        )
+    unfitted = doc.get("unfitted", "error")
+    if unfitted not in UNFITTED:
+        raise ConfigError(f"{where}: unfitted: expected one of {', '.join(UNFITTED)}, got {unfitted!r}")
+    qs = doc.get("questions")
+    if not isinstance(qs, dict) or not qs:
+        raise ConfigError(f"{where}: questions: expected a non-empty object of question id → entry")
+    entries = {}
+    for qid, v in qs.items():
+        try:
+            qtype = str(v["type"])
+            n = v.get("n_options") if v.get("options") is None else None
+            options = int(n) if n is not None else tuple(str(o) for o in v["options"])
+            if qtype == "multi":  # per-label P(yes), set by hand: only the threshold labels are chosen at
+                th = float(v["threshold"])
+                if not 0 < th < 1:
+                    raise ValueError("threshold must be in (0, 1)")
+                entries[str(qid)] = Entry(qtype, options, 1.0, 0.0, th)
+                continue
+            t, tau = float(v["temperature"]), float(v["abstain_below"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(
+                f"{where}: questions.{qid}: needs type, options and temperature + abstain_below "
+                f"(multi: threshold) ({e})"
+            ) from None
+        if not (math.isfinite(t) and t > 0) or not 0 <= tau <= 1:
+            raise ConfigError(
+                f"{where}: questions.{qid}: temperature must be > 0 and abstain_below in [0, 1]"
+            )
+        entries[str(qid)] = Entry(qtype, options, t, tau)
+    return Calibration(entries, unfitted, hashlib.sha256(raw).hexdigest())

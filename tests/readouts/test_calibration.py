@@ -1,0 +1,132 @@
+"""Issue 32.1: `calibrate` fits per-question temperatures and abstain thresholds on labelled rows and writes
+calibration.json; `run --calibration` applies them (calibrated probs, raw_probs kept, abstain), the file is in
+the manifest and the --resume key, and a file for other questions is refused at start."""
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from conftest import EXAMPLES, cli
+
+from openjev_batch.errors import ConfigError
+from openjev_batch.evaluation.calibration_fit import fit
+from openjev_batch.pipeline.output.manifest import KEY
+from openjev_batch.readouts.label_logprobs.calibration import apply, load_calibration, scaled
+
+
+def _records(n=200, seed=0):
+    """An overconfident 2-way question: p(top) near 0.95 always, right 70 % of the time, more often when p is
+    higher (so a threshold can buy precision)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        p = rng.uniform(0.8, 0.999)
+        right = rng.uniform() < (p - 0.8) / 0.2 * 0.6 + 0.4
+        pred = int(rng.integers(2))
+        gold = pred if right else 1 - pred
+        probs = (p, 1 - p) if pred == 0 else (1 - p, p)
+        out.append({"qid": "s", "type": "choice", "options": ("neg", "pos"), "probs": probs, "gold": gold})
+    return out
+
+
+def test_fit_softens_overconfidence_and_meets_the_target_precision():
+    doc = fit(_records(), precision=0.8)
+    e = doc["questions"]["s"]
+    assert e["temperature"] > 1.5  # 95 % confident, 70 % right: the fit flattens
+    assert e["target_met"] and e["selective_accuracy"] >= 0.8 and 0 < e["coverage"] < 1
+    assert len(e["curve"]) == 10 and e["curve"][-1]["coverage"] == 1.0
+    # the curve falls as coverage grows (most confident first), ending at the overall accuracy
+    assert e["curve"][0]["accuracy"] > e["curve"][-1]["accuracy"] == pytest.approx(e["accuracy"])
+    cov = fit(_records(), coverage=0.5)["questions"]["s"]
+    assert 0.5 <= cov["coverage"] < 0.6
+    assert fit(_records(), precision=1.01)["questions"]["s"]["target_met"] is False  # abstain on everything
+
+
+def test_apply_scales_and_abstains(tmp_path):
+    from openjev_batch.readouts.label_logprobs.answer import read_out
+    from openjev_batch.readouts.label_logprobs.questions import QuestionSpec
+
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps(fit(_records(), precision=0.8)))
+    cal = load_calibration(f)
+    q = QuestionSpec("s", "choice", "?", ("neg", "pos"), (None, None))
+    a = read_out(q, [np.log(0.9), np.log(0.1)])
+    e = cal.entry("s", "choice", ("neg", "pos"))
+    c, abstain = apply(e, a)
+    assert c.probs == pytest.approx(scaled((0.9, 0.1), e.temperature)) and c.probs[0] < 0.9
+    assert c.answer == "neg" and abstain == (c.probs[0] < e.abstain_below)
+    with pytest.raises(ValueError, match="no entry for this question"):
+        cal.entry("other", "choice", ("neg", "pos"))
+    with pytest.raises(ValueError, match="fitted on a choice question with options"):
+        cal.entry("s", "choice", ("a", "b"))
+    f.write_text(json.dumps({"format": "x"}))
+    with pytest.raises(ConfigError, match="not a calibration file"):
+        load_calibration(f)
+
+
+def test_calibrate_then_run_with_calibration(tiny_model, tmp_path):
+    src, qs = EXAMPLES / "sst2_sample.jsonl", EXAMPLES / "sst2_questions.yaml"
+    run = ("-m", tiny_model, "-b", "hf", "--no-progress")
+    labelled = tmp_path / "labelled.parquet"
+    r = cli("run", src, "-q", qs, "-o", labelled, "--keep", "label", *run)
+    assert r.returncode == 0, r.stderr
+    cal = tmp_path / "calibration.json"
+    r = cli("calibrate", labelled, "--gold", "label", "-o", cal, "--target-coverage", "0.5")
+    assert r.returncode == 0, r.stderr
+    assert "sentiment: n=20" in r.stdout and "coverage" in r.stdout
+    doc = json.loads(cal.read_text())
+    assert doc["questions"]["sentiment"]["options"] == ["negative", "positive"]
+    out = tmp_path / "cal.parquet"
+    r = cli("run", src, "-q", qs, "-o", out, "--calibration", cal, *run)
+    assert r.returncode == 0, r.stderr
+    t, raw = pq.read_table(out).to_pylist(), pq.read_table(labelled).to_pylist()
+    T = doc["questions"]["sentiment"]["temperature"]
+    for a, b in zip(t, raw, strict=True):
+        assert a["raw_probs"] == pytest.approx(b["probs"])  # the raw distribution is kept
+        assert a["probs"] == pytest.approx(scaled(tuple(b["probs"]), T))
+        assert isinstance(a["abstain"], bool)
+    assert 0 < sum(a["abstain"] for a in t) < len(t)  # half kept, at the fitted threshold
+    manifest = json.loads(pq.read_schema(out).metadata[KEY])["manifest"]
+    assert json.dumps(manifest).count(load_calibration(cal).sha256) == 1
+    # another calibration file is another job: --resume refuses to mix them
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**doc, "target": {"coverage": 0.9}}))
+    r = cli("run", src, "-q", qs, "-o", out, "--calibration", other, "--resume", *run)
+    assert r.returncode == 4 and "calibration" in r.stderr, r.stderr
+    # a file for other questions: refused at start, nothing written
+    r = cli("run", src, "-q", EXAMPLES / "ticket_questions.yaml", "-o", tmp_path / "x.parquet",
+            "--calibration", cal, *run)  # fmt: skip
+    assert r.returncode == 4 and "question 'refund_request': the calibration file has no entry" in r.stderr
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_python_api_takes_a_calibration_file(tiny_model, tmp_path):
+    from openjev_batch import Classifier
+
+    recs = [{**r, "qid": "sentiment", "options": ("negative", "positive")} for r in _records(40)]
+    cal = tmp_path / "c.json"
+    cal.write_text(json.dumps(fit(recs, precision=0.8)))
+    qs = EXAMPLES / "sst2_questions.yaml"
+    with Classifier(tiny_model, "hf", device="cpu", calibration=cal) as clf:
+        df = clf.run(["great film", "dull"], qs)
+        assert [type(x) for x in df["abstain"].to_list()] == [bool, bool]
+        assert len(df["raw_probs"].to_list()[0]) == 2
+        with pytest.raises(ConfigError, match="question 'refund_request'"):
+            clf.run(["x"], EXAMPLES / "ticket_questions.yaml")
+
+
+def test_per_row_option_texts_fit_one_entry_by_option_count(tmp_path):
+    """An eval folder's question `answer` has other option texts on every row (MMLU): its entry holds the
+    option count, and applies to any options of that many."""
+    recs = [{**r, "options": (f"x{i}", f"y{i}")} for i, r in enumerate(_records(60))]
+    doc = fit(recs, precision=0.8)
+    assert doc["questions"]["s"]["options"] is None and doc["questions"]["s"]["n_options"] == 2
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps(doc))
+    cal = load_calibration(f)
+    assert cal.entry("s", "choice", ("any", "two")).temperature == doc["questions"]["s"]["temperature"]
+    with pytest.raises(ValueError, match="fitted on a choice question with 2 options"):
+        cal.entry("s", "choice", ("a", "b", "c"))
+    with pytest.raises(ConfigError, match="2 option count"):
+        fit([*recs, {**recs[0], "options": ("a", "b", "c"), "probs": (0.5, 0.3, 0.2)}], precision=0.8)

@@ -1,0 +1,71 @@
+"""Issue 32.4: a `state` that is a JSON object (or a list that is not a message list) is rendered as text:
+keys in the order given, nested values as compact JSON; shown by --show-prompt; 1,000-deep nesting is a row
+error that loses no other row."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from conftest import cli, write_jsonl
+
+from openjev_batch.core import RowError
+from openjev_batch.pipeline.input.read import read_rows
+from openjev_batch.readouts.label_logprobs.rows import Row, parse_state
+
+Q = {"u": {"type": "noul", "instructions": "Is it urgent?"}}
+
+
+def test_object_and_list_states_render_in_the_given_order():
+    msgs, plain = parse_state(
+        {"ticket": "App crashes", "plan": "pro", "seats": 3, "vip": True, "note": None, "tags": ["a", "b"],
+         "meta": {"z": 1, "a": {"x": "é"}}}
+    )  # fmt: skip
+    assert plain and msgs[0].role == "user"
+    assert msgs[0].content == (
+        'ticket: App crashes\nplan: pro\nseats: 3\nvip: true\nnote: null\ntags: ["a","b"]\nmeta: {"z":1,"a":{"x":"é"}}'
+    )
+    # another key order is another text: the order given is kept, not sorted
+    assert (
+        parse_state({"plan": "pro", "ticket": "App crashes"})[0][0].content
+        == "plan: pro\nticket: App crashes"
+    )
+    assert parse_state(["first", 2, {"k": "v"}])[0][0].content == '- first\n- 2\n- {"k":"v"}'
+    # a message list is still a conversation, and a malformed message is still named as one
+    assert not parse_state([{"role": "user", "content": "hi"}])[1]
+
+
+def test_jsonl_and_parquet_struct_states_and_deep_nesting(tmp_path):
+    deep = '{"a": ' * 1000 + '"x"' + "}" * 1000  # built as text: json.dumps itself recurses too deep
+    src = tmp_path / "in.jsonl"
+    write_jsonl(
+        src, [{"id": "o", "state": {"ticket": "refund", "plan": "pro"}}, {"id": "l", "state": ["x", 1]}]
+    )
+    with src.open("a") as f:
+        f.write('{"id": "deep", "state": ' + deep + "}\n")
+        f.write('{"id": "d100", "state": ' + '{"a": ' * 100 + "1" + "}" * 100 + "}\n")
+        f.write(json.dumps({"id": "after", "state": "still here"}) + "\n")
+    from openjev_batch.readouts.label_logprobs.questions import parse_questions
+
+    rows = [r for c in read_rows(src, parse_questions(Q)) for r in c]
+    # the 1,000-deep line cannot be parsed (no id to name): an error at its position, naming its line
+    assert [r.id for r in rows] == ["o", "l", None, "d100", "after"]
+    assert isinstance(rows[0], Row) and rows[0].messages[0].content == "ticket: refund\nplan: pro"
+    assert isinstance(rows[2], RowError) and "line 3: JSON nested too deeply" in rows[2].error
+    assert isinstance(rows[3], RowError) and rows[3].error == "row d100: state: nested deeper than 64 levels"
+    assert isinstance(rows[4], Row)
+    t = pa.Table.from_pylist([{"id": "s", "state": {"ticket": "refund", "plan": "pro"}, "questions": Q}])
+    assert pa.types.is_struct(t.schema.field("state").type)
+    pq.write_table(t, tmp_path / "s.parquet")
+    (row,) = [r for c in read_rows(tmp_path / "s.parquet") for r in c]
+    assert isinstance(row, Row) and row.messages[0].content == "ticket: refund\nplan: pro"
+
+
+def test_show_prompt_shows_the_rendered_object_as_text(tmp_path):
+    src = write_jsonl(
+        tmp_path / "in.jsonl", [{"id": "o", "state": {"ticket": "<|im_end|>refund", "plan": "pro"}}]
+    )
+    qf = tmp_path / "q.json"
+    qf.write_text(json.dumps(Q))
+    r = cli("run", src, "-q", qf, "-m", "qwen3-tokenizer", "--show-prompt", "1")
+    assert r.returncode == 0, r.stderr
+    assert "Text:\nticket: <|im_end|>refund\nplan: pro" in r.stdout, r.stdout
