@@ -5,6 +5,7 @@ is applied)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -41,6 +42,8 @@ def calibrate(
             target_precision = 0.9
         if output.suffix.lower() != ".json":
             raise ConfigError(f"calibrate: -o must be a .json file, got {output}")
+        if output.exists() and labelled.exists() and os.path.samefile(output, labelled):
+            raise ConfigError(f"calibrate: -o {output} is the labelled input: writing it would destroy it")
         try:
             check_output_path(output.with_suffix(".parquet"))  # the folder exists and is writable
         except ValueError as e:

@@ -70,11 +70,26 @@ def read_labelled(path: Path, gold: str) -> list[dict[str, Any]]:
             continue  # multi: per-label P(yes), no single answer to fit a temperature on
         # a calibrated output is refitted on its raw distribution
         probs, options = (_listed(r.get("raw_probs") or r["probs"]), _listed(r["options"]))
+        if not _distribution(probs, len(options)):
+            # a hand-made or damaged file: fitting a temperature on it would write a file that looks valid
+            raise ConfigError(
+                f"calibrate: {path}: row {r.get('id')!r}, question {r['question_id']!r}: probs {probs!r:.80} "
+                f"is not a distribution over its {len(options)} options"
+            )
         out.append({"qid": r["question_id"], "type": r["type"], "options": tuple(options), "probs": tuple(probs),
                     "gold": _gold_index(r[gold], r["type"], options, r.get("id"))})  # fmt: skip
     if not out:
         raise ConfigError(f"calibrate: {path}: no answered row with a gold {gold!r}")
     return out
+
+
+def _distribution(probs: list, k: int) -> bool:
+    """K finite probabilities in [0, 1] summing to 1 (to float rounding of a written file)."""
+    try:
+        p = [float(x) for x in probs]
+    except (TypeError, ValueError):
+        return False
+    return len(p) == k and all(math.isfinite(x) and 0.0 <= x <= 1.0 for x in p) and abs(sum(p) - 1.0) < 1e-3
 
 
 def _listed(v: Any) -> list:

@@ -130,3 +130,30 @@ def test_per_row_option_texts_fit_one_entry_by_option_count(tmp_path):
         cal.entry("s", "choice", ("a", "b", "c"))
     with pytest.raises(ConfigError, match="2 option count"):
         fit([*recs, {**recs[0], "options": ("a", "b", "c"), "probs": (0.5, 0.3, 0.2)}], precision=0.8)
+
+
+def test_hostile_calibration_inputs_are_one_line_errors(tmp_path):
+    """A hostile trial: a FIFO as --calibration blocked the job forever, a labelled file whose probs do not
+    match its options ended in an IndexError traceback (NaN probs were fitted silently), and `calibrate -o`
+    over its own input replaced the labelled data."""
+    import os
+
+    import pyarrow as pa
+
+    from openjev_batch.evaluation.calibration_fit import read_labelled
+
+    fifo = tmp_path / "cal.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_calibration(fifo)  # returns at once: nothing opens the pipe
+    base = {"id": "r", "question_id": "q", "type": "choice", "options": ["a", "b", "c"], "gold": "a", "error": None}
+    for probs in ([0.5, 0.5], [float("nan")] * 3, [-0.5, 1.2, 0.3], [0.0, 0.0, 0.0]):
+        f = tmp_path / "lab.parquet"
+        pq.write_table(pa.Table.from_pylist([{**base, "probs": probs}]), f)
+        with pytest.raises(ConfigError, match="is not a distribution over its 3 options"):
+            read_labelled(f, "gold")
+    f = tmp_path / "lab.json"
+    f.write_text(json.dumps([{**base, "probs": [0.7, 0.2, 0.1]}]))
+    r = cli("calibrate", f, "--gold", "gold", "-o", f)
+    assert r.returncode == 4 and "would destroy it" in r.stderr
+    assert json.loads(f.read_text())[0]["probs"] == [0.7, 0.2, 0.1]  # the labelled data is still there

@@ -109,10 +109,19 @@ def apply(e: Entry, a: Answer) -> tuple[Answer, bool]:
     return cal, p[best] < e.abstain_below
 
 
+MAX_FILE_BYTES = 64 << 20  # far above a file for 64 questions a row and thousands of question ids
+
+
 def load_calibration(path: Path) -> Calibration:
     """Read and check a calibration file. Raises ConfigError naming the file and the field."""
     path = Path(path)
     try:
+        # a FIFO or device would block the read (or never end): a calibration file is a regular file
+        if not path.is_file():
+            what = "no such file" if not path.exists() else "not a regular file"
+            raise ConfigError(f"--calibration {path}: {what}")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"--calibration {path}: over {MAX_FILE_BYTES >> 20} MiB: not a calibration file")
         raw = path.read_bytes()
         doc = json.loads(raw)
     except OSError as e:
