@@ -69,3 +69,18 @@ def test_show_prompt_shows_the_rendered_object_as_text(tmp_path):
     r = cli("run", src, "-q", qf, "-m", "qwen3-tokenizer", "--show-prompt", "1")
     assert r.returncode == 0, r.stderr
     assert "Text:\nticket: <|im_end|>refund\nplan: pro" in r.stdout, r.stdout
+
+
+def test_values_with_no_deterministic_text_are_refused_and_dates_are_written_as_dates():
+    """A hostile trial: the API took `{"o": object()}` and rendered `<object object at 0x…>`, another prompt on
+    every run; bytes became a Python repr and a tuple key passed. A Parquet date or decimal is its text."""
+    import datetime
+    import decimal
+
+    import pytest
+
+    for bad in ({"o": object()}, {"o": b"\x00\xff"}, {(1, 2): "v"}, {1: "v"}, {"o": {(1, 2): "v"}}):
+        with pytest.raises(ValueError, match="not JSON text|not text|keys must be"):
+            parse_state(bad)
+    msgs, _ = parse_state({"day": datetime.date(2026, 12, 3), "amount": decimal.Decimal("9.50")})
+    assert msgs[0].content == 'day: "2026-12-03"\namount: "9.50"'  # as before: JSON strings

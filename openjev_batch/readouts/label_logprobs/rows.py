@@ -134,7 +134,23 @@ def _field_text(v: Any) -> str:
     # the same in every row and on every platform (default=str: a Parquet date or decimal, deterministically)
     if isinstance(v, str):
         return v
-    return json.dumps(v, ensure_ascii=False, separators=(",", ":"), default=str)
+    try:
+        return json.dumps(v, ensure_ascii=False, separators=(",", ":"), default=_plain)
+    except TypeError as e:  # a key json cannot write (a tuple)
+        raise ValueError(str(e)) from None
+
+
+def _plain(v: Any) -> str:
+    """The text of a non-JSON value Parquet or pandas hands over (a date, a decimal, a UUID): its str, the same
+    on every run. Anything else (an API object, bytes) would be its repr, which changes from run to run (a
+    memory address) or is no text at all: refused (a hostile trial found `<object object at 0x…>` prompts)."""
+    import datetime
+    import decimal
+    import uuid
+
+    if isinstance(v, datetime.date | datetime.time | datetime.timedelta | decimal.Decimal | uuid.UUID):
+        return str(v)
+    raise ValueError(f"a {type(v).__name__} value is not JSON text")
 
 
 def record_text(raw: dict | list) -> str:
@@ -143,6 +159,8 @@ def record_text(raw: dict | list) -> str:
     a string value is written as it is, any other value (number, boolean, null, nested object or list) as
     compact JSON. Plain text, never markup: the prompter tokenizes it as any other content."""
     if isinstance(raw, dict):
+        if bad := [k for k in raw if not isinstance(k, str)]:
+            raise ValueError(f"a key that is not text: {bad[0]!r:.40}")
         return "\n".join(f"{k}: {_field_text(v)}" for k, v in raw.items())
     return "\n".join(f"- {_field_text(v)}" for v in raw)
 
