@@ -118,9 +118,9 @@ class Classifier:
         the input files (label-logprobs: `state`, optional `id` / `questions`; classifier-head: `text`, or
         `premise` + `hypothesis`, optional `id`); a pandas Series or a list of strings is taken as the
         texts (`state`; classifier-head: `text`). Ids join back to the input: an integer `id` column comes
-        back with its type; without one, the id is the row's position and a pandas output keeps the
-        input's index (each output row has the index label of its input row; polars has no index, join by
-        the position in `id`). `questions` (label-logprobs): a mapping question_id → question (or a
+        back with its type; without one, the id is the row's position. A pandas output keeps the input's
+        index, whatever the ids: each output row has the index label of its input row (polars has no
+        index: join by `id`, or by the position in `id`). `questions` (label-logprobs): a mapping question_id → question (or a
         JSON/YAML path) for every row, or None to read each row's `questions`. `template`
         (classifier-head): the prompt over {premise} and {hypothesis} (default: the NLI template, as
         `classify --template`). `output`: "auto" (the input's kind; polars for an iterable), "polars",
@@ -151,7 +151,8 @@ class Classifier:
             on_progress=on_progress,
         )
         table = restore_ids(table, data, kind)
-        return convert(table, output, input_index(table, data, kind) if output == "pandas" else None)
+        index = input_index(source.positions(), data, kind) if output == "pandas" else None
+        return convert(table, output, index)
 
     def _job(self, questions: Any, template: Any, keep: Any, cols: list[str] | None, limit: int | None):
         """This run's config (through `build_config`, as the CLI's: the questions and the template go through

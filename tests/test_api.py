@@ -203,8 +203,26 @@ def test_a_frame_with_an_id_column_keeps_its_index(clf):
     assert list(back["id_in"]) == ["b", "c"]  # the README's join pairs the right rows
     ints = clf.run(pd.DataFrame({"id": [5, 6], "state": ["x", "y"]}, index=["p", "q"]), ONE_Q)
     assert list(ints.index) == ["p", "q"] and list(ints["id"]) == [5, 6]
-    twice = clf.run(pd.DataFrame({"id": ["a", "a"], "state": ["x", "y"]}, index=[3, 4]), ONE_Q)
-    assert list(twice.index) == [0, 1]  # which input row a repeated id came from is not known
+    twice = clf.run(pd.DataFrame({"id": ["a", "a", "b"], "state": ["x", "y", "z"]}, index=[3, 4, 5]), ONE_Q)
+    # issue 34.13: the duplicate's error row keeps its own label (a fresh 0, 1, 2 gave it another row's)
+    assert list(twice.index) == [3, 4, 5] and twice["error"].notna().tolist() == [False, True, False]
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [pd.array([30, None, 10], dtype="Int64"), [30.0, float("nan"), 10.0], ["k30", None, "k10"]],
+    ids=["Int64", "float-nan", "object-none"],
+)
+def test_a_null_id_keeps_every_row_on_its_own_label(clf, ids):
+    """Issue 34.13: a null id with a non-default index gave the index 0, 1, 2 (the null row's id, its
+    position, named no input row), so the README's `merge(left_index=True, right_index=True)` paired id 30
+    with s10, silently. Each output row now has its input row's label, whatever the ids."""
+    df = pd.DataFrame({"id": ids, "state": ["s30", "sNULL", "s10"]}, index=[2, 1, 0])
+    got = clf.run(df, ONE_Q, keep="state")
+    assert list(got.index) == [2, 1, 0]
+    back = got.merge(df, left_index=True, right_index=True, suffixes=("", "_in"))
+    assert list(back["state"]) == list(back["state_in"]) == ["s30", "sNULL", "s10"]
+    assert [str(i) for i in back["id"][[2, 0]]] == [str(i) for i in df["id"][[2, 0]]]
 
 
 def test_integer_ids_keep_their_type(clf):

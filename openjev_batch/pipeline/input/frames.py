@@ -67,26 +67,13 @@ def _int_or_none(s: str) -> int | None:
         return None
 
 
-def input_index(table: Any, data: Any, kind: str) -> Any:
-    """For a pandas input: each output row's input index label, so the output joins back to the input by
-    index (the hostile trial's filtered frame with an `id` column came back 0, 1, … and joined the wrong
-    rows). Without an `id` column the id is the row's position; with one, each id names its row (an id that
-    is not unique in the input, or that the output does not carry, leaves a fresh RangeIndex). None for
-    other inputs."""
+def input_index(positions: list[int], data: Any, kind: str) -> Any:
+    """For a pandas input: each output row's input index label (`positions`: each output row's input row
+    position, source.FrameSource.positions), so the output joins back to the input by index, whatever
+    its ids (null, repeated, or none). None for other inputs."""
     if kind != "pandas":
         return None
-    out = table.column("id").to_pylist()
-    if "id" not in data.columns:
-        if any(p is None for p in out):
-            return None
-        return data.index.take([int(p) for p in out])
-    first: dict[str, int] = {}
-    for i, v in enumerate(data["id"].tolist()):
-        if str(v) in first:
-            return None  # ambiguous: two input rows share the id
-        first[str(v)] = i
-    pos = [first.get(str(v)) for v in out]
-    return None if any(p is None for p in pos) else data.index.take(pos)
+    return data.index.take(positions)
 
 
 def columns_of(data: Any, kind: str) -> list[str] | None:

@@ -51,6 +51,7 @@ class FrameSource:
 
     def __init__(self, data: Any, kind: str, chunk_rows: int, limit: int | None = None):
         self.data, self.kind, self.chunk_rows, self.limit = data, kind, chunk_rows, limit
+        self._positions: list[list[int]] = []  # per chunk read: each output record's input row position
 
     def check(self) -> None:
         pass  # frames.py's checks ran when the data was taken (api.Classifier.run)
@@ -69,5 +70,14 @@ class FrameSource:
         from .read import parse_records
 
         recs = records_of(self.data, self.kind, self.chunk_rows)
+        self._positions = []
         for chunk in parse_records(recs, limit=self.limit, readout=readout):
+            self._positions.append([r.pos for r in chunk for _ in range(readout.n_records(r))])
             yield chunk, None  # no resume: nothing to key on
+
+    def positions(self) -> list[int]:
+        """Each output record's input row position (0-based, in the data given), in output order (the
+        sink's chunk order is the read order): what a pandas output's index is taken from. Ids cannot
+        say it: a null id reads as its row's position (which may be another row's id), a repeated id
+        names two rows (the hostile trial's wrong joins)."""
+        return [p for chunk in self._positions for p in chunk]
