@@ -34,6 +34,22 @@ def refuse_old_mac_line_ends(first: bytes, what: str) -> None:
         )
 
 
+def refuse_mixed_line_ends(lines: list[bytes], lineno: int, what: str) -> None:
+    """Raise InputFileError when a record that could not be parsed (starting on line `lineno`, its raw
+    `lines`) holds a CR before a line's end: mixed line ends, CR alone ending some lines and LF or CRLF
+    others, so readline joined two rows and the second vanished inside the first's error (the hostile
+    trial: refuse_old_mac_line_ends looks at the first line only). Only a record that failed is looked at:
+    a CR inside a line that parses is JSON whitespace or a quoted CSV cell's text."""
+    from .errors import InputFileError
+
+    for i, line in enumerate(lines):
+        if b"\r" in line.removesuffix(b"\n").removesuffix(b"\r"):
+            raise InputFileError(
+                f"{what}: line {lineno + i}: a CR alone ends a line inside it (mixed line ends); "
+                "convert them to LF or CRLF first (e.g. `tr '\\r' '\\n'`)"
+            )
+
+
 MAX_DEPTH = 64  # nesting of any input value (JSON objects/lists); deeper is a row error, not a RecursionError
 INT64 = (-(2**63), 2**63 - 1)
 # A YAML document's nodes with its aliases expanded: a legitimate questions file (64 questions of 64

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import InputFileError, InputWarning
-from ...values import MAX_LINE_BYTES, InvalidText, refuse_old_mac_line_ends
+from ...values import MAX_LINE_BYTES, InvalidText, refuse_mixed_line_ends, refuse_old_mac_line_ends
 
 _PIECE = 1 << 20  # bytes per read: a longer line arrives in pieces, so no read is unbounded
 _BOM = b"\xef\xbb\xbf"
@@ -237,7 +237,10 @@ def record_chunks(f, name: str, chunk_rows: int, hasher=None, delim: str = ","):
         for rec in it:
             if _blank(rec):
                 continue
-            chunk.append((pos, _row(rec, names)))
+            row = _row(rec, names)
+            if isinstance(row, str) and rec.lines is not None:
+                refuse_mixed_line_ends(rec.lines, rec.line, f"{name}: cannot read as CSV")
+            chunk.append((pos, row))
             pos += 1
             if rec.suspect and warned <= _MAX_WARNINGS:  # a few, then one line saying there are more
                 warned += 1

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...errors import InputFileError
-from ...values import MAX_LINE_BYTES, no_duplicate_keys, refuse_old_mac_line_ends
+from ...values import MAX_LINE_BYTES, no_duplicate_keys, refuse_mixed_line_ends, refuse_old_mac_line_ends
 
 Chunk = list[tuple[int, Any]]  # (position, record dict or the error text of an unreadable line)
 
@@ -66,6 +66,8 @@ def jsonl_records(f, chunk_rows: int, hasher=None) -> Iterator[Chunk]:
                 if not raw.strip():
                     continue
                 rec = _parse_line(raw, lineno)
+                if isinstance(rec, str):
+                    refuse_mixed_line_ends([raw], lineno, "cannot read as JSONL")
             chunk.append((pos, rec))
             pos += 1
             if len(chunk) >= chunk_rows:

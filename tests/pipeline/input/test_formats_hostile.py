@@ -402,6 +402,36 @@ def test_a_jsonl_with_classic_mac_line_ends_is_refused_not_read_as_one_row(tmp_p
         assert cli("validate", mac, "-q", qfile).returncode == 0
 
 
+@pytest.mark.parametrize(
+    "name, data, line",
+    [
+        ("last.jsonl", b'{"id":"k0","state":"a"}\n{"id":"k1","state":"b"}\r{"id":"k2","state":"c"}\r', 2),
+        ("mid.jsonl", b'{"id":"k0","state":"a"}\n{"id":"k1","state":"b"}\r{"id":"k2","state":"c"}\r\n'
+         b'{"id":"k3","state":"d"}\n', 2),
+        ("mid.csv", b"id,state\nk0,a\nk1,b\rk2,c\r\nk3,d\n", 3),
+        ("last.csv", b"id,state\nk0,a\nk1,b\rk2,c\r", 3),
+    ],
+)  # fmt: skip
+def test_mixed_line_ends_are_refused_on_any_line(tmp_path, qfile, name, data, line):
+    """Issue 34.15: the CR-only check looked at the first line alone, so a CR line end later joined two rows
+    and the second vanished inside the first's "malformed" error (rc 3, a row short)."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    r = cli("validate", path, "-q", qfile)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert f"line {line}: a CR alone ends a line inside it (mixed line ends)" in " ".join(r.stderr.split())
+
+
+def test_a_cr_inside_a_row_that_parses_is_read(tmp_path, qfile):
+    """The mixed-line-end check looks only at a row that failed: a CR inside a quoted CSV cell is its text,
+    and one between JSON tokens is JSON whitespace."""
+    (tmp_path / "q.csv").write_bytes(b'id,state\nk0,"a\rb"\nk1,c\n')
+    (tmp_path / "ws.jsonl").write_bytes(b'{"id":"k0",\r"state":"a"}\n{"id":"k1","state":"b"}\n')
+    for name in ("q.csv", "ws.jsonl"):
+        r = cli("validate", tmp_path / name, "-q", qfile)
+        assert r.returncode == 0 and "2 rows" in r.stdout, r.stdout + r.stderr
+
+
 def test_a_tsv_quote_swallowing_lines_is_warned_in_tabs(tmp_path, qfile):
     """The swallowing-quote warning counted a TSV's delimiters as 'commas'."""
     tsv = tmp_path / "t.tsv"
