@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import typing
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def parse_engine_args(pairs: list[str]) -> dict[str, typing.Any]:
     return out
 
 
-_SPOOLED: list[str] = []  # the temporary files that stand for `-` in this process
+_SPOOLED: dict[str, str] = {}  # the temporary files that stand for `-` (or a pipe) → the name given
 
 
 # what names standard input: `-`, and the device files a shell user reaches for (a named file there is a
@@ -36,29 +37,49 @@ _SPOOLED: list[str] = []  # the temporary files that stand for `-` in this proce
 STDIN_NAMES = ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
 
 
-def _spool_stdin(stack: contextlib.ExitStack) -> Path:
-    """`-`: standard input copied to a temporary file (removed when the command ends), named by its format.
-    Messages name it `-` (`stdin_name`), not the temporary path the user never gave."""
+def read_once(name: str | Path) -> bool:
+    """Whether the input `name` can be read only once: standard input, or a path that is neither a file nor
+    a folder (a FIFO, a shell's `<(zcat …)`, a device), which the readers' second open hung on (issue 34)."""
+    if str(name) in STDIN_NAMES:
+        return True
+    try:
+        mode = os.stat(name).st_mode
+    except (OSError, ValueError):
+        return False  # missing or unreadable: the input checks say so
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _spool_stdin(stack: contextlib.ExitStack, name: str | Path = "-") -> Path:
+    """`-` (or a pipe `name`, read_once): its content copied to a temporary file (removed when the command
+    ends), named by its format. Messages name it as given (`stdin_name`), not the temporary path the user
+    never gave."""
     import tempfile
 
     from ..errors import InputFileError
     from ..pipeline.input.stdin import spool_stdin
 
+    name = "-" if str(name) in STDIN_NAMES else str(name)
     try:
-        path = spool_stdin(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-")))
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-"))
+        if name == "-":
+            path = spool_stdin(folder)
+        else:
+            with open(name, "rb") as pipe:
+                path = spool_stdin(folder, pipe, name)
     except OSError as e:  # a full or unwritable TMPDIR: `validate -` ended in a traceback (issue 25)
+        what = "standard input" if name == "-" else "the pipe"
         raise InputFileError(
-            f"-: cannot copy standard input to a temporary file in {tempfile.gettempdir()}: "
+            f"{name}: cannot copy {what} to a temporary file in {tempfile.gettempdir()}: "
             f"{e.strerror or e} (set TMPDIR to a folder with room)"
         ) from None
-    _SPOOLED.extend({str(path), str(path.resolve())})
+    _SPOOLED.update(dict.fromkeys({str(path), str(path.resolve())}, name))
     return path
 
 
 def stdin_name(message: str) -> str:
-    """`message` with each standard-input spool file named `-`, as the user gave it."""
-    for p in _SPOOLED:
-        message = message.replace(p, "-")
+    """`message` with each spool file named as the user gave it (`-`, or the pipe's path)."""
+    for p, name in _SPOOLED.items():
+        message = message.replace(p, name)
     return message
 
 

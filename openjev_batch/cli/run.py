@@ -31,6 +31,7 @@ from .options import (
     at_file,
     chunk_rows_option,
     ray_options,
+    read_once,
     show_prompt_option,
     unescape,
 )
@@ -142,10 +143,11 @@ def _config(kw: dict, stack: contextlib.ExitStack, tokenizer_only: bool):
             raise ConfigError("--resume needs an output file: standard output cannot be continued")
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdout-")))
         kw["output"] = tmp / "stdout.jsonl"
-    if str(kw["input"]) in STDIN_NAMES:
+    if read_once(kw["input"]):
         if resume:
-            raise ConfigError("--resume needs an input file: standard input cannot be read again")
-        kw["input"] = _spool_stdin(stack)
+            what = "standard input" if str(kw["input"]) in STDIN_NAMES else f"{kw['input']} is a pipe: it"
+            raise ConfigError(f"--resume needs an input file: {what} cannot be read again")
+        kw["input"] = _spool_stdin(stack, kw["input"])
     prompt_file = None
     if kw.get("system_prompt") is not None:
         prompt_file = at_file(kw["system_prompt"])

@@ -11,7 +11,7 @@ import typer
 from ..errors import OpenjevError
 from ..readouts import LABEL_LOGPROBS
 from .app import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
-from .options import QUESTIONS, STDIN_NAMES, _spool_stdin
+from .options import QUESTIONS, _spool_stdin, read_once
 
 
 @app.command(short_help="Check an input file's rows without loading a model.")
@@ -41,8 +41,8 @@ def validate(
 
     stack = contextlib.ExitStack()
     try:
-        if str(input) in STDIN_NAMES:
-            input = _spool_stdin(stack)
+        if read_once(input):
+            input = _spool_stdin(stack, input)
         kept = tuple(k.strip() for k in keep.split(",") if k.strip())
         cfg, r = _job(input, readout, questions, template, kept)
         s, _ = loop.run(cfg, FileSource(cfg), NullSink(), ParseOnlyRunner(), readout=r)

@@ -1,5 +1,6 @@
-"""Standard input (`-`) as an input file: copied to a folder and named by its sniffed format, so every reader
-(formats.py) works on it unchanged."""
+"""Standard input (`-`), or a pipe given by name (a FIFO, a shell's `<(zcat …)`), as an input file: copied
+to a folder and named by its sniffed format, so every reader (formats.py) works on it unchanged (they open
+the input more than once: row count, columns, chunks; a pipe read again hung)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ _MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
 RESERVE_FRACTION, RESERVE_MIN, CHECK_BYTES = 0.05, 1 << 30, 64 << 20
 
 
-def _copy_leaving_room(src, f, folder: Path) -> None:
+def _copy_leaving_room(src, f, folder: Path, what: str) -> None:
     """Copy `src` into `f` in 1 MiB pieces; raise InputFileError before the folder's disk has less free
     than the reserve (5 %, at least 1 GiB)."""
     since = CHECK_BYTES  # check before the first piece too
@@ -28,7 +29,7 @@ def _copy_leaving_room(src, f, folder: Path) -> None:
             du = shutil.disk_usage(folder)
             if du.free - len(piece) < max(RESERVE_MIN, int(du.total * RESERVE_FRACTION)):
                 raise InputFileError(
-                    f"-: standard input would fill the disk of {folder.parent} (stopped after "
+                    f"{what} would fill the disk of {folder.parent} (stopped after "
                     f"{f.tell():,} bytes, {du.free:,} bytes free): give the file by its path, or set TMPDIR "
                     "to a folder with room"
                 )
@@ -36,18 +37,20 @@ def _copy_leaving_room(src, f, folder: Path) -> None:
         since += len(piece)
 
 
-def spool_stdin(folder: str | Path, stream=None) -> Path:
+def spool_stdin(folder: str | Path, stream=None, name: str = "-") -> Path:
     """Copy standard input into `folder` under a name whose extension is its sniffed format (Parquet magic →
     .parquet, `[` → .json, `{` → .jsonl, anything else → .csv; a UTF-8 byte-order mark skipped; gzip / zstd
     magic → the same, of the decompressed head, with .gz / .zst). Returns the path. Raises InputFileError
-    for empty input; OSError when `folder` cannot take the copy."""
+    for empty input; OSError when `folder` cannot take the copy. `name`: what the user gave (`-`, or the
+    pipe's path), for messages."""
     import sys
 
     src = stream if stream is not None else sys.stdin.buffer
+    what = "-: standard input" if name == "-" else f"{name}: the pipe"
     tmp = Path(folder) / "stdin.tmp"
     try:
         with open(tmp, "wb") as f:
-            _copy_leaving_room(src, f, Path(folder))
+            _copy_leaving_room(src, f, Path(folder), what)
     except InputFileError:
         tmp.unlink(missing_ok=True)
         raise
@@ -60,14 +63,14 @@ def spool_stdin(folder: str | Path, stream=None) -> Path:
                 head = z.read(4096)
         except (OSError, pa.ArrowException) as e:
             raise InputFileError(
-                f"-: standard input starts like {compression} but does not decompress: {e}"
+                f"{what} starts like {compression} but does not decompress: {e}"
             ) from None
     head = head.removeprefix(b"\xef\xbb\xbf")  # a BOM was sniffed as CSV (issue 25)
     if not head.strip():
-        raise InputFileError("-: standard input is empty")
+        raise InputFileError(f"{what} is empty")
     if head[:4] == b"PAR1":
         if compression:
-            raise InputFileError(f"-: a {compression}-compressed Parquet file; pipe it decompressed")
+            raise InputFileError(f"{name}: a {compression}-compressed Parquet file; pipe it decompressed")
         return tmp.rename(tmp.with_name("stdin.parquet"))
     ext = {b"[": ".json", b"{": ".jsonl"}.get(head.lstrip()[:1], ".csv")
     return tmp.rename(tmp.with_name("stdin" + ext + {"gzip": ".gz", "zstd": ".zst", None: ""}[compression]))

@@ -3,10 +3,14 @@ disk's reserve (`validate - < /dev/zero` filled a 70 GB disk in the hostile tria
 
 from __future__ import annotations
 
+import gzip
 import io
+import os
 import shutil
+import threading
 
 import pytest
+from conftest import EXAMPLES, cli
 
 from openjev_batch.errors import InputFileError
 from openjev_batch.pipeline.input import stdin
@@ -38,3 +42,40 @@ def test_stdin_stops_before_the_disk_reserve_and_leaves_no_file(tmp_path, monkey
         stdin.spool_stdin(tmp_path, io.BufferedReader(Endless()))
     assert "give the file by its path" in str(e.value)
     assert list(tmp_path.iterdir()) == []  # the partial copy is removed
+
+
+def _feed_fifo(path, data: bytes) -> threading.Thread:
+    """A FIFO at `path` that a writer thread fills once (blocks until the command opens it)."""
+    os.mkfifo(path)
+
+    def write() -> None:
+        with open(path, "wb") as f:
+            f.write(data)
+
+    t = threading.Thread(target=write, daemon=True)  # daemon: a command that never opens it leaves it
+    t.start()
+    return t
+
+
+def test_a_fifo_input_is_read_once_as_stdin_is(tmp_path):
+    """Issue 34.14: a FIFO as the input (a shell's `<(zcat big.jsonl.gz)`) was opened again after its first
+    read (row count, columns, chunks) and hung, or said "no rows"; it is now copied once, as `-` is, and
+    sniffed (here gzip-compressed JSONL under a name without the .gz)."""
+    rows = b"".join(b'{"id": "r%d", "state": "hello"}\n' % i for i in range(3))
+    fifo = tmp_path / "rows.jsonl"
+    writer = _feed_fifo(fifo, gzip.compress(rows))
+    r = cli("validate", fifo, "-q", EXAMPLES / "ticket_questions.yaml", timeout=300)
+    writer.join(timeout=5)
+    assert r.returncode == 0 and "3 rows" in r.stdout, r.stdout + r.stderr
+    empty = tmp_path / "empty.jsonl"
+    writer = _feed_fifo(empty, b"")
+    r = cli("validate", empty, "-q", EXAMPLES / "ticket_questions.yaml", timeout=300)
+    assert r.returncode == 4 and f"{empty}: the pipe is empty" in " ".join(r.stderr.split()), r.stderr
+
+
+def test_resume_refuses_a_fifo_input(tmp_path):
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)  # never opened: the refusal comes from its type alone
+    r = cli("run", fifo, "-q", EXAMPLES / "ticket_questions.yaml", "-m", "smollm2-135m", "-o", tmp_path / "o.jsonl",
+            "--resume", timeout=300)  # fmt: skip
+    assert r.returncode != 0 and "is a pipe: it cannot be read again" in " ".join(r.stderr.split()), r.stderr
