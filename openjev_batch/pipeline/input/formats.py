@@ -133,6 +133,30 @@ def input_columns(path: Path) -> set[str] | None:
     return None
 
 
+def refuse_repeated_columns(path: Path) -> None:
+    """Raise InputFileError when a Parquet file's or datasets folder's schema names a column twice
+    (`id, state, state`): each record's dict kept the last one, silently (the hostile trial). A CSV
+    header is checked as it is read (csv_records.header); JSONL refuses a repeated key per row."""
+    fmt, _ = input_format(path)
+    try:
+        if fmt == "parquet":
+            schemas = [(path, pq.read_schema(path).names)]
+        elif fmt == "hf-dataset":
+            schemas = [(f, arrow_schema(f).names) for f in hf_dataset_files(path)]
+        else:
+            return
+    except InputFileError:
+        raise
+    except Exception as e:
+        raise InputFileError(f"{path}: cannot read as {FORMAT_NAMES[fmt]}: {e}") from e
+    for where, names in schemas:
+        if dup := sorted({n for n in names if names.count(n) > 1}):
+            raise InputFileError(
+                f"{where}: the {FORMAT_NAMES[fmt] if fmt == 'parquet' else 'Arrow'} schema names column(s) "
+                f"{', '.join(map(repr, dup))} twice (which one to read is not known): rename or drop one"
+            )
+
+
 def record_chunks(
     path: Path, chunk_rows: int, hasher=None
 ) -> Iterator[list[tuple[int, dict[str, Any] | str]]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ...core import duplicate_id_error
 from ...errors import InputFileError
-from .formats import has_rows, input_columns, input_format, record_chunks
+from .formats import has_rows, input_columns, input_format, record_chunks, refuse_repeated_columns
 
 KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
 
@@ -39,6 +39,7 @@ def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
     path = check_exists(path)
     if path.is_file() and path.stat().st_size == 0:
         raise InputFileError(f"{path}: file is empty")
+    refuse_repeated_columns(path)
     if not has_rows(path):  # blank lines only, a header only, 0 rows: refused before the model loads
         raise InputFileError(f"{path}: no rows")
     if not keep:

@@ -62,9 +62,7 @@ def spool_stdin(folder: str | Path, stream=None, name: str = "-") -> Path:
             with pa.input_stream(str(tmp), compression=compression) as z:
                 head = z.read(4096)
         except (OSError, pa.ArrowException) as e:
-            raise InputFileError(
-                f"{what} starts like {compression} but does not decompress: {e}"
-            ) from None
+            raise InputFileError(f"{what} starts like {compression} but does not decompress: {e}") from None
     head = head.removeprefix(b"\xef\xbb\xbf")  # a BOM was sniffed as CSV (issue 25)
     if not head.strip():
         raise InputFileError(f"{what} is empty")

@@ -472,3 +472,23 @@ def test_nan_and_inf_kept_values_are_null_in_json_outputs(tiny_model, tmp_path):
         assert [(r["id"], r["score_in"]) for r in rows] == [("a", None), ("b", 1.5), ("c", None)]
         assert all(r["error"] is None for r in rows)
     assert pl.read_ndjson(tmp_path / "o.jsonl")["score_in"].to_list() == [None, 1.5, None]
+
+
+def test_a_column_named_twice_in_parquet_or_datasets_is_refused(tmp_path, qfile):
+    """Issue 34.16: `id, state, state` in a Parquet file or a datasets folder answered from the last `state`,
+    silently; refused as a CSV header naming a column twice is."""
+    import pyarrow.parquet as pq
+
+    t = pa.Table.from_arrays(
+        [pa.array(["a"]), pa.array(["first"]), pa.array(["last"])], ["id", "state", "state"]
+    )
+    pq_path = tmp_path / "dup.parquet"
+    pq.write_table(t, pq_path)
+    _one_error(
+        cli("validate", pq_path, "-q", qfile), "dup.parquet: the Parquet schema names column(s) 'state' twice"
+    )
+    ds = _arrow_folder(tmp_path / "ds", [pa.table({"id": ["a"], "state": ["x"]}), t])
+    _one_error(
+        cli("validate", ds, "-q", qfile),
+        "data-00001-of-00002.arrow: the Arrow schema names column(s) 'state' twice",
+    )
