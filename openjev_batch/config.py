@@ -27,9 +27,20 @@ from .readouts.base import ReadoutOptions
 from .values import option_text_problem
 
 
+def no_symlink_loop(v: Path) -> Path:
+    """`v`, unless it (or a folder on its way) is a symbolic link that leads back to itself: every later
+    `resolve()` raised RuntimeError, a traceback (hostile trial, issue 34). Raises ValueError."""
+    try:
+        Path(v).resolve()
+    except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError on a loop; 3.13 OSError (ELOOP)
+        raise ValueError(f"{v}: a symbolic link loop (a link that leads back to itself)") from None
+    return v
+
+
 def check_output_path(v: Path, any_format: bool = False) -> Path:
     """A writable .parquet path (with `any_format`: .parquet, .jsonl or .csv) in an existing folder
     (checked before any model loads). Raises ValueError."""
+    no_symlink_loop(v)
     # pyarrow's file system takes UTF-8 paths only (the folder's name counts too: it is made absolute)
     if (problem := option_text_problem(str(v.absolute()))) is not None:
         raise ValueError(f"output {str(v.absolute())!r}: {problem}")
@@ -151,6 +162,11 @@ class RunConfig(EngineOptions):
     def _readout_options(cls, data: Any) -> Any:
         """The readout's options (flat keywords) into its `Options` type, and its default chunk size."""
         return _nest_readout_options(data, set(cls.model_fields)) if isinstance(data, dict) else data
+
+    @field_validator("input", "questions_file")
+    @classmethod
+    def _resolvable(cls, v: Path | None) -> Path | None:
+        return None if v is None else no_symlink_loop(v)
 
     @field_validator("output")
     @classmethod

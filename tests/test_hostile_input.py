@@ -522,6 +522,26 @@ def test_an_immutable_output_is_refused_before_the_job(tmp_path, tiny_model):
     assert out.read_bytes() == b"the user's file"
 
 
+@pytest.mark.parametrize("where", ["input", "-q", "-o", "-o folder"])
+def test_a_symlink_loop_is_a_one_line_job_error(tmp_path, where):
+    """Issue 34.17: a symbolic link loop as the input, -q or -o (or a folder on -o's way) ended in
+    `RuntimeError: Symlink loop` from a path's resolve(), a traceback."""
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    inp = write_jsonl(tmp_path / "in.jsonl", [line(id="a", state="fine")])
+    q = tmp_path / "q.json"
+    q.write_text(QJ)
+    args = {"input": [loop, "-q", q, "-o", tmp_path / "o.jsonl"], "-q": [inp, "-q", loop, "-o", tmp_path / "o.jsonl"],
+            "-o": [inp, "-q", q, "-o", loop], "-o folder": [inp, "-q", q, "-o", loop / "o.jsonl"]}[where]  # fmt: skip
+    commands = [("run", *args, "-m", "M", "-b", "hf")]
+    if not where.startswith("-o"):  # validate has no -o
+        commands.append(("validate", *args[:3]))
+    for command in commands:
+        r = cli(*command)
+        assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+        assert "a symbolic link loop" in r.stderr and len(r.stderr.splitlines()) <= 2, r.stderr
+
+
 def test_a_join_that_cannot_be_renamed_leaves_no_temporary_file(tmp_path):
     """The final rename failing (here: a folder took the output's name after the job began) left the
     half-joined `.join-*.tmp` in the partial; the parts stay for --resume."""
