@@ -10,15 +10,18 @@ part's values agree on (kept_types.py), which the join unifies over all parts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import OutputCheckError
 from .kept_types import encode_type, unify_types, value_type
 
 PART_GLOB = "part-[0-9]*.parquet"
@@ -47,6 +50,20 @@ def part_job(p: Path) -> str | None:
         return part_meta(p).get(META_JOB, b"").decode() or None
     except Exception:  # not Parquet, unreadable: a file the store did not write
         return None
+
+
+@contextlib.contextmanager
+def readable_part(p: Path) -> Iterator[None]:
+    """Reading the finished part `p` (resume): a part that cannot be read (truncated, a flipped byte: parts
+    are written whole, so the disk or a hand changed it) raises OutputCheckError naming it and the fix,
+    not pyarrow's traceback or a message that names no file (hostile trial, issue 34)."""
+    try:
+        yield
+    except (pa.ArrowException, OSError) as e:
+        why = " ".join(str(e).split())  # pyarrow's messages may hold line breaks
+        raise OutputCheckError(
+            f"--resume: {p} cannot be read ({why}); delete it and rerun with --resume (its chunk is run again)"
+        ) from None
 
 
 def made_by(p: Path, job_id: str, chunk: int) -> bool:

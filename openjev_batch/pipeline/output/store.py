@@ -43,7 +43,7 @@ from . import manifest as output_manifest
 from .join import Join, check_parts
 from .ledger import LEDGER, Ledger
 from .lock import acquire, lock_path, same_file
-from .parts import PART_GLOB, atomic_write, made_by, part_info, part_job, part_path, write_part
+from .parts import PART_GLOB, atomic_write, made_by, part_info, part_job, part_path, readable_part, write_part
 
 __all__ = ["LEDGER", "MANIFEST", "STAGE_DIR", "OutputStore", "part_info"]  # part_info: loop, Ray runner
 
@@ -225,11 +225,13 @@ class OutputStore:
     def is_done(self, chunk: int) -> bool:
         """Whether `chunk` has a finished part of this job for the input read now (call after begin_chunk)."""
         p = self.part(chunk)
-        return p.exists() and chunk in self.ledger and made_by(p, self.job_id, chunk)
+        with readable_part(p):
+            return p.exists() and chunk in self.ledger and made_by(p, self.job_id, chunk)
 
     def done(self, chunk: int) -> pa.Table | None:
         """The finished part of `chunk` (resume), or None."""
-        return pq.read_table(self.part(chunk)) if self.is_done(chunk) else None
+        with readable_part(self.part(chunk)):
+            return pq.read_table(self.part(chunk)) if self.is_done(chunk) else None
 
     def write(self, chunk: int, records: list[dict[str, Any]], info: dict[str, int] | None = None) -> None:
         """Write chunk `chunk`'s part. `info`: the chunk's numbers that are not in its records (warm-up

@@ -62,6 +62,33 @@ def test_resume_after_a_weight_swap_is_refused_and_the_partial_kept(tiny_model, 
     assert pl.read_parquet(out)["id"].to_list() == [f"r{i}" for i in range(60)]
 
 
+def test_resume_with_a_broken_part_names_it_and_continues_once_it_is_deleted(tiny_model, tmp_path):
+    """Issue 34.17: a truncated part file ended `--resume` in pyarrow's traceback (Parquet magic bytes not
+    found); a damaged footer gave an exit 4 naming no file. Both are one line naming the part and the fix,
+    the partial is kept, and the fix works."""
+    inp = write_jsonl(tmp_path / "in.jsonl", _rows(40))
+    out, partial = tmp_path / "b.parquet", tmp_path / "b.parquet.partial"
+    args = ["run", inp, "-m", tiny_model, "-b", "hf", "--chunk-rows", "2", "-o", out, "--no-progress"]
+    p = start_cli(*args, env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    wait_parts(partial, p, 2, timeout=300)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    part = partial / "part-000001.parquet"
+    whole = part.read_bytes()
+    for broken in (whole[:100], whole[:-208] + b"\xff" * 200 + whole[-8:]):  # truncated; a damaged footer
+        part.write_bytes(broken)
+        kept = _snapshot(partial)
+        r = cli(*args, "--resume")
+        assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+        msg = " ".join(r.stderr.split())
+        assert msg.startswith(f"error: --resume: {part} cannot be read (") and msg.count("error:") == 1, msg
+        assert "delete it and rerun with --resume" in msg and _snapshot(partial) == kept
+    part.unlink()  # the fix the message gives: that chunk is run again
+    r = cli(*args, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert pl.read_parquet(out)["id"].to_list() == [f"r{i}" for i in range(40)]
+
+
 def test_a_hub_id_is_keyed_by_its_cached_revision_recorded_once_downloaded(tmp_path, monkeypatch):
     """A hub id's key is the commit its cached snapshot names. Not cached when the job starts (the loader
     downloads it after the manifest is written), it is recorded once the model loaded, so a resume after a
