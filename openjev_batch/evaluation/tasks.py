@@ -82,6 +82,23 @@ def _as_question(text: str) -> str:
     return (t[:1].upper() + t[1:]).rstrip(" .?") + "?" if t else t
 
 
+def _text(r: dict, key: str) -> str:
+    """Column `key` of a benchmark row, which must be text: a null or a number ended `eval` in an
+    AttributeError traceback (issue 34.17). Raises ValueError naming the column."""
+    v = r[key]
+    if not isinstance(v, str):
+        raise ValueError(f"{key}: expected text, got {'null' if v is None else type(v).__name__}")
+    return v
+
+
+def _options(r: dict, key: str) -> tuple[Any, ...]:
+    """Column `key`, the options: a list (a string "ab" was read as the two options a and b, issue 34.18)."""
+    v = r[key]
+    if isinstance(v, str) or not isinstance(v, list | tuple):
+        raise ValueError(f"{key}: expected a list of options, got {'null' if v is None else type(v).__name__}")
+    return tuple(v)
+
+
 def _id(r: dict, default: str) -> str:
     return str(r["id"]) if r.get("id") not in (None, "") else default
 
@@ -92,19 +109,19 @@ def _mmlu_pro(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) ->
         gold = LETTERS.index(str(r["answer"]).strip().upper())
     elif r.get("answer") is not None and LETTERS[int(gold)] != str(r["answer"]).strip().upper():
         raise ValueError(f"answer {r['answer']!r} disagrees with answer_index {gold}")
-    return Item(str(r["question_id"]), r["question"], tuple(r["options"]), int(gold), str(r["category"]))
+    return Item(str(r["question_id"]), _text(r, "question"), _options(r, "options"), int(gold), str(r["category"]))
 
 
 def _mmlu(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) -> Item:
     cat = str(r["subject"])
     k = seen[cat] = seen.get(cat, -1) + 1
-    return Item(_id(r, f"{cat}-{k:04d}"), r["question"], tuple(r["choices"]), int(r["answer"]), cat)
+    return Item(_id(r, f"{cat}-{k:04d}"), _text(r, "question"), _options(r, "choices"), int(r["answer"]), cat)
 
 
 def _boolq(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) -> Item:
     gold = 0 if _bool(r["answer"], f"row {i}.answer") else 1
-    q = {"type": "noul", "instructions": _as_question(r["question"])}
-    return Item(_id(r, f"{i:05d}"), q, ("true", "false"), gold, "boolq", r["passage"])
+    q = {"type": "noul", "instructions": _as_question(_text(r, "question"))}
+    return Item(_id(r, f"{i:05d}"), q, ("true", "false"), gold, "boolq", _text(r, "passage"))
 
 
 def _noul(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) -> Item:

@@ -122,6 +122,27 @@ def test_mmlu_and_boolq_formats():
     assert fmt == "noul" and len(n) == 20 and n[0].id == "boolq-val-00000" and n[0].gold == 1
 
 
+@pytest.mark.parametrize(
+    "rec, message",
+    [
+        ({"question": None, "passage": "Water.", "answer": True}, "row 0 (boolq): ValueError: question: expected text, got null"),
+        ({"question": "is it", "passage": 7, "answer": True}, "row 0 (boolq): ValueError: passage: expected text, got int"),
+        ({"question": 3, "subject": "a", "choices": ["x", "y"], "answer": 0}, "row 0 (mmlu): ValueError: question: expected text, got int"),
+        ({"question": "q", "subject": "a", "choices": "ab", "answer": 0}, "row 0 (mmlu): ValueError: choices: expected a list of options, got str"),
+        ({"question_id": 1, "question": None, "options": ["a", "b"], "answer": "A", "category": "c"},
+         "row 0 (mmlu-pro): ValueError: question: expected text, got null"),
+    ],
+)  # fmt: skip
+def test_a_benchmark_row_with_a_null_or_mistyped_field_is_a_one_line_error(tmp_path, tiny_model, rec, message):
+    """Issue 34.17/18: a null or non-string question or passage ended `eval` in an AttributeError traceback
+    (build.py `.strip()`, tasks.py `.split()`); MMLU's `"choices": "ab"` was read as the options a and b."""
+    path = tmp_path / "bench.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    r = cli("eval", path, "-o", tmp_path / "ev", "-m", tiny_model, "-b", "hf", "--no-progress")
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+    assert message in " ".join(r.stderr.split()), r.stderr
+
+
 def test_sample_is_seeded_nested_and_in_file_order():
     items, _ = tasks.to_items(tasks.read_records(TEST))
     ids = [it.id for it in items]
