@@ -311,6 +311,22 @@ def test_api_pandas_frame_with_a_surrogate_gives_error_cells(clf):
     assert got["b"].startswith("row b: state: not valid Unicode text (lone surrogate '\\ud800'")
 
 
+def test_api_pandas_id_or_kept_column_of_hostile_objects_gives_error_cells(clf):
+    """Issue 34.17: a lone surrogate in an object `id` column raised UnicodeEncodeError (restoring the
+    ids' type); a complex column raised ArrowNotImplementedError, and a kept object column of values neither
+    Arrow nor JSON knows raised TypeError. Row errors, or the value's text, instead."""
+    import pandas as pd
+
+    df = pd.DataFrame({"id": ["a\ud800", "b"], "state": ["x", "y"]}, dtype=object, index=[7, 8])
+    got = clf.run(df, Q)
+    assert list(got.index) == [7, 8] and got["id"].isna().tolist() == [True, False]
+    assert got["error"][7].startswith("row at index 0: id: not valid Unicode text (lone surrogate '\\ud800'")
+    df = pd.DataFrame({"id": ["a", "b"], "state": ["x", "y"], "c": [1 + 2j, 3j], "o": [object(), 1]})
+    got = clf.run(df, Q, keep="all", output="arrow").to_pylist()
+    assert [r["error"] for r in got] == [None, None] and [r["c"] for r in got] == ["(1+2j)", "3j"]
+    assert got[0]["o"].startswith("<object object at") and got[1]["o"] == "1"
+
+
 def test_api_table_from_an_invalid_utf8_parquet_gives_error_cells(clf, tmp_path):
     """An Arrow Table read from Parquet holds bytes that are not UTF-8: `run` and `show_prompt` raised
     UnicodeDecodeError; the file reader made them row errors already."""

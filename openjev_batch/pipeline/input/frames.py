@@ -44,7 +44,8 @@ def restore_ids(table: Any, data: Any, kind: str) -> Any:
     if kind == "pandas":
         try:
             typ = pa.Array.from_pandas(data["id"]).type
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
+        # mixed types; a string with a lone surrogate (issue 34.17: a traceback): not a numeric column
+        except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeEncodeError):
             return table
     else:
         typ = (data.column("id") if kind == "arrow" else data["id"].to_arrow()).type
@@ -105,8 +106,8 @@ def records_of(data: Any, kind: str, chunk_rows: int) -> Iterator[list[tuple[int
         try:
             data = pa.Table.from_pandas(data, preserve_index=False)
         # a mixed object column (str and list states); a string with a lone surrogate (UTF-8 cannot hold
-        # it): as plain records, whose row checks name the row and field
-        except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeEncodeError):
+        # it); a type Arrow lacks (complex): as plain records, whose row checks name the row and field
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, UnicodeEncodeError):
             data = [{str(k): _py(v) for k, v in rec.items()} for rec in data.to_dict("records")]
             kind = "records"
     if kind in ("polars", "pandas", "arrow"):

@@ -101,6 +101,18 @@ def records_table(
         vals = [r[k] for r in records]
         try:
             cols[k] = pa.array(vals)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types in a JSONL column: keep their JSON text
-            cols[k] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in vals])
+        # mixed types in a JSONL column: keep their JSON text; a Python object Arrow and JSON do not know (a
+        # pandas object column's complex, set or own class: a traceback, issue 34.17) as its str()
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            cols[k] = pa.array([_json_text(v) for v in vals])
     return pa.table(cols)
+
+
+def _json_text(v: Any) -> str | None:
+    """A kept value of a column with no common type: a string as it is, else its JSON text, else its str()."""
+    if v is None or isinstance(v, str):
+        return v
+    try:
+        return json.dumps(v)
+    except (TypeError, ValueError):  # not JSON (a complex, a set, an object), or a list that holds itself
+        return str(v)
