@@ -6,6 +6,25 @@ an `error` cell in the output. The exceptions below end the whole job (or a comm
 
 from __future__ import annotations
 
+OUT_OF_MEMORY = (
+    "out of memory: the process could not get the memory it asked for (a limit such as `ulimit -v`, "
+    "`prlimit --as` or a container's, or too little free RAM for this model)"
+)
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether `e` is the system refusing memory: a MemoryError, ENOMEM, or a library's text of it (the
+    safetensors and torch loaders say "Cannot allocate memory" / "os error 12", the dynamic loader "failed
+    to map segment"), so the message says memory instead of blaming the checkpoint (hostile trial under
+    `prlimit --as`, issue 34)."""
+    import errno
+
+    if isinstance(e, MemoryError) or (isinstance(e, OSError) and e.errno == errno.ENOMEM):
+        return True
+    text = str(e)
+    # "failed to map segment from shared object": an ImportError of a library loaded past the limit
+    return any(s in text for s in ("Cannot allocate memory", "os error 12", "failed to map segment"))
+
 
 class OpenjevError(Exception):
     """Base of every error the CLI reports as a message instead of a traceback."""

@@ -558,6 +558,37 @@ def test_a_symlink_loop_is_a_one_line_job_error(tmp_path, where):
         assert "a symbolic link loop" in r.stderr and len(r.stderr.splitlines()) <= 2, r.stderr
 
 
+def test_too_little_memory_is_one_line_saying_so(tmp_path, tiny_model):
+    """Issue 34.17: under `prlimit --as=1G` a MemoryError traceback (or an ImportError "failed to map
+    segment"), an empty "cannot load model … with transformers: " or, at 2G, "not a valid safetensors file"
+    blaming the checkpoint. Each limit now either runs or ends in one line naming memory (exit 4)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    inp = write_jsonl(tmp_path / "in.jsonl", [line(id="a", state="fine")])
+    refused = 0
+    for mib in (300, 600, 1024, 1536):
+        def limit(n=mib << 20):
+            resource.setrlimit(resource.RLIMIT_AS, (n, n))
+
+        r = subprocess.run(
+            [sys.executable, "-m", "openjev_batch", "run", inp, "-m", tiny_model, "-b", "hf", "--no-progress",
+             "-o", tmp_path / f"o{mib}.jsonl"],
+            capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
+            preexec_fn=limit, timeout=600,
+        )  # fmt: skip
+        assert r.returncode in (0, 4) and "Traceback" not in r.stderr and "╭" not in r.stderr, (mib, r.stderr)
+        if r.returncode == 4:
+            refused += 1
+            assert "out of memory" in r.stderr and "not a valid safetensors" not in r.stderr, (mib, r.stderr)
+            assert len(r.stderr.strip().splitlines()) <= 3, (mib, r.stderr)
+    assert refused  # 300 MiB cannot even import torch
+
+
 def test_a_join_that_cannot_be_renamed_leaves_no_temporary_file(tmp_path):
     """The final rename failing (here: a folder took the output's name after the job began) left the
     half-joined `.join-*.tmp` in the partial; the parts stay for --resume."""

@@ -17,7 +17,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendError
+from ..errors import OUT_OF_MEMORY, BackendError, out_of_memory
 
 ST_INDEX = "model.safetensors.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -67,6 +67,8 @@ def check_safetensors(path: Path) -> None:
         with safe_open(str(path), "np"):
             pass
     except Exception as e:  # SafetensorError, or an OSError on an unreadable file
+        if out_of_memory(e):  # mapping the file failed: the checkpoint is fine
+            raise BackendError(f"{path}: {OUT_OF_MEMORY}") from None
         raise BackendError(
             f"{path}: not a valid safetensors file ({e}); the checkpoint is corrupt or truncated, "
             "copy it again"

@@ -7,9 +7,10 @@ themselves on app.py's `app`; nothing in cli/ imports this module back.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
-from .app import _quiet_exit, app, printable
+from .app import EXIT_FAILED, _quiet_exit, app, printable
 
 __all__ = ["app", "main", "printable"]
 
@@ -25,6 +26,15 @@ def main() -> None:  # pragma: no cover - entry point for `python -m openjev_bat
         app()
     except BrokenPipeError:  # a plain write (`-o -`, --show-prompt) to a reader that closed the pipe
         _quiet_exit()
+    except Exception as e:  # out of memory anywhere (an import, a read, a tokenizer): one line, not a traceback
+        from ..errors import OUT_OF_MEMORY, out_of_memory
+
+        if not out_of_memory(e):
+            raise
+        # plain text: rich's rendering imports and allocates, and failed here again under `prlimit --as`
+        with contextlib.suppress(MemoryError, OSError):
+            sys.stderr.write(f"error: {OUT_OF_MEMORY}\n")
+        raise SystemExit(EXIT_FAILED) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

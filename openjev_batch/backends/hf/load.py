@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ...checkpoint.trust import loader_options, trust_hint
-from ...errors import BackendError
+from ...errors import OUT_OF_MEMORY, BackendError, out_of_memory
 from ..base import BackendOptions
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -50,6 +50,8 @@ def load_pretrained(auto_model: Any, opts: BackendOptions, dtype: torch.dtype, w
     except BackendError:  # the tokenizer check's own refusal
         raise
     except Exception as e:
+        if out_of_memory(e):  # MemoryError's text is empty; mmap's blames no one
+            raise BackendError(f"cannot load {what} {opts.model!r}: {OUT_OF_MEMORY}") from e
         raise BackendError(
             f"cannot load {what} {opts.model!r} with transformers: {e}{trust_hint(opts, e)}"
         ) from e
