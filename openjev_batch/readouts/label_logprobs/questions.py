@@ -117,6 +117,9 @@ class _Question(BaseModel):
                 raise ValueError(
                     f"criteria: noul criteria must be an object with keys 'true' and/or 'false'{got}"
                 )
+            for k, v in (c or {}).items():  # a number or list was read as the option's text (issue 34.18)
+                if v is not None and not isinstance(v, str):
+                    raise ValueError(f"criteria.{k}: description must be a string or null")
         elif t == "choice":
             if not isinstance(c, dict):
                 raise ValueError("criteria: choice needs an object mapping option name → description")
