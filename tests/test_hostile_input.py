@@ -480,6 +480,17 @@ def test_sglang_without_its_kernels_is_one_line_with_the_hint(tmp_path, tiny_mod
 
 
 # What reaches the terminal, and an output that cannot be written (issue 25, smaller items)
+def test_validate_prints_a_newline_inside_an_id_escaped(tmp_path):
+    """Issue 34.18: `validate` printed an id's newline raw, so one error read as two lines (the second not
+    an error's)."""
+    p = tmp_path / "in.jsonl"
+    p.write_text('{"id": "a\\nb", "state": ""}\n{"id": "c", "state": "ok"}\n')
+    (tmp_path / "q.json").write_text(QJ)
+    r = cli("validate", p, "-q", tmp_path / "q.json")
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.splitlines()[0] == "✗ row a\\nb: state: empty conversation", r.stderr
+
+
 def test_printable_escapes_invisible_and_line_breaking_characters():
     """U+2028 (a line break to terminals and log viewers) and U+200B (a character no one sees) were printed
     raw; a lone surrogate (a path's non-UTF-8 byte) is escaped too. Ordinary text stays as it is."""

@@ -53,7 +53,9 @@ def validate(
     rows, n_q, errors = s.rows, s.counted.questions, s.counted.errors
     for e in errors[:show]:
         err.print("[red]✗[/] ", end="")
-        err.print(printable(e), markup=False, highlight=False)  # a row's text: neither markup nor ESC codes
+        # a row's text: neither markup nor ESC codes, and one line per error (an id's newline printed raw
+        # made a line that looked like another error's, issue 34.18)
+        err.print(printable(e).replace("\n", "\\n"), markup=False, highlight=False)
     if len(errors) > show:
         err.print(f"… and {len(errors) - show} more")
     kinds = Counter(e.split(": ", 2)[1] if e.count(": ") >= 2 else e for e in errors)
