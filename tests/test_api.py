@@ -262,3 +262,23 @@ def test_system_prompt_has_the_cli_limit(tiny_model):
     model loads."""
     with pytest.raises(ConfigError, match="--system-prompt is 262,145 bytes, limit 262,144"):
         ob.Classifier(str(tiny_model), backend="hf", device="cpu", system_prompt="x" * (256 * 1024 + 1))
+
+
+def test_limit_converts_only_the_rows_asked_for(clf, monkeypatch):
+    """Issue 34.18: `limit=` converted the whole frame to Arrow first (a 10M-row frame: 18.8 s, +1.4 GB for
+    10 rows). The data handed to the conversion (frames.records_of) is watched: the first `limit` rows."""
+    from openjev_batch import frames
+
+    seen = []
+    real = frames.records_of
+
+    def records_of(data, kind, chunk_rows):
+        seen.append(len(data))
+        return real(data, kind, chunk_rows)
+
+    monkeypatch.setattr(frames, "records_of", records_of)
+    df = pd.DataFrame({"state": [f"text {i}" for i in range(500)]}, index=range(1000, 1500))
+    got = clf.run(df, ONE_Q, limit=3)
+    assert seen == [3] and list(got.index) == [1000, 1001, 1002]
+    got_pl = clf.run(pl.from_pandas(df), ONE_Q, limit=2)
+    assert seen == [3, 2] and got_pl["id"].to_list() == ["0", "1"]
