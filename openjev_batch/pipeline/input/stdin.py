@@ -15,19 +15,25 @@ _MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
 
 
 # Disk kept free while standard input is copied: `validate - < /dev/zero` filled a 70 GB disk (the hostile
-# trial), starving every other process on the machine before its own ENOSPC. Checked every CHECK_BYTES.
+# trial), starving every other process on the machine before its own ENOSPC. Checked every CHECK_BYTES. The
+# reserve is 5 % (at least 1 GiB), but never more than half of what was free when the copy began: a TMPDIR
+# with under 1 GiB free refused every input, however small (issue 34.18).
 RESERVE_FRACTION, RESERVE_MIN, CHECK_BYTES = 0.05, 1 << 30, 64 << 20
+RESERVE_OF_FREE = 0.5
 
 
 def _copy_leaving_room(src, f, folder: Path, what: str) -> None:
     """Copy `src` into `f` in 1 MiB pieces; raise InputFileError before the folder's disk has less free
-    than the reserve (5 %, at least 1 GiB)."""
+    than the reserve (5 %, at least 1 GiB; at most half of what was free at the start)."""
     since = CHECK_BYTES  # check before the first piece too
+    reserve = None
     while piece := src.read(1 << 20):
         if since >= CHECK_BYTES:
             since = 0
             du = shutil.disk_usage(folder)
-            if du.free - len(piece) < max(RESERVE_MIN, int(du.total * RESERVE_FRACTION)):
+            if reserve is None:
+                reserve = min(max(RESERVE_MIN, int(du.total * RESERVE_FRACTION)), int(du.free * RESERVE_OF_FREE))
+            if du.free - len(piece) < reserve:
                 raise InputFileError(
                     f"{what} would fill the disk of {folder.parent} (stopped after "
                     f"{f.tell():,} bytes, {du.free:,} bytes free): give the file by its path, or set TMPDIR "

@@ -37,11 +37,20 @@ def test_stdin_stops_before_the_disk_reserve_and_leaves_no_file(tmp_path, monkey
     # a reserve of all but 5 MiB of what is free: the copy must stop near 5 MiB, not run on
     monkeypatch.setattr(stdin, "RESERVE_MIN", free - (5 << 20))
     monkeypatch.setattr(stdin, "RESERVE_FRACTION", 0.0)
+    monkeypatch.setattr(stdin, "RESERVE_OF_FREE", 1.0)  # the reserve as set, not half of what is free
     monkeypatch.setattr(stdin, "CHECK_BYTES", 1 << 20)
     with pytest.raises(InputFileError, match="standard input would fill the disk") as e:
         stdin.spool_stdin(tmp_path, io.BufferedReader(Endless()))
     assert "give the file by its path" in str(e.value)
     assert list(tmp_path.iterdir()) == []  # the partial copy is removed
+
+
+def test_a_small_stdin_is_copied_to_a_disk_with_less_free_than_the_reserve(tmp_path, monkeypatch):
+    """Issue 34.18: a TMPDIR with under 1 GiB free (a small tmpfs) refused every standard input, however
+    small; the reserve is now at most half of what is free, so a small input is copied."""
+    monkeypatch.setattr(stdin, "RESERVE_MIN", shutil.disk_usage(tmp_path).free + (1 << 30))  # "under 1 GiB"
+    got = stdin.spool_stdin(tmp_path, io.BytesIO(b'{"id": "a", "state": "x"}\n'))
+    assert got.read_bytes() == b'{"id": "a", "state": "x"}\n'
 
 
 def _feed_fifo(path, data: bytes) -> threading.Thread:
