@@ -26,6 +26,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return node
 
     def construct_mapping(self, node, deep=False):
+        # a merge key (`<<: *base`, YAML 1.1) was read as a key named "<<" ("Extra inputs are not permitted",
+        # issue 34.18): PyYAML merges (flatten_mapping), the keys given here override the merged ones as YAML
+        # says, and only these are checked for repeats
+        own = [k for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"]
+        self.flatten_mapping(node)
         keys = set()
         for k, _ in node.value:
             if not isinstance(k, yaml.ScalarNode):  # `? [1, 2]`: a list key was a TypeError traceback, exit 1
@@ -37,10 +42,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 # `yes:`, an option of --config), so it keeps the text as written: YAML 1.1 reads unquoted
                 # `yes:` / `off:` as booleans, `null:` as None (id "None") and `007:` as the number 7
                 k.tag = "tag:yaml.org,2002:str"
-            key = self.construct_object(k, deep=deep)
-            if key in keys:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", k.start_mark)
-            keys.add(key)
+            if any(k is o for o in own):
+                key = self.construct_object(k, deep=deep)
+                if key in keys:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", k.start_mark)
+                keys.add(key)
         return super().construct_mapping(node, deep=deep)
 
 

@@ -12,3 +12,25 @@ def test_yaml_keys_are_names_as_written_not_numbers_nulls_or_booleans(tmp_path):
     qs = load_questions(q)
     assert [x.qid for x in qs] == ["1", "null", "007", "yes", "~"]
     assert qs[0].options == ("yes", "007", "null", "1.50")
+
+
+def test_yaml_merge_keys_merge_and_keys_given_override(tmp_path):
+    """Issue 34.18: a merge key (`<<: *base`) was read as a key named "<<", so a questions file sharing
+    fields through one failed with "Extra inputs are not permitted". It merges; a key given beside it
+    overrides the merged one; a key given twice is still refused, and merged names stay as written."""
+    import pytest
+
+    from openjev_batch.errors import ConfigError
+
+    q = tmp_path / "q.yaml"
+    q.write_text(
+        "base: &b\n  type: choice\n  instructions: Which?\n  criteria: {yes: a, no: b}\n"
+        "other:\n  <<: *b\n  instructions: Which one?\n"
+        "more:\n  <<: [*b, {type: choice}]\n"
+    )
+    qs = {x.qid: x for x in load_questions(q)}
+    assert qs["other"].instructions == "Which one?" and qs["other"].options == ("yes", "no")
+    assert qs["more"].options == ("yes", "no")  # merged names kept as written (safe_load: True, False)
+    q.write_text("base: &b {type: noul, instructions: x}\nr: {<<: *b, instructions: y, instructions: z}\n")
+    with pytest.raises(ConfigError, match="duplicate key 'instructions'"):
+        load_questions(q)
