@@ -24,17 +24,7 @@ from .errors import ConfigError
 from .options import BACKENDS, EngineOptions, output_format
 from .readouts import DEFAULT
 from .readouts.base import ReadoutOptions
-from .values import option_text_problem
-
-
-def no_symlink_loop(v: Path) -> Path:
-    """`v`, unless it (or a folder on its way) is a symbolic link that leads back to itself: every later
-    `resolve()` raised RuntimeError, a traceback (hostile trial, issue 34). Raises ValueError."""
-    try:
-        Path(v).resolve()
-    except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError on a loop; 3.13 OSError (ELOOP)
-        raise ValueError(f"{v}: a symbolic link loop (a link that leads back to itself)") from None
-    return v
+from .values import no_symlink_loop, option_text_problem
 
 
 def check_output_path(v: Path, any_format: bool = False) -> Path:
@@ -163,10 +153,10 @@ class RunConfig(EngineOptions):
         """The readout's options (flat keywords) into its `Options` type, and its default chunk size."""
         return _nest_readout_options(data, set(cls.model_fields)) if isinstance(data, dict) else data
 
-    @field_validator("input", "questions_file")
+    @field_validator("input")
     @classmethod
-    def _resolvable(cls, v: Path | None) -> Path | None:
-        return None if v is None else no_symlink_loop(v)
+    def _resolvable(cls, v: Path) -> Path:
+        return no_symlink_loop(v)
 
     @field_validator("output")
     @classmethod

@@ -20,6 +20,16 @@ MAX_STATE_BYTES = 2 * 2**20
 MAX_LINE_BYTES = 8 * MAX_STATE_BYTES
 
 
+def no_symlink_loop(v: Path) -> Path:
+    """`v`, unless it (or a folder on its way) is a symbolic link that leads back to itself: every later
+    `resolve()` raised RuntimeError, a traceback (hostile trial, issue 34). Raises ValueError."""
+    try:
+        Path(v).resolve()
+    except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError on a loop; 3.13 OSError (ELOOP)
+        raise ValueError(f"{v}: a symbolic link loop (a link that leads back to itself)") from None
+    return v
+
+
 def refuse_old_mac_line_ends(first: bytes, what: str) -> None:
     """Raise InputFileError when a text file's first read line `first` (the byte-order mark dropped) holds a
     CR before its end and no LF: classic-Mac line ends, which readline sees as one line, so a CSV read as a

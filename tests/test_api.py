@@ -267,7 +267,7 @@ def test_system_prompt_has_the_cli_limit(tiny_model):
 def test_limit_converts_only_the_rows_asked_for(clf, monkeypatch):
     """Issue 34.18: `limit=` converted the whole frame to Arrow first (a 10M-row frame: 18.8 s, +1.4 GB for
     10 rows). The data handed to the conversion (frames.records_of) is watched: the first `limit` rows."""
-    from openjev_batch import frames
+    from openjev_batch.pipeline.input import frames
 
     seen = []
     real = frames.records_of

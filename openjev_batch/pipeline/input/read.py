@@ -15,6 +15,7 @@ from typing import Any
 
 from ...core import duplicate_id_error
 from ...errors import InputFileError
+from ...values import no_symlink_loop
 from .formats import has_rows, input_columns, input_format, record_chunks, refuse_repeated_columns
 
 KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
@@ -23,6 +24,10 @@ KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep col
 def check_exists(path: str | Path) -> Path:
     """An input that exists, in a format by its extension. Raises InputFileError."""
     path = Path(path)
+    try:
+        no_symlink_loop(path)  # exists() says False for a loop: "no such file" named no cause (issue 34.17)
+    except ValueError as e:
+        raise InputFileError(str(e)) from None
     if not path.exists():
         if not path.suffix:  # a datasets folder has none: not an "unknown extension '(none)'" (issue 34.9)
             raise InputFileError(f"{path}: no such file or folder")

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import OutputCheckError
+from ...errors import OutputCheckError
 from .kept_types import encode_type, unify_types, value_type
 
 PART_GLOB = "part-[0-9]*.parquet"

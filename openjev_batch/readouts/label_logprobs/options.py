@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from ...errors import ConfigError
-from ...values import option_text_problem, text_bytes
+from ...values import no_symlink_loop, option_text_problem, text_bytes
 from ..base import ReadoutOptions
 from .questions import MAX_QUESTION_BYTES, QuestionSpec, shared_questions
 
@@ -36,10 +36,10 @@ class LabelLogprobsOptions(ReadoutOptions):
     @field_validator("questions", mode="before")
     @classmethod
     def _questions(cls, v: Any) -> Any:
-        if v is None or isinstance(v, Path | tuple):
+        if v is None or isinstance(v, tuple):
             return v
-        if isinstance(v, str):
-            return Path(v)
+        if isinstance(v, str | Path):
+            return no_symlink_loop(Path(v))  # resolve() on a loop raised RuntimeError (issue 34.17)
         if isinstance(v, Mapping):
             try:
                 return shared_questions(v, "questions")
