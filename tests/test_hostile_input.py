@@ -572,7 +572,9 @@ def test_a_symlink_loop_is_a_one_line_job_error(tmp_path, where):
 def test_too_little_memory_is_one_line_saying_so(tmp_path, tiny_model):
     """Issue 34.17: under `prlimit --as=1G` a MemoryError traceback (or an ImportError "failed to map
     segment"), an empty "cannot load model … with transformers: " or, at 2G, "not a valid safetensors file"
-    blaming the checkpoint. Each limit now either runs or ends in one line naming memory (exit 4)."""
+    blaming the checkpoint. Each limit now either runs or ends in one line naming memory (exit 4), or, where a
+    native library aborts (Rust's allocator in tokenizers; OpenBLAS at import, now given one thread under a
+    limit), in that library's own one line naming the failed allocation."""
     import os
     import resource
     import subprocess
@@ -592,7 +594,13 @@ def test_too_little_memory_is_one_line_saying_so(tmp_path, tiny_model):
             capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
             preexec_fn=limit, timeout=600,
         )  # fmt: skip
-        assert r.returncode in (0, 4) and "Traceback" not in r.stderr and "╭" not in r.stderr, (mib, r.stderr)
+        assert "Traceback" not in r.stderr and "╭" not in r.stderr, (mib, r.stderr)
+        if r.returncode not in (0, 4):
+            # a native allocator gave up inside a library (the tokenizers' Rust code: abort, -6), which no Python
+            # handler can catch: its own one line naming the allocation is what is left to the user
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and "memory allocation" in lines[0].lower(), (mib, r.returncode, r.stderr)
+            continue
         if r.returncode == 4:
             refused += 1
             assert "out of memory" in r.stderr and "not a valid safetensors" not in r.stderr, (mib, r.stderr)

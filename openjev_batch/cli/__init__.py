@@ -8,7 +8,16 @@ themselves on app.py's `app`; nothing in cli/ imports this module back.
 from __future__ import annotations
 
 import contextlib
+import os
+import resource
 import sys
+
+# Under an address-space limit (`prlimit --as`, a container's ulimit) OpenBLAS, loaded with numpy, reserves a
+# buffer per core at import and, when that fails, aborts the process from C ("OpenBLAS error: Memory allocation
+# still failed", exit 1) before Python can say "out of memory". One thread there needs one buffer; numpy's BLAS
+# does no heavy work in this product (torch has its own). Without a limit nothing changes.
+if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .app import EXIT_FAILED, _quiet_exit, app, printable
 
