@@ -89,6 +89,7 @@ def _main(
 
 
 _python_showwarning = warnings.showwarning
+_shown: set[str] = set()
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -98,6 +99,9 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
     if not issubclass(category, InputWarning):
         return _python_showwarning(message, category, filename, lineno, file, line)
+    if str(message) in _shown:  # an input read twice (an early check, then the job) warns once
+        return
+    _shown.add(str(message))
     err.print("[yellow]warning:[/] ", end="")
     err.print(printable(stdin_name(str(message))), markup=False, highlight=False)
 
