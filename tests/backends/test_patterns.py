@@ -62,8 +62,9 @@ def test_dry_run_asks_the_same_resolver(tiny_model, tmp_path):
 def test_dry_run_cli_names_multi_item_for_a_gpu_run(tiny_model):
     pytest.importorskip("sglang")
     r = cli(
-        "run", EXAMPLES / "tickets.jsonl", "-m", tiny_model, "-b", "sglang", "--device", "cuda", "--dry-run"
-    )
+        "run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-m", tiny_model,
+        "-b", "sglang", "--device", "cuda", "--dry-run",
+    )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert words("multi-item") in r.stdout
 
