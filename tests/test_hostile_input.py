@@ -632,7 +632,7 @@ def test_a_join_that_cannot_be_renamed_leaves_no_temporary_file(tmp_path):
 def test_run_refuses_a_sequence_classifier_naming_classify(tiny_classifier, tmp_path):
     """Hostile trial: `run` on a *ForSequenceClassification checkpoint answered from a randomly initialised
     lm_head (different numbers each time, rc 0); it is refused before loading, naming `classify`."""
-    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hello"}])
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hello", "questions": Q}])
     out = tmp_path / "o.parquet"
     r = cli("run", src, "-m", tiny_classifier, "-b", "hf", "-o", out, "--no-progress")
     assert r.returncode == 4 and "Traceback" not in r.stderr

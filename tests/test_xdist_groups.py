@@ -27,7 +27,7 @@ def test_the_quick_set_leaves_out_engines_clusters_and_jobs_in_other_processes()
     ids = [
         "tests/test_xdist_groups.py::test_an_sglang_test_runs_in_the_sglang_group",  # sglang
         "tests/test_real_model.py",  # a packaged real model
-        "tests/pipeline/test_store.py::test_a_job_with_row_errors_exits_3_with_no_reader_of_stderr",  # the CLI
+        "tests/pipeline/output/test_store.py::test_a_job_with_row_errors_exits_3_with_no_reader_of_stderr",  # the CLI
         "tests/readouts/test_rows.py::test_whole_file_errors",  # in-process, fast
     ]
     r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",

@@ -14,7 +14,7 @@ from ..errors import ConfigError, OpenjevError
 from .app import _fail, app, out, printable
 
 
-@app.command()
+@app.command(short_help="Fit a temperature and an abstain threshold per question.")
 def calibrate(
     labelled: Path = typer.Argument(
         ..., help="A `run` output with a kept gold column (.parquet, .jsonl, .json, .csv), or an eval folder."

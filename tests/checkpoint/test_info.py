@@ -86,7 +86,7 @@ def test_dry_run_shows_a_hybrid_model_and_its_request_pattern(tmp_path, qwen3_to
     m = tmp_path / "qwen35-config-only"
     shutil.copytree(qwen3_tok_dir, m)
     (m / "config.json").write_text(json.dumps(_cfg(Qwen3_5MoeTextConfig(), "Qwen3_5MoeForCausalLM")))
-    r = cli("run", EXAMPLES / "tickets.jsonl", "-o", tmp_path / "o.parquet", "-m", m, "-b", "hf", "--dry-run")
+    r = cli("run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-o", tmp_path / "o.parquet", "-m", m, "-b", "hf", "--dry-run")
     assert r.returncode == 0, r.stderr
     assert "Qwen3_5MoeForCausalLM" in r.stdout and "30 recurrent-state" in r.stdout
     assert "prefix-only request per prefix" in r.stdout
@@ -94,7 +94,7 @@ def test_dry_run_shows_a_hybrid_model_and_its_request_pattern(tmp_path, qwen3_to
 
 @pytest.mark.parametrize("arch", ["Qwen3ForCausalLM"])
 def test_dry_run_shows_a_dense_model(tmp_path, tiny_model, arch):
-    r = cli("run", EXAMPLES / "tickets.jsonl", "-o", tmp_path / "o.parquet", "-m", tiny_model, "--dry-run")
+    r = cli("run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-o", tmp_path / "o.parquet", "-m", tiny_model, "--dry-run")
     assert r.returncode == 0, r.stderr
     assert arch in r.stdout and "2 attention layers" in r.stdout and "warm-up" in r.stdout
 
@@ -104,7 +104,7 @@ def test_dry_run_names_the_request_pattern_asked_for(tmp_path, tiny_model):
     info = model_info(str(tiny_model))
     assert auto_pattern(info).startswith("first branch of each prefix")
     pytest.importorskip("sglang")  # -b sglang: the option is refused by hf
-    r = cli("run", EXAMPLES / "tickets.jsonl", "-m", tiny_model, "-b", "sglang", "--dry-run",
+    r = cli("run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-m", tiny_model, "-b", "sglang", "--dry-run",
             "--request-pattern", "prefix-first")  # fmt: skip
     assert r.returncode == 0 and "prefix-only request per prefix" in r.stdout, r.stdout + r.stderr
 

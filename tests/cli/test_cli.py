@@ -25,6 +25,8 @@ COLUMNS = [
     "branch_tokens",
     "cached_tokens",
     "error",
+    "chosen",
+    "order_spread",
 ]
 
 
@@ -161,7 +163,7 @@ def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
             "did you mean smollm2-135m?",
         ),
         (
-            ["run", "examples/tickets.jsonl", "-o", "x.parquet", "-m", "M", "-b", "hf"],
+            ["run", "examples/tickets.jsonl", "-q", "examples/ticket_questions.yaml", "-o", "x.parquet", "-m", "M", "-b", "hf"],
             "cannot load model 'M'",
         ),
         (
@@ -496,7 +498,7 @@ def test_top_level_help_names_each_command_in_whole_phrases():
     """Issue 34.11: `openjev-batch -h` cut each command's line mid-phrase ("from the model's...")."""
     r = cli("-h")
     commands = r.stdout[r.stdout.index("Commands:") :].splitlines()[1:]
-    assert r.returncode == 0 and len([c for c in commands if c.strip()]) == 5, r.stdout
+    assert r.returncode == 0 and len([c for c in commands if c.strip()]) == 6, r.stdout
     assert not [c for c in commands if c.rstrip().endswith("...")], r.stdout
 
 

@@ -103,7 +103,7 @@ def _same(case: Case, got: pa.Table) -> None:
     if not case.float_tol:
         assert got.to_pylist() == want.to_pylist()
         return
-    floats = {"probs", "logits"} | {n for n in want.schema.names if n.startswith("p_")}
+    floats = {"probs", "logits", "confidence"} | {n for n in want.schema.names if n.startswith("p_")}
     for a, b in zip(got.to_pylist(), want.to_pylist(), strict=True):
         assert {k: v for k, v in a.items() if k not in floats} == {
             k: v for k, v in b.items() if k not in floats
