@@ -63,9 +63,10 @@ def test_run_tickets_every_column(tiny_model, tmp_path):
         assert math.isclose(sum(rec["probs"]), 1.0, rel_tol=1e-9)
         assert rec["answer"] == rec["options"][max(range(len(rec["probs"])), key=rec["probs"].__getitem__)]
         assert 0.0 <= rec["confidence"] <= 1.0 and 0.0 < rec["label_mass"] <= 1.0
-        assert (
-            rec["branch_tokens"] > rec["prefix_tokens"] > 0 and rec["cached_tokens"] == rec["prefix_tokens"]
-        )
+        assert rec["branch_tokens"] > rec["prefix_tokens"] > 0
+        # each row's prefix pass is counted in its first question; the others reuse it
+        first = rec["question_id"] == "refund_request"
+        assert rec["cached_tokens"] == (0 if first else rec["prefix_tokens"])
         if rec["type"] == "noul":
             assert (
                 rec["options"] == ["true", "false"]
@@ -83,6 +84,11 @@ def test_run_tickets_every_column(tiny_model, tmp_path):
         (df.height, n_rows * 15)
     ]
     assert not out.with_name(out.name + ".partial").exists()
+    # issue 34.8: the records' cached tokens are the summary's (the quick start: 43 % against 28.8 % before)
+    branch, cached = df["branch_tokens"].sum(), df["cached_tokens"].sum()
+    rows = dict(re.findall(r"│ ([a-z ]+?) +│ ([^│]+?) +│", r.stderr))
+    assert int(rows["computed tokens"].replace(",", "")) == branch - cached
+    assert rows["cache hit rate"] == f"{cached / branch:.1%}"
 
 
 def test_bad_rows_are_reported_and_the_rest_answered(tiny_model, tmp_path):
