@@ -119,7 +119,9 @@ class HFBackend(Backend):
                 out.append(BranchResult((math.nan,) * len(b.label_ids), total, 0, too_long))
                 continue
             # the prefix cache itself is never run on, so no branch sees another's state
-            pos = {} if start is None else {"position_ids": self.vision.suffix_positions(start, len(b.suffix))}
+            pos = (
+                {} if start is None else {"position_ids": self.vision.suffix_positions(start, len(b.suffix))}
+            )
             lp = self._last_logprobs(b.suffix, copy.deepcopy(prefix_cache), **pos)
             vals = tuple(lp[list(b.label_ids)].tolist())
             err = None if all(math.isfinite(v) for v in vals) else "non-finite label logprob"
