@@ -66,6 +66,10 @@ class OutputCheckError(OpenjevError):
     """The output does not hold exactly one row per input row × question; the partial output is kept."""
 
 
+class OutputGoneError(OpenjevError):
+    """`OUT.partial` or the output's folder was removed while the job ran; the message names which."""
+
+
 class OutputBusyError(OpenjevError):
     """Another job holds the lock on this output (`<out>.lock`); the message names it."""
 

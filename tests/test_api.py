@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -282,3 +283,19 @@ def test_limit_converts_only_the_rows_asked_for(clf, monkeypatch):
     assert seen == [3] and list(got.index) == [1000, 1001, 1002]
     got_pl = clf.run(pl.from_pandas(df), ONE_Q, limit=2)
     assert seen == [3, 2] and got_pl["id"].to_list() == ["0", "1"]
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"bogus": 1}, "bogus: Extra inputs are not permitted"),
+        ({"threads": "two"}, "threads must be an integer from 1 to 1024, got 'two'"),
+        ({"batch_tokens": 1.5}, "hf.batch_tokens: Input should be a valid integer"),
+        ({"keep": 5}, "keep: Input should be a valid tuple"),
+    ],
+)
+def test_an_option_of_an_unknown_name_or_a_wrong_type_is_refused_before_the_model_loads(tmp_path, kw, message):
+    """Issue 34.18 (confirmed): the API's options are checked by name and type, one ConfigError, before any
+    model loads (the model here is a folder that does not exist)."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ob.Classifier(str(tmp_path / "no-model"), backend="hf", **kw)

@@ -12,8 +12,10 @@ Contract (every backend):
   read by token id; classifier-head, the class logits of the row's one branch. A branch that cannot run
   (too long, a missing or non-finite logprob) gets its `error` set; it never raises for one branch.
   No token is decoded. The prefix is computed once per distinct prefix and reused (KV / radix cache).
-- `warm_tokens` counts the prefix tokens computed by warm-up passes (not part of any branch), so that
-  computed tokens = Σ (branch prompt − cached) + warm_tokens.
+- A branch's `cached_tokens` are the tokens of its prompt not computed for it because an earlier pass
+  computed them: hf's prefix pass runs for a prefix's first answered branch, which reports 0 (issue 34.8).
+  `warm_tokens` counts the prefix tokens computed by warm-up passes (not part of any branch: sglang's
+  prefix-only requests), so that computed tokens = Σ (branch prompt − cached) + warm_tokens.
 - `report(done)` (optional, for live progress) says which branches just finished inside a window, as
   (RowPrompt, branch index, BranchResult) triples; hf reports per row, sglang per request batch. A backend
   that does not report is counted when its window ends.

@@ -19,7 +19,50 @@ EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM: both keep the partial
 
 HELP = {"help_option_names": ["-h", "--help"]}
-app = typer.Typer(
+
+
+# click's base error, from the click typer runs on (typer 0.29 vendors its own, typer._click; older ones use click)
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+class _App(typer.Typer):
+    """typer's app, but click's own errors (an unknown option, a missing argument, a bad value: exit 2)
+    begin `error:` as ours do, not click's `Error:` (issue 34.11). Called as the command (the console script,
+    `python -m`), click runs without its standalone handling and the errors are shown here."""
+
+    def __call__(self, *args, **kwargs):
+        if "standalone_mode" in kwargs:  # a caller that chose click's handling keeps it
+            return super().__call__(*args, **kwargs)
+        try:
+            code = super().__call__(*args, standalone_mode=False, **kwargs)
+        except _CLICK_ERROR as e:
+            _usage_error(e)
+        except BrokenPipeError:  # help or a usage line to a reader that closed the pipe (click said exit 1)
+            _quiet_exit()
+        except typer.Abort:  # EOF at a prompt: click prints "Aborted!", exit 1
+            err.print("error: aborted", markup=False, highlight=False)
+            raise SystemExit(1) from None
+        # a command that returns ran to its end; typer.Exit(code) comes back as its code
+        raise SystemExit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _usage_error(e) -> None:
+    """click's text for `e` (usage line, the help hint, then `Error: …`) with that last prefix as ours, made
+    printable (an unknown option is the user's text); exit with click's code (2 for a usage error)."""
+    import io
+
+    buf = io.StringIO()
+    e.show(file=buf)
+    text = buf.getvalue()
+    head, sep, msg = text.rpartition("Error: ")
+    if sep and (not head or head.endswith("\n")):  # click's message line, not the word inside a help text
+        text = f"{head}error: {msg}"
+    sys.stderr.write(printable(text))
+    sys.stderr.flush()
+    raise SystemExit(e.exit_code)
+
+
+app = _App(
     add_completion=False,
     no_args_is_help=True,
     rich_markup_mode=None,

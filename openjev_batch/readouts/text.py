@@ -57,6 +57,11 @@ class TextTokenizer:
             out.extend(tuple(e.ids) for e in enc)
         return out
 
+    @property
+    def control_pattern(self) -> re.Pattern | None:
+        """The control tokens as one pattern (None: the tokenizer has none)."""
+        return self._control_re
+
     def without_controls(self, text: str) -> str:
         return self._control_re.sub("", text) if self._control_re else text
 

@@ -176,16 +176,13 @@ def test_eval_mmlu_pro_fixture_end_to_end(tiny_model, tmp_path):
     assert {c: v["n"] for c, v in rep["categories"].items()} == {"biology": 3, "history": 2, "math": 3}
     assert rep["mean_label_mass"] == pytest.approx(df["label_mass"].mean())
     assert rep["dataset"]["shots_short"] == ["history"] and rep["run"]["backend"] == "hf"
-    # one few-shot prefix per category, computed once: computed = Σ(branch − cached) + one warm-up per prefix
+    # one few-shot prefix per category, computed once, in its first branch: computed = Σ(branch − cached)
     prefixes = df.group_by("category").agg(
-        pl.col("prefix_tokens").n_unique().alias("k"), pl.col("prefix_tokens").first()
+        pl.col("prefix_tokens").n_unique().alias("k"), (pl.col("cached_tokens") == 0).sum().alias("computed")
     )
-    assert prefixes["k"].to_list() == [1, 1, 1]
-    assert (df["cached_tokens"] == df["prefix_tokens"]).all()
-    assert (
-        rep["run"]["computed_tokens"]
-        == (df["branch_tokens"] - df["cached_tokens"]).sum() + prefixes["prefix_tokens"].sum()
-    )
+    assert prefixes["k"].to_list() == [1, 1, 1] and prefixes["computed"].to_list() == [1, 1, 1]
+    assert ((df["cached_tokens"] == 0) | (df["cached_tokens"] == df["prefix_tokens"])).all()
+    assert rep["run"]["computed_tokens"] == (df["branch_tokens"] - df["cached_tokens"]).sum()
     assert (out / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| biology | 3 |" in (out / "report.md").read_text()
     bad = cli("eval", TEST, "-o", tmp_path / "bad", "-m", tiny_model, "-b", "hf", "--shots", "2")

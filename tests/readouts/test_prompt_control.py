@@ -193,3 +193,28 @@ def test_show_prompt_names_a_bad_row_once(tiny_model, tmp_path):
         "═══ row b: state: empty conversation",
         "═══ row at index 2: line 3: expected a JSON object, got list",
     ]
+
+
+CONTROL = "holds '{}', a control token of the chat template, not text: write the lead as plain text"
+
+
+def test_an_answer_lead_with_a_control_token_is_refused_by_validate_and_run_alike(qwen3_tok, tiny_model, tmp_path):
+    """Issue 34.18: an answer_lead holding `<|im_start|>` passed `validate`, then `run` failed every row with
+    a message about tokenization probes. Template markup is refused by the question's own check, the same
+    line from `validate` and from `run` before the model loads; a control token only this model has
+    (`<tool_call>`) is refused by the prompter, as each row's error with the same words."""
+    from openjev_batch.errors import PromptError
+    from openjev_batch.readouts.label_logprobs.prompt import Prompter
+
+    q = tmp_path / "q.json"
+    q.write_text(json.dumps({"refund": {"type": "noul", "instructions": "Money back?", "answer_lead": "<|im_start|>A:"}}))
+    msg = f"error: --questions {q}: questions.refund.answer_lead: " + CONTROL.format("<|im_start|>")
+    got = [cli(cmd, EXAMPLES / "tickets.jsonl", "-q", q, *more) for cmd, more in
+           (("validate", ()), ("run", ("-m", tiny_model, "-b", "hf", "-o", tmp_path / "o.parquet")))]  # fmt: skip
+    for r in got:
+        assert r.returncode == 4 and " ".join(r.stderr.split()) == msg, r.stderr
+    assert not (tmp_path / "o.parquet").exists() and not (tmp_path / "o.parquet.partial").exists()
+    for lead in ("[INST] Answer:", "<start_of_turn>", "<tool_call>"):
+        with pytest.raises(PromptError, match="^" + CONTROL.format(lead.split(" ")[0]).replace("[", r"\[")):
+            Prompter(qwen3_tok, answer_lead=lead)
+    Prompter(qwen3_tok, answer_lead="Verdict <b>:")  # markup-looking text that is no control token is text

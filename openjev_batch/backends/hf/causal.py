@@ -1,7 +1,7 @@
 """`hf`: the transformers reference backend (CPU or GPU), exact numbers every faster backend must match.
 
-Per distinct prefix: one forward pass with a KV cache. Per branch: one forward pass of the suffix on
-top of a copy of that cache, `logits_to_keep=1`, log-softmax at the last position. A row therefore costs
+Per distinct prefix: one forward pass with a KV cache, counted in the prefix's first answered branch (its
+`cached_tokens` is 0, no warm-up tokens). Per branch: one forward pass of the suffix on top of a copy of that cache, `logits_to_keep=1`, log-softmax at the last position. A row therefore costs
 one prefix pass plus one suffix pass per question (N+1), with no padding, so results do not depend on
 batch composition.
 
@@ -84,7 +84,7 @@ class HFBackend(Backend):
     @torch.inference_mode()
     def prefill(self, window: Window) -> list[list[BranchResult]]:
         results: list[list[BranchResult]] = []
-        prefix_cache, cached_prefix, start, image_error = None, None, None, None
+        prefix_cache, cached_prefix, start, image_error, owed = None, None, None, None, False
         for row in window.rows:
             n = len(row.prefix)
             # rows are prefix-sorted: equal prefixes are adjacent; equal ids with other images are another prefix
@@ -92,38 +92,42 @@ class HFBackend(Backend):
             if key != cached_prefix:
                 try:
                     prefix_cache, start = self._prefix(row)
-                    image_error = None
+                    image_error, owed = None, True
                 except ImageProblem as e:
                     prefix_cache, image_error = None, f"row {row.row_id}: image: {e}"
-                self.warm_tokens += n if image_error is None else 0
                 cached_prefix = key
             if image_error is not None:
                 out = [BranchResult((math.nan,) * len(b.label_ids), n, 0, image_error) for b in row.branches]
-                results.append(out)
-                self.report([(row, j, r) for j, r in enumerate(out)])
-                continue
-            out = []
-            for b in row.branches:
-                total = n + len(b.suffix)
-                if self.context_length and total > self.context_length:
-                    out.append(
-                        BranchResult(
-                            (math.nan,) * len(b.label_ids),
-                            total,
-                            0,
-                            f"branch has {total} tokens, model context is {self.context_length}",
-                        )
-                    )
-                    continue
-                # the prefix cache itself is never run on, so no branch sees another's state
-                pos = {} if start is None else {"position_ids": self.vision.suffix_positions(start, len(b.suffix))}
-                lp = self._last_logprobs(b.suffix, copy.deepcopy(prefix_cache), **pos)
-                vals = tuple(lp[list(b.label_ids)].tolist())
-                err = None if all(math.isfinite(v) for v in vals) else "non-finite label logprob"
-                out.append(BranchResult(vals, total, n, err))
+            else:
+                out, owed = self._branches(row, prefix_cache, start, owed)
             results.append(out)
             self.report([(row, j, r) for j, r in enumerate(out)])
         return results
+
+    def _branches(self, row, prefix_cache, start, owed: bool) -> tuple[list[BranchResult], bool]:
+        """`row`'s branches on its prefix cache. `owed`: the prefix pass has not been counted yet. It ran for
+        this prefix's first answered branch, so that branch reports cached 0 (it computed its whole prompt)
+        and every later one the prefix: Σ (branch − cached) over the answered records is what the job
+        computed, and the summary's cache hit rate is Σ cached / Σ branch (issue 34.8: the first branch
+        said cached = prefix too, and the summary counted the pass again as warm-up). Returns the results
+        and whether the pass is still owed (every branch so far failed)."""
+        n, out = len(row.prefix), []
+        for b in row.branches:
+            total = n + len(b.suffix)
+            if self.context_length and total > self.context_length:
+                too_long = f"branch has {total} tokens, model context is {self.context_length}"
+                out.append(BranchResult((math.nan,) * len(b.label_ids), total, 0, too_long))
+                continue
+            # the prefix cache itself is never run on, so no branch sees another's state
+            pos = (
+                {} if start is None else {"position_ids": self.vision.suffix_positions(start, len(b.suffix))}
+            )
+            lp = self._last_logprobs(b.suffix, copy.deepcopy(prefix_cache), **pos)
+            vals = tuple(lp[list(b.label_ids)].tolist())
+            err = None if all(math.isfinite(v) for v in vals) else "non-finite label logprob"
+            out.append(BranchResult(vals, total, 0 if owed and err is None else n, err))
+            owed = owed and err is not None
+        return out, owed
 
     def close(self) -> None:
         self.model = None

@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...errors import ConfigError
+from ...errors import ConfigError, OutputCheckError, OutputGoneError
 from ...options import output_format
 from . import manifest as output_manifest
 from .join import Join, check_parts
@@ -295,8 +295,18 @@ class OutputStore:
     def __enter__(self):
         return self
 
-    def __exit__(self, exc_type, *exc):
+    def __exit__(self, exc_type, exc, tb):
         self.abandon() if exc_type is not None else self.release()
+        # a write into a folder someone removed fails as pyarrow's or the OS's message naming a temporary
+        # file, or as a count check over no parts (issue 34.18); say what happened, naming the folder
+        if isinstance(exc, (OSError, OutputCheckError)) and not self.partial.is_dir():
+            raise OutputGoneError(_gone(self.partial)) from exc
+
+
+def _gone(partial: Path) -> str:
+    missing = [p for p in partial.parents if not p.is_dir()]  # the nearest first: name the highest
+    where = f"the output's folder {missing[-1]}" if missing else partial
+    return f"{where} was removed while the job ran; its finished chunks are gone: rerun the job"
 
 
 def _rmdir_if_empty(p: Path) -> None:

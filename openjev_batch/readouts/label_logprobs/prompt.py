@@ -43,6 +43,7 @@ from .branches import Failed, row_prompt
 from .image_prompt import ImageSlots, has_images, image_fields
 from .items import items
 from .labels import Label, select_labels
+from .leads import lead_problem
 from .questions import QuestionSpec
 from .rows import MAX_BRANCH_TOKENS, MAX_ROW_TOKENS, Row
 
@@ -106,6 +107,8 @@ class Prompter:
         self.max_branch_tokens = max_branch_tokens
         self.max_row_tokens = max_row_tokens
         self.text = TextTokenizer(tokenizer)
+        if why := lead_problem(answer_lead, self.text.control_pattern):  # this model's own markup too
+            raise PromptError(why)
         # The start-up check compares with the tokenizer's own reading of the whole text, so it runs with
         # instructions the tokenizer reads as text too (control strings removed); then the real ones.
         self._layout(self.text.without_controls(self.instructions))

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ...core import MAX_ID_CHARS
 from ...errors import ConfigError
 from ...values import no_duplicate_keys, text_bytes, value_problem
+from .leads import lead_problem
 
 MAX_QUESTIONS = 64
 MIN_OPTIONS, MAX_OPTIONS = 2, 64
@@ -72,6 +73,8 @@ class _Question(BaseModel):
     def _lead(cls, v: str | None) -> str | None:
         if v is not None and (not v.strip() or len(v) > 200):
             raise ValueError("must be 1–200 characters, not only whitespace")
+        if v is not None and (why := lead_problem(v)):
+            raise ValueError(why)
         return v
 
     @field_validator("type")

@@ -492,3 +492,23 @@ def test_a_column_named_twice_in_parquet_or_datasets_is_refused(tmp_path, qfile)
         cli("validate", ds, "-q", qfile),
         "data-00001-of-00002.arrow: the Arrow schema names column(s) 'state' twice",
     )
+
+
+def test_a_csv_of_100000_columns_reads_whole(tmp_path, qfile):
+    """Issue 34.18: a 100,000-column CSV took 10.5 min to validate: the header's repeated-name check counted
+    each name in the whole header (100,000² comparisons, once per read of the header). Every row comes out
+    with its columns, `validate` answers (it timed out here before), and a name repeated at the far end is
+    still refused, named."""
+    n = 100_000
+    names = ["id", "state", *(f"c{i}" for i in range(n))]
+    cells = ",".join(map(str, range(n)))
+    src = tmp_path / "wide.csv"
+    src.write_text(",".join(names) + "\n" + "".join(f"r{k},text {k},{cells}\n" for k in range(3)))
+    rows = _rows(src, questions=QS, keep=("c0", f"c{n - 1}"))
+    assert [(r.id, r.kept) for r in rows] == [(f"r{k}", {"c0": "0", f"c{n - 1}": str(n - 1)}) for k in range(3)]
+    r = cli("validate", src, "-q", qfile, "--keep", f"c{n - 1}")
+    assert r.returncode == 0 and "3 rows, 3 questions, 0 errors" in r.stdout + r.stderr, r.stderr
+    dup = tmp_path / "dup.csv"
+    dup.write_text(",".join([*names, "c5"]) + "\n" + f"r,text,{cells},5\n")
+    with pytest.raises(InputFileError, match=r"names column\(s\) 'c5' twice"):
+        _rows(dup, questions=QS)

@@ -304,3 +304,32 @@ def test_a_refused_second_eval_leaves_the_running_evals_questions(tiny_model, tm
             assert _snapshot(d) == kept
     finally:
         running.release()
+
+
+@pytest.mark.parametrize("removed", ["partial", "folder"])
+def test_a_partial_or_output_folder_removed_mid_job_is_one_line_naming_it(hf_backend, tmp_path, removed):
+    """Issue 34.18: OUT.partial or the output's folder removed while the job ran gave pyarrow's "Failed to
+    open local file '….part-000002-….tmp'" (or a bare path); now one OutputGoneError naming the folder (the
+    CLI's `error:` line, exit 4)."""
+    from openjev_batch.config import build_config
+    from openjev_batch.errors import OutputGoneError
+    from openjev_batch.pipeline.job import run_job
+
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, _rows(8))
+    out = tmp_path / "out" / "sub" / "o.parquet"
+    out.parent.mkdir(parents=True)
+    partial = out.with_name(out.name + ".partial")
+    gone = partial if removed == "partial" else tmp_path / "out"
+    cfg = build_config(input=src, output=out, model="-", backend="hf", chunk_rows=2, progress=False)
+    events = []
+
+    def remove(n, total):
+        events.append(n)
+        if len(events) == 3:  # after the first chunk's part, before the last one's
+            shutil.rmtree(gone)
+
+    where = str(partial) if removed == "partial" else f"the output's folder {gone}"
+    with pytest.raises(OutputGoneError) as e:
+        run_job(cfg, backend=hf_backend, on_progress=remove)
+    assert str(e.value) == f"{where} was removed while the job ran; its finished chunks are gone: rerun the job"
