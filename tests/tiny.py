@@ -371,3 +371,32 @@ def make_qwen3_6_tokenizer(out: Path, chat_template_from: Path | None = None, co
         config["chat_template"] = theirs["chat_template"]
     (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
     return out
+
+
+def make_pictures(folder: Path) -> Path:
+    """Two real image files for the vision tests: a red 96 x 64 PNG and a grey 64 x 96 gradient JPEG."""
+    from PIL import Image
+
+    Image.new("RGB", (96, 64), (220, 20, 20)).save(folder / "red.png")
+    Image.linear_gradient("L").convert("RGB").resize((64, 96)).save(folder / "gradient.jpg")
+    return folder
+
+
+def qwen_vl_processor(model_dir: Path, tok):
+    """The checkpoint's own processor (Qwen3.5's Qwen3VLProcessor over its image processor), the vision tests'
+    oracle. transformers 5.25 cannot build it without torchvision, which the plain install (pip install
+    '.[dev]') lacks (AttributeError on the 'VIDEO_PROCESSOR_MAPPING' placeholder, video processor or not):
+    there the test is skipped. The product uses AutoImageProcessor alone, which falls back to PIL there."""
+    import pytest
+
+    pytest.importorskip("torchvision", reason="transformers' Qwen3VLProcessor needs torchvision from 5.2x")
+    from transformers import AutoImageProcessor
+    from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    return Qwen3VLProcessor(
+        image_processor=AutoImageProcessor.from_pretrained(model_dir),
+        tokenizer=tok,
+        video_processor=Qwen3VLVideoProcessor(),
+        chat_template=tok.chat_template,
+    )

@@ -14,6 +14,7 @@ import pytest
 import torch
 from conftest import cli, write_jsonl
 from PIL import Image
+from tiny import make_pictures, qwen_vl_processor
 
 from openjev_batch.backends import BackendOptions, load_backend
 from openjev_batch.core import Window
@@ -32,10 +33,7 @@ def tiny_vl_cls(qwen3_tok_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def pictures(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("pictures")
-    Image.new("RGB", (96, 64), (220, 20, 20)).save(d / "red.png")
-    Image.linear_gradient("L").convert("RGB").resize((64, 96)).save(d / "gradient.jpg")
-    return d
+    return make_pictures(tmp_path_factory.mktemp("pictures"))
 
 
 @pytest.fixture(scope="module")
@@ -55,16 +53,7 @@ def prompts(backend, folder: Path, recs: list[dict]):
 def own_pass(tiny_vl_cls: Path, model, tok, text: str, image: Image.Image) -> tuple[list[int], list[float]]:
     """The checkpoint's own processor (Qwen3.5's Qwen3VLProcessor) over `text` with one image, and one pass of
     transformers' own model, positions computed by the model itself: (input ids, logits)."""
-    from transformers import AutoImageProcessor
-    from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
-
-    # transformers 5.25 cannot build this processor without torchvision, which the plain install (pip install
-    # '.[dev]') lacks (AttributeError on the 'VIDEO_PROCESSOR_MAPPING' placeholder, video processor or not);
-    # the product uses AutoImageProcessor alone, which falls back to the PIL processor there.
-    pytest.importorskip("torchvision", reason="transformers' Qwen3VLProcessor needs torchvision from 5.2x")
-    proc = Qwen3VLProcessor(
-        image_processor=AutoImageProcessor.from_pretrained(tiny_vl_cls), tokenizer=tok, chat_template=tok.chat_template
-    )
+    proc = qwen_vl_processor(tiny_vl_cls, tok)
     inputs = proc(text=[text], images=[image], return_tensors="pt")
     model.model.rope_deltas = None
     with torch.inference_mode():

@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import cli, write_jsonl
 from PIL import Image
+from tiny import make_pictures, qwen_vl_processor
 
 from openjev_batch.backends import BackendOptions, load_backend
 from openjev_batch.core import Window
@@ -28,10 +29,7 @@ QUESTIONS = {
 
 @pytest.fixture(scope="module")
 def pictures(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("pictures")
-    Image.new("RGB", (96, 64), (220, 20, 20)).save(d / "red.png")
-    Image.linear_gradient("L").convert("RGB").resize((64, 96)).save(d / "gradient.jpg")
-    return d
+    return make_pictures(tmp_path_factory.mktemp("pictures"))
 
 
 @pytest.fixture(scope="module")
@@ -51,16 +49,7 @@ def prompts(backend, folder: Path, recs: list[dict]):
 
 def processor_inputs(tiny_vl: Path, tok, user_parts: list, image: Image.Image) -> dict:
     """The checkpoint's own processor (Qwen3.5's Qwen3VLProcessor over its image processor) and template."""
-    from transformers import AutoImageProcessor
-    from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
-    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
-
-    proc = Qwen3VLProcessor(
-        image_processor=AutoImageProcessor.from_pretrained(tiny_vl),
-        tokenizer=tok,
-        video_processor=Qwen3VLVideoProcessor(),
-        chat_template=tok.chat_template,
-    )
+    proc = qwen_vl_processor(tiny_vl, tok)
     msgs = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": user_parts}]
     text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False)
     return proc(text=[text + ANSWER_LEAD], images=[image], return_tensors="pt")
