@@ -146,9 +146,11 @@ def load_calibration(path: Path) -> Calibration:
             n = v.get("n_options") if v.get("options") is None else None
             options = int(n) if n is not None else tuple(str(o) for o in v["options"])
             if qtype == "multi":  # per-label P(yes), set by hand: only the threshold labels are chosen at
-                th = float(v["threshold"])
-                if not 0 < th < 1:
-                    raise ValueError("threshold must be in (0, 1)")
+                th = v["threshold"]
+                # [0, 1], as a question's own threshold (questions.py); a bool is no P(yes)
+                if isinstance(th, bool) or not 0 <= float(th) <= 1:
+                    raise ValueError("threshold must be in [0, 1]")
+                th = float(th)
                 entries[str(qid)] = Entry(qtype, options, 1.0, 0.0, th)
                 continue
             t, tau = float(v["temperature"]), float(v["abstain_below"])

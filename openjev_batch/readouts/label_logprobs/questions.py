@@ -25,6 +25,10 @@ MAX_QUESTIONS_FILE_BYTES = 2 * MAX_QUESTIONS * MAX_QUESTION_BYTES
 QUESTION_TYPES = ("noul", "choice", "score", "multi")
 MIN_LABELS = 1  # multi: one yes/no item per label, so one label is a question too (1–64)
 MAX_DEBIAS = MAX_OPTIONS  # `debias: K`: K cyclic option orders, at most one per option
+_WANT = {
+    "debias": "the number of option orders K (1 up to the option count)",
+    "threshold": "a P(yes) in [0, 1]",
+}
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,19 @@ class _Question(BaseModel):
     criteria: Any = None
     answer_lead: str | None = None
     examples: list[Any] | None = None
-    threshold: float | None = Field(None, gt=0, lt=1)
+    # closed, as a calibration file's threshold and abstain_below are (calibration.py): 0 chooses every
+    # label, 1 only a certain one; both are answers a fitted file may give
+    threshold: float | None = Field(None, ge=0, le=1)
     debias: int | None = Field(None, ge=1, le=MAX_DEBIAS)
+
+    @field_validator("threshold", "debias", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any, info: Any) -> Any:
+        # a bool is an int to pydantic: `debias: true` was read as K = 1 (no debiasing, silently) and
+        # `threshold: true` as 1.0; the issue defines `debias: K`, a count of orders, with no yes/no form
+        if isinstance(v, bool):
+            raise ValueError(f"expected {_WANT[info.field_name]}, not {str(v).lower()}")
+        return v
 
     @field_validator("answer_lead")
     @classmethod
