@@ -1,6 +1,6 @@
-"""`calibrate`: fit per-question temperatures and abstain thresholds on labelled rows, for `run --calibration`
-(evaluation/calibration_fit.py has the fit, readouts/label_logprobs/calibration.py the file and how it
-is applied)."""
+"""`calibrate`: fit per-question temperatures and abstain thresholds (multi: label thresholds) on labelled
+rows, for `run --calibration` (evaluation/calibration_fit.py and calibration_multi.py have the fit,
+readouts/label_logprobs/calibration.py the file and how it is applied)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ def calibrate(
     labelled: Path = typer.Argument(
         ..., help="A `run` output with a kept gold column (.parquet, .jsonl, .json, .csv), or an eval folder."
     ),
-    gold: str = typer.Option(..., "--gold", help="The column of gold answers: an option's name or index."),
+    gold: str = typer.Option(
+        ...,
+        "--gold",
+        help="The column of gold answers: an option's name or index (multi: the labels that apply).",
+    ),
     output: Path = typer.Option(..., "-o", "--output", help="The calibration file to write (.json)."),
     target_precision: float = typer.Option(
         None,
@@ -31,7 +35,8 @@ def calibrate(
         None, min=0.0, max=1.0, help="Instead: abstain below the confidence that keeps this share of answers."
     ),
 ) -> None:
-    """Fit, per question, a temperature and an abstain threshold; print the selective-accuracy/coverage curve."""
+    """Fit, per question, a temperature and an abstain threshold (multi: the P(yes) its labels are chosen at);
+    print the selective-accuracy/coverage curve (multi: precision and recall)."""
     from ..config import check_output_path
     from ..evaluation.calibration_fit import curve_table, fit, read_labelled
 

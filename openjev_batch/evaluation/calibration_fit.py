@@ -8,7 +8,8 @@ selective-accuracy/coverage curve (accuracy of the answers kept at 10 %, 20 %, â
 confident first) is written with each entry and printed.
 
 A gold value is an option's name (any case; yes/no/true/false for noul) or its 0-based index (what eval
-folders keep).
+folders keep). A `type: multi` question gets a P(yes) threshold instead (calibration_multi.py), its gold a
+list of the labels that apply.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..readouts.label_logprobs.calibration import CURVE_POINTS, FORMAT, scaled
+from .calibration_multi import fit_multi, gold_labels, multi_lines, p_yes
 
 MIN_ROWS = 2  # per question: a temperature needs answers to fit on
 
@@ -59,28 +61,32 @@ def read_labelled(path: Path, gold: str) -> list[dict[str, Any]]:
         raise ConfigError(f"calibrate: {path}: not a `run` output (needs question_id, options and probs)")
     if gold not in rows[0]:
         raise ConfigError(f"calibrate: {path}: no gold column {gold!r} (keep it with `run --keep {gold}`)")
-    out = []
-    for r in rows:
-        if (
-            r.get("error")
-            or r.get("probs") in (None, "")
-            or r.get(gold) in (None, "")
-            or r["type"] == "multi"
-        ):
-            continue  # multi: per-label P(yes), no single answer to fit a temperature on
-        # a calibrated output is refitted on its raw distribution
-        probs, options = (_listed(r.get("raw_probs") or r["probs"]), _listed(r["options"]))
-        if not _distribution(probs, len(options)):
-            # a hand-made or damaged file: fitting a temperature on it would write a file that looks valid
-            raise ConfigError(
-                f"calibrate: {path}: row {r.get('id')!r}, question {r['question_id']!r}: probs {probs!r:.80} "
-                f"is not a distribution over its {len(options)} options"
-            )
-        out.append({"qid": r["question_id"], "type": r["type"], "options": tuple(options), "probs": tuple(probs),
-                    "gold": _gold_index(r[gold], r["type"], options, r.get("id"))})  # fmt: skip
+    out = [
+        _record(path, r, gold)
+        for r in rows
+        if not (r.get("error") or r.get("probs") in (None, "") or r.get(gold) in (None, ""))
+    ]
     if not out:
         raise ConfigError(f"calibrate: {path}: no answered row with a gold {gold!r}")
     return out
+
+
+def _record(path: Path, r: dict[str, Any], gold: str) -> dict[str, Any]:
+    """One answered, labelled row as a fit record. Raises ConfigError naming the row."""
+    # a calibrated output is refitted on its raw distribution (a multi row's probs are never scaled)
+    probs, options = (_listed(r.get("raw_probs") or r["probs"]), _listed(r["options"]))
+    where = f"calibrate: {path}: row {r.get('id')!r}, question {r['question_id']!r}: probs {probs!r:.80}"
+    if r["type"] == "multi":  # per-label P(yes): a threshold is fitted, not a temperature
+        if not p_yes(probs, len(options)):
+            raise ConfigError(f"{where} are not one P(yes) per label of its {len(options)}")
+        g = gold_labels(r[gold], options, r.get("id"))
+    else:
+        if not _distribution(probs, len(options)):
+            # a hand-made or damaged file: fitting a temperature on it would write a file that looks valid
+            raise ConfigError(f"{where} is not a distribution over its {len(options)} options")
+        g = _gold_index(r[gold], r["type"], options, r.get("id"))
+    qid, options = r["question_id"], tuple(options)
+    return {"qid": qid, "type": r["type"], "options": options, "probs": tuple(probs), "gold": g}
 
 
 def _distribution(probs: list, k: int) -> bool:
@@ -144,6 +150,9 @@ def fit(records: list[dict[str, Any]], precision: float | None = None, coverage:
             raise ConfigError(
                 f"calibrate: question {qid!r}: {len(rs)} labelled answer(s), at least {MIN_ROWS}"
             )
+        if rs[0]["type"] == "multi":  # a P(yes) threshold for its labels (calibration_multi.py)
+            questions[qid] = {"type": "multi", **options, **fit_multi(rs, precision, coverage)}
+            continue
         P, y = np.array([r["probs"] for r in rs], dtype=float), np.array([r["gold"] for r in rs])
         t = fit_temperature(P, y)
         cal = [scaled(tuple(p), t) for p in P]
@@ -197,6 +206,9 @@ def curve_table(doc: dict) -> str:
     """The selective-accuracy/coverage curve of each question, as text for the terminal."""
     lines = []
     for qid, e in doc["questions"].items():
+        if e["type"] == "multi":
+            lines += multi_lines(qid, e)
+            continue
         sel = e["selective_accuracy"]
         met = (f"abstain below {e['abstain_below']:.3f}: coverage {e['coverage']:.0%}, selective accuracy "
                f"{sel:.1%}") if e["target_met"] else "target not reached: abstains on every answer"  # fmt: skip

@@ -3,6 +3,7 @@ calibration.json; `run --calibration` applies them (calibrated probs, raw_probs 
 the manifest and the --resume key, and a file for other questions is refused at start."""
 
 import json
+import re
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -157,3 +158,92 @@ def test_hostile_calibration_inputs_are_one_line_errors(tmp_path):
     r = cli("calibrate", f, "--gold", "gold", "-o", f)
     assert r.returncode == 4 and "would destroy it" in r.stderr
     assert json.loads(f.read_text())[0]["probs"] == [0.7, 0.2, 0.1]  # the labelled data is still there
+
+
+def _multi_records(n=60, seed=1):
+    """A 3-label multi question: a label is gold more often the higher its P(yes)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        p = tuple(float(x) for x in rng.uniform(0, 1, 3))
+        gold = frozenset(k for k in range(3) if rng.uniform() < p[k] ** 2)
+        out.append({"qid": "m", "type": "multi", "options": ("a", "b", "c"), "probs": p, "gold": gold})
+    return out
+
+
+def test_calibrate_fits_a_multi_questions_threshold(tmp_path):
+    """Issue 32.3: "a calibration file may set" a multi question's threshold: `calibrate` fits it (calibration
+    _multi.py) instead of skipping multi rows; the file loads and the threshold is what `run` applies."""
+    recs = _multi_records()
+    pairs = [(p, k in r["gold"]) for r in recs for k, p in enumerate(r["probs"])]
+    e = fit(recs, precision=0.8)["questions"]["m"]
+    assert e["type"] == "multi" and e["options"] == ["a", "b", "c"] and "temperature" not in e
+    chosen = [g for p, g in pairs if p >= e["threshold"]]
+    assert e["target_met"] and e["precision"] == pytest.approx(sum(chosen) / len(chosen))
+    assert e["precision"] >= 0.8
+    # the most labels that keep the precision: one more (the next lower P(yes)) falls below it
+    nxt = max(p for p, _ in pairs if p < e["threshold"])
+    more = [g for p, g in pairs if p >= nxt]
+    assert sum(more) / len(more) < 0.8
+    cov = fit(recs, coverage=0.5)["questions"]["m"]
+    assert cov["recall"] >= 0.5 and cov["target_met"]
+    assert [c["threshold"] for c in cov["curve"]][:2] == [0.1, 0.2] and len(cov["curve"]) == 9
+    bad = fit(recs, precision=1.01)["questions"]["m"]
+    assert bad["target_met"] is False and bad["threshold"] == 1.0
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps(fit(recs, precision=0.8)))
+    assert load_calibration(f).entry("m", "multi", ("a", "b", "c")).threshold == e["threshold"]
+
+
+def test_multi_gold_forms_and_bad_rows(tmp_path):
+    """A multi gold is a list of labels (names in any case or indices), its JSON text (a CSV output), or
+    names separated by commas; [] is a row with no label; an unknown label or bad P(yes) names the row."""
+    import pyarrow as pa
+
+    from openjev_batch.evaluation.calibration_fit import read_labelled
+
+    base = {"id": "r", "question_id": "m", "type": "multi", "options": ["a", "b", "c"], "probs": [0.9, 0.2, 0.6],
+            "error": None}  # fmt: skip
+    f = tmp_path / "lab.parquet"
+    golds = [["A", "c"], '["a", 2]', "a, c", [], "[]"]
+    pq.write_table(pa.Table.from_pylist([{**base, "g": json.dumps(g) if isinstance(g, list) else g}
+                                         for g in golds]), f)  # fmt: skip
+    assert [r["gold"] for r in read_labelled(f, "g")] == [{0, 2}] * 3 + [set()] * 2
+    for g, match in (("a, d", "gold label 'd' is not one of a, b, c"), ("[a", "is not a JSON list"),
+                     ('{"a": 1}', "gold label '{\"a\": 1}' is not one")):  # fmt: skip
+        pq.write_table(pa.Table.from_pylist([{**base, "g": g}]), f)
+        with pytest.raises(ConfigError, match=re.escape(match)):
+            read_labelled(f, "g")
+    pq.write_table(pa.Table.from_pylist([{**base, "probs": [0.9, 1.2, 0.1], "g": "a"}]), f)
+    with pytest.raises(ConfigError, match="are not one P\\(yes\\) per label of its 3"):
+        read_labelled(f, "g")
+
+
+def test_calibrate_then_run_a_multi_question(tiny_model, tmp_path):
+    """The real CLI: run a multi question with a kept gold list, calibrate it, run with the file: `chosen` is
+    the labels at or above the fitted threshold (the file's, not the question's 0.5)."""
+    from conftest import write_jsonl
+
+    labels = {"billing": "Money.", "outage": None, "login": "Signing in."}
+    qs = tmp_path / "q.json"
+    qs.write_text(json.dumps({"m": {"type": "multi", "instructions": "Which topics?", "criteria": labels}}))
+    texts = ["charged twice", "site down", "cannot log in", "refund and login", "all broken", "hello"]
+    golds = [["billing"], ["outage"], ["login"], ["billing", "login"], ["outage", "login"], []]
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": f"r{i}", "state": t, "gold": g}
+                                               for i, (t, g) in enumerate(zip(texts, golds, strict=True))])  # fmt: skip
+    run = ("-q", qs, "-m", tiny_model, "-b", "hf", "--no-progress")
+    labelled, cal, out = tmp_path / "lab.parquet", tmp_path / "cal.json", tmp_path / "out.parquet"
+    r = cli("run", src, "-o", labelled, "--keep", "gold", *run)
+    assert r.returncode == 0, r.stderr
+    r = cli("calibrate", labelled, "--gold", "gold", "-o", cal, "--target-coverage", "0.5")
+    assert r.returncode == 0, r.stderr
+    assert "m: multi, n=6 rows, 7 gold labels" in r.stdout and "recall" in r.stdout
+    th = json.loads(cal.read_text())["questions"]["m"]["threshold"]
+    r = cli("run", src, "-o", out, "--calibration", cal, *run)
+    assert r.returncode == 0, r.stderr
+    rows = pq.read_table(out).to_pylist()
+    assert [r["probs"] for r in rows] == [r["probs"] for r in pq.read_table(labelled).to_pylist()]
+    assert [r["chosen"] for r in rows] == [[o for o, p in zip(r["options"], r["probs"], strict=True) if p >= th]
+                                            for r in rows]  # fmt: skip
+    recall = sum(o in g for r, g in zip(rows, golds, strict=True) for o in r["chosen"]) / 7
+    assert recall >= 0.5

@@ -103,3 +103,25 @@ def test_eval_passes_debias_order_to_its_job(tmp_path):
     with pytest.raises(ConfigError, match="debias_order"):
         build_eval_config(input=EXAMPLES / "boolq_sample.jsonl", output_dir=tmp_path, model="m", backend="hf",
                           debias_order=0)  # fmt: skip
+
+
+def test_debias_true_is_refused_not_read_as_one_order(tmp_path):
+    """A bool is an int to pydantic: `debias: true` was K = 1 (no debiasing, silently). The issue defines
+    `debias: K`, a count of orders: true/false are refused with what to give instead."""
+    from openjev_batch.config import build_config
+
+    for v in (True, False):
+        bad = parse_question("t", {**CHOICE, "debias": v})
+        assert isinstance(bad, QuestionError)
+        assert bad.error == (
+            f"questions.t.debias: expected the number of option orders K (1 up to the option count), "
+            f"not {str(v).lower()}"
+        )
+    assert parse_question("t", {**CHOICE, "debias": 1}).debias == 1  # one order: plain, on purpose
+    with pytest.raises(ConfigError, match="debias_order: expected the number of option orders"):
+        build_config(input=EXAMPLES / "tickets.jsonl", model="m", backend="hf", debias_order=True)
+    q = tmp_path / "q.yaml"
+    q.write_text("t: {type: choice, instructions: pick one, criteria: {a: null, b: null}, debias: true}\n")
+    r = cli("run", EXAMPLES / "tickets.jsonl", "-q", q, "-m", "qwen3-tokenizer", "--dry-run")
+    assert r.returncode == 4, r.stderr
+    assert "questions.t.debias: expected the number of option orders" in r.stderr

@@ -23,6 +23,9 @@ TEXTS = ["I was charged twice and now I cannot log in", "The whole site is down"
         ({**MULTI, "criteria": {f"l{i}": None for i in range(65)}}, "multi needs 1–64 labels, got 65"),
         ({**MULTI, "criteria": ["a", "b"]}, "multi needs an object mapping label name"),
         ({**MULTI, "threshold": 1.5}, r"questions.m.threshold"),
+        ({**MULTI, "threshold": -0.1}, r"questions.m.threshold: Input should be greater than or equal to 0"),
+        ({**MULTI, "threshold": float("nan")}, r"questions.m.threshold"),
+        ({**MULTI, "threshold": True}, r"questions.m.threshold: expected a P\(yes\) in \[0, 1\], not true"),
         ({"type": "choice", "instructions": "x", "criteria": {"a": None, "b": None}, "threshold": 0.3},
          r"questions.m.threshold: only multi questions"),
     ],
@@ -46,6 +49,26 @@ def test_each_label_is_one_yes_no_item_and_the_chosen_set_uses_the_threshold():
     assert c.answer.probs == pytest.approx((0.8, 0.1, 0.35)) and c.chosen == ["billing", "login"]
     assert c.answer.answer is None and c.order_spread is None
     assert combine(parse_question("m", MULTI), [[0.0, -1.0]] * 3).chosen == list(LABELS)  # default 0.5
+
+
+def test_threshold_bounds_are_closed_as_a_calibration_files_are(tmp_path):
+    """A question's threshold and a calibration file's are both in [0, 1]: the question refused 0 and 1 (open
+    bounds) while the file took them, and a threshold of 0 was read as unset (0.5)."""
+    from openjev_batch.readouts.label_logprobs.calibration import load_calibration
+
+    low = [[math.log(0.01), math.log(0.99)]] * 3
+    assert combine(parse_question("m", {**MULTI, "threshold": 0}), low).chosen == list(LABELS)
+    assert combine(parse_question("m", {**MULTI, "threshold": 1}), low).chosen == []
+    f = tmp_path / "c.json"
+    for th, ok in ((0, True), (1, True), (1.01, False), (-0.01, False), (True, False)):
+        doc = {"format": "openjev-calibration/1",
+               "questions": {"m": {"type": "multi", "options": list(LABELS), "threshold": th}}}  # fmt: skip
+        f.write_text(json.dumps(doc))
+        if ok:
+            assert load_calibration(f).entries["m"].threshold == th
+        else:
+            with pytest.raises(ConfigError, match=r"threshold must be in \[0, 1\]"):
+                load_calibration(f)
 
 
 def test_multi_p_yes_equals_the_same_yes_no_question_asked_alone(tiny_model, tmp_path):

@@ -16,8 +16,9 @@ question's error for per-row questions) unless the file says `"unfitted": "raw"`
 `abstain` null). An entry fitted on other options is an error too: its temperature means nothing there.
 An entry fitted on rows whose options differ row to row (a benchmark's question `answer` in an eval folder)
 has `"options": null, "n_options": K` and applies to any K options.
-A multi question's entry (written by hand: `calibrate` fits single-answer questions) is
-`{"type": "multi", "options": [labels], "threshold": 0.7}`: the P(yes) its labels are chosen at.
+A multi question's entry (`calibrate` fits it on rows whose gold is a set of labels,
+evaluation/calibration_multi.py; or by hand) is `{"type": "multi", "options": [labels], "threshold": 0.7}`:
+the P(yes) its labels are chosen at, in [0, 1] as a question's own `threshold`.
 """
 
 from __future__ import annotations
@@ -146,9 +147,11 @@ def load_calibration(path: Path) -> Calibration:
             n = v.get("n_options") if v.get("options") is None else None
             options = int(n) if n is not None else tuple(str(o) for o in v["options"])
             if qtype == "multi":  # per-label P(yes), set by hand: only the threshold labels are chosen at
-                th = float(v["threshold"])
-                if not 0 < th < 1:
-                    raise ValueError("threshold must be in (0, 1)")
+                th = v["threshold"]
+                # [0, 1], as a question's own threshold (questions.py); a bool is no P(yes)
+                if isinstance(th, bool) or not 0 <= float(th) <= 1:
+                    raise ValueError("threshold must be in [0, 1]")
+                th = float(th)
                 entries[str(qid)] = Entry(qtype, options, 1.0, 0.0, th)
                 continue
             t, tau = float(v["temperature"]), float(v["abstain_below"])

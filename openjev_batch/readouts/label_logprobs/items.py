@@ -94,7 +94,8 @@ def combine(q: QuestionSpec, values: Sequence[Sequence[float]]) -> Combined:
     per = [read_out(it.shown, v) for it, v in zip(its, values, strict=True)]
     if q.type == "multi":
         p_yes = tuple(a.probs[0] for a in per)
-        chosen = [o for o, p in zip(q.options, p_yes, strict=True) if p >= (q.threshold or 0.5)]
+        th = 0.5 if q.threshold is None else q.threshold  # 0 is a threshold (every label), not "unset"
+        chosen = [o for o, p in zip(q.options, p_yes, strict=True) if p >= th]
         a = Answer(q.qid, q.type, q.options, p_yes, None, None, None,  # type: ignore[arg-type]
                    confidence=sum(x.confidence for x in per) / len(per),
                    label_mass=sum(x.label_mass for x in per) / len(per))  # fmt: skip

@@ -47,6 +47,13 @@ class LabelLogprobsOptions(ReadoutOptions):
                 raise ValueError(str(e).removeprefix("questions: ")) from None
         raise ValueError(f"questions must be a mapping question_id → question or a file path, got {v!r}")
 
+    @field_validator("debias_order", mode="before")
+    @classmethod
+    def _debias_order(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # an int to pydantic: debias_order=True was K = 1, no debiasing, silently
+            raise ValueError(f"expected the number of option orders K (1–64), not {v}")
+        return v
+
     @field_validator("system_prompt")
     @classmethod
     def _system_prompt(cls, v: str | None) -> str | None:
