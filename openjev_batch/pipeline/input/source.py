@@ -1,5 +1,5 @@
 """Where a job's rows come from (pipeline/loop.py reads every job through one of these): an input file
-(`FileSource`: formats.py's readers, with the content digest `--resume` keys on) or in-memory data
+(`FileSource`: formats/' readers, with the content digest `--resume` keys on) or in-memory data
 (`FrameSource`: frames.py's DataFrames, Arrow tables, iterables of dicts). Both yield chunks of the readout's
 rows, duplicate ids made row errors (read.parse_records)."""
 
