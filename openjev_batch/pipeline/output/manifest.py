@@ -114,6 +114,24 @@ def read(output: Path) -> dict[str, Any] | None:
     return doc
 
 
+def partial_job(mpath: Path) -> str | None:
+    """The job id of a partial folder's manifest.json at `mpath` (None when there is none). Raises
+    ConfigError for a manifest.json this store did not write (it writes it atomically, so its own is never
+    torn)."""
+    if not mpath.exists() and not mpath.is_symlink():
+        return None
+    try:
+        job = json.loads(mpath.read_bytes()).get("job_id") if not mpath.is_symlink() else None
+    except (OSError, ValueError, AttributeError):
+        job = None
+    if not isinstance(job, str) or not job:
+        raise ConfigError(
+            f"{mpath} was not written by openjev-batch; move it away, or write to another -o "
+            "(it is left as it is)"
+        )
+    return job
+
+
 # Entries known only once the model loaded (the job amends them then): a manifest computed before the load
 # lacks them, so they are compared when both have them (store.OutputStore.amend compares them at the load)
 LATE = ("tokenizer",)
