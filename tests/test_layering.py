@@ -325,3 +325,26 @@ def test_the_check_sees_floor_breaks_and_a_circle_through_a_package_face(tmp_pat
     for mod, faces in names_from_above(root).items():
         graph[mod] = graph[mod] | faces
     assert ["openjev_batch.cli", "openjev_batch.cli.run"] in circles(graph)
+
+
+def test_a_nested_room_on_a_lower_floor_is_checked_against_its_outer_room(tmp_path):
+    """`pipeline/input/formats/` stands under the readouts though it sits in `pipeline/`: an import from it
+    back up into the pipeline is a break, one from the pipeline down into it is not."""
+    root = tmp_path / "openjev_batch"
+    files = {
+        "core.py": "",
+        "pipeline/__init__.py": "",
+        "pipeline/loop.py": "from .input.formats import reader\n",  # down: fine
+        "pipeline/input/__init__.py": "",
+        "pipeline/input/formats/__init__.py": "",
+        "pipeline/input/formats/reader.py": "from ... import loop\nfrom ....core import x\n",  # up, then down
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "__init__.py").write_text("")
+    floors = stated_floors(f"{ORDER}: `core` < `pipeline/input/formats/` < `pipeline/` < `__init__`.\n\n")
+    assert floor_breaks(import_graph(root), floors) == [
+        "openjev_batch.pipeline.input.formats.reader -> openjev_batch.pipeline.loop "
+        "(pipeline/input/formats on floor 1, pipeline on floor 2)"
+    ]

@@ -24,6 +24,7 @@ from typing import Any
 from ...errors import ConfigError, OutputFinished
 from ...options import output_format
 from ...values import sha256_file
+from .writers import WRITERS
 
 KEY = b"openjev_batch.manifest"
 SIDECAR = ".manifest.json"
@@ -31,8 +32,9 @@ MAX_BYTES = 16 << 20  # a manifest is a few KiB (a model's file list); a bigger 
 
 
 def sidecar_path(output: Path) -> Path | None:
-    """Where a text output keeps its manifest; None for Parquet (in the file itself)."""
-    if output_format(output) == "parquet":
+    """Where a text output keeps its manifest; None for Parquet (in the file itself: its writer carries
+    metadata)."""
+    if WRITERS[output_format(output)].carries_metadata:
         return None
     return output.with_name(output.name + SIDECAR)
 

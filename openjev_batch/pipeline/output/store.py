@@ -240,7 +240,7 @@ class OutputStore:
         fmt = output_format(self.path)
         tmp = self.partial / f".join-{uuid.uuid4().hex[:8]}.tmp"
         try:
-            join.write(tmp, fmt, output_manifest.parquet_metadata(doc) if fmt == "parquet" else None)
+            join.write(tmp, fmt, output_manifest.parquet_metadata(doc))  # a text format's writer ignores it
             output_manifest.replace_output(tmp, self.path, doc)
         except BaseException:  # a full disk, an output that cannot be replaced: no half-joined file left
             tmp.unlink(missing_ok=True)

@@ -12,7 +12,10 @@ from ....registry import Registry
 
 class Writer:
     """Writes tables of one schema to `path` (opened here); `metadata` goes into a file format's key-value
-    metadata where it has one (Parquet; the text formats' manifest is a sidecar, manifest.py)."""
+    metadata where it has one (`carries_metadata`: Parquet; the text formats ignore it, their manifest is a
+    sidecar, manifest.py)."""
+
+    carries_metadata = False
 
     def __init__(self, path: Path, schema: pa.Schema, metadata: dict[bytes, bytes] | None = None):
         raise NotImplementedError

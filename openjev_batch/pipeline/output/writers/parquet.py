@@ -12,6 +12,8 @@ from .base import WRITERS, Writer
 
 @WRITERS.register("parquet")
 class ParquetWriter(Writer):
+    carries_metadata = True
+
     def __init__(self, path: Path, schema: pa.Schema, metadata: dict[bytes, bytes] | None = None):
         self.w = pq.ParquetWriter(path, schema.with_metadata(metadata) if metadata else schema)
 
