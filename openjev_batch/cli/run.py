@@ -212,7 +212,7 @@ def _plan_only(cfg, command: str, show_prompt: int | None, *, dry_run: bool, res
 def _execute(cfg, command: str, ray_opts):
     """The job, local or on Ray (`ray_opts`), under a progress bar in the readout's unit. Returns the readout
     and the Summary."""
-    from ..pipeline.job import choose_request_pattern, run_job, run_job_ray
+    from ..pipeline.job import choose_request_pattern, run_job
     from ..readouts import build
 
     cfg, why = choose_request_pattern(cfg)  # a Qwen3.5/3.6 hybrid on sglang: multi-item or prefix-first
@@ -223,10 +223,7 @@ def _execute(cfg, command: str, ray_opts):
     # before the progress bar starts
     readout = build(cfg.readout, cfg)
     with _progress("prefill" if command == "run" else command, f"{readout.noun}s", cfg.progress) as live:
-        if ray_opts is not None:
-            s = run_job_ray(cfg, ray_opts, progress=live)
-        else:
-            s = run_job(cfg, progress=live)
+        s = run_job(cfg, progress=live, ray=ray_opts)
     return readout, s
 
 

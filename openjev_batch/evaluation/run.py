@@ -1,4 +1,4 @@
-"""`openjev-batch eval`: benchmark file → the product's input → `run` (pipeline.run_job, or run_job_ray with
+"""`openjev-batch eval`: benchmark file → the product's input → `run` (pipeline.run_job, on Ray with
 `--ray`) → scored report.
 
 Writes into the output folder: questions.jsonl (the product input), predictions.parquet (the product output,
@@ -177,7 +177,7 @@ def run_eval(
     pipeline.runners.ray.RayOptions): the job runs on Ray (`eval --ray`), the same predictions.
     Returns the report. Raises ConfigError for bad benchmark data, options or a non-empty folder, other
     OpenjevErrors from the job."""
-    from ..pipeline.job import run_job, run_job_ray
+    from ..pipeline.job import run_job
     from ..pipeline.output.lock import refuse_if_held
 
     if ray is not None and backend is not None:
@@ -206,10 +206,7 @@ def run_eval(
             return rescore(out_dir, cfg.calibrate)  # nothing left to run: the finished job, scored again
         # no report (a kill after the join): run it again
         job = cfg.job(qpath, ppath, resume=False, readout=readout_of(fmt))
-    if ray is not None:
-        s = run_job_ray(job, ray, on_progress, progress)
-    else:
-        s = run_job(job, backend=backend, on_progress=on_progress, progress=progress)
+    s = run_job(job, backend=backend, on_progress=on_progress, progress=progress, ray=ray)
     prompts, tokenization = prompt_texts(job)
     log_samples(ppath, prompts)
     device = getattr(backend, "device", None) or job.device

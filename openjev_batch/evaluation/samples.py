@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from ..readouts import CLASSIFIER_HEAD
-from ..readouts.label_logprobs.prompt import TOKENIZATION
 
 
 def prompt_texts(job) -> tuple[dict[tuple[str, str], str], str]:
@@ -33,12 +32,7 @@ def prompt_texts(job) -> tuple[dict[tuple[str, str], str], str]:
                 out[(row.id, b.qid)] = tok.decode(list(rp.prefix) + list(b.suffix))
     if job.readout == CLASSIFIER_HEAD:  # no cut to name: the template's text is tokenized whole
         return out, f"classifier-head: template {job.readout_options.template!r} tokenized whole as text"
-    return out, tokenization(getattr(prompter, "base", prompter).cut)  # Variants wraps the base Prompter
-
-
-def tokenization(cut: int) -> str:
-    """The report's name for the prompt's tokenization: the scheme's version and this tokenizer's cut."""
-    return f"{TOKENIZATION} (prefix ends {('before', 'inside', 'after')[cut]} the blank line)"
+    return out, getattr(prompter, "base", prompter).tokenization  # Variants wraps the base Prompter
 
 
 def log_samples(predictions: Path, prompts: dict[tuple[str, str], str] | None = None) -> None:

@@ -1,8 +1,8 @@
-"""A job from a file to an output file: the one loop (loop.py) over an input file (`FileSource`), one
-backend in this process (`run_job`: `LocalRunner`, host stage of chunk k+1 overlapping chunk k) or a pool of
-engine actors on Ray (`run_job_ray`: `RayRunner`), and the output store (`StoreSink`), for any readout
-(readouts/): `run` is the label-logprobs readout, `classify` the classifier-head one. Both write the same
-file and resume each other's partial output."""
+"""A job from a file to an output file (`run_job`): the one loop (loop.py) over an input file (`FileSource`),
+one backend in this process (`LocalRunner`, host stage of chunk k+1 overlapping chunk k) or a pool of engine
+actors on Ray (`RayRunner`), as `runners.for_job` chooses, and the output store (`StoreSink`), for any
+readout (readouts/): `run` is the label-logprobs readout, `classify` the classifier-head one. Both write the
+same file and resume each other's partial output."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from . import loop
 from .input.source import FileSource
 from .output.sink import StoreSink
 from .progress import Progress
-from .runners.local import LocalRunner
+from .runners import for_job
 from .summary import Summary
 
 
@@ -25,19 +25,23 @@ def run_job(
     backend: Backend | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     progress: Progress | None = None,
+    ray: Any = None,
 ) -> Summary:
-    """Run one job end to end and return its Summary. `backend` may be passed in (tests, eval) and is then
-    not closed here. `on_progress(branches_done, tokens_done)` is called after each window; `progress`
-    (a live display's counts) is updated as branches finish, its total rows counted first when not set.
-    With `cfg.resume`, chunks already in the partial output are not run again (loop.run).
+    """Run one job end to end and return its Summary: in this process, or on Ray with `ray` (a
+    runners.ray.RayOptions, how it spreads; the summary is then a RaySummary and the output file equals the
+    local one). `backend` may be passed in (tests, eval; not with `ray`) and is then not closed here.
+    `on_progress(branches_done, tokens_done)` is called after each window; `progress` (a live display's
+    counts) is updated as branches finish, its total rows counted first when not set. With `cfg.resume`,
+    chunks already in the partial output are not run again (loop.run), nor rows an earlier Ray run staged.
 
     Raises OpenjevError subclasses for job-level failures (input unreadable, model not loadable, engine
-    dead, output count check failed); the partial output is then kept for `--resume`.
+    dead, output count check failed); the partial output is then kept for `--resume`. On Ray also
+    ConfigError when Ray Data is missing or an option is out of range, before the input is read.
     """
     if cfg.output is None:
         raise ConfigError("an output path (-o) is needed; only --dry-run runs without one")
+    runner = for_job(backend, ray)  # the one choice of local or Ray (Ray's refusals before the input is read)
     source = FileSource(cfg)
-    runner = LocalRunner(backend)
     s, _ = loop.run(cfg, source, StoreSink(cfg, source), runner, progress=progress, on_progress=on_progress)
     return s
 
@@ -78,20 +82,8 @@ def run_job_ray(
     on_progress: Callable[[int, int], None] | None = None,
     progress: Progress | None = None,
 ):
-    """Run one job on Ray (`opts`: runners.ray.RayOptions, how it spreads) and return its RaySummary; the
-    output file equals `run_job`'s for the same config. `on_progress` and `progress` as for `run_job`, as
-    each bucket's results arrive. With `cfg.resume`, chunks finished by any earlier run (local or Ray) and
-    rows staged by an earlier Ray run are not run again. Uses the connected Ray session when there is one
-    (and leaves it open).
+    """`run_job` on Ray (`opts`: runners.ray.RayOptions, how it spreads; None: the defaults). Uses the
+    connected Ray session when there is one (and leaves it open)."""
+    from .runners.ray import RayOptions
 
-    Raises OpenjevError subclasses as `run_job` does, and ConfigError when Ray Data is missing or an option
-    is out of range.
-    """
-    from .runners.ray import RayRunner
-
-    if cfg.output is None:
-        raise ConfigError("an output path (-o) is needed; only --dry-run runs without one")
-    runner = RayRunner(opts)  # Ray missing, bad options: refused before the input is read
-    source = FileSource(cfg)
-    s, _ = loop.run(cfg, source, StoreSink(cfg, source), runner, progress=progress, on_progress=on_progress)
-    return s
+    return run_job(cfg, on_progress=on_progress, progress=progress, ray=opts or RayOptions())

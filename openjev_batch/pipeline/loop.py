@@ -21,13 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from .. import readouts
+from ..config import RunConfig
 from ..readouts.base import Readout
+from .input.source import Source
+from .output.sink import Output, Sink
 from .prefill import FailureTracker
 from .progress import Progress
+from .runners import Runner
 from .summary import Summary, Totals
 
 
-def job_manifest(cfg: Any, readout: Readout | None = None) -> dict[str, Any]:
+def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, Any]:
     """What identifies a job's partial output; `--resume` continues only a partial with the same manifest
     (single-machine and Ray runs write the same one, so either can resume the other). It holds everything
     that changes the numbers (the model by content, backend, dtype, device, context length, engine settings)
@@ -51,10 +55,10 @@ def job_manifest(cfg: Any, readout: Readout | None = None) -> dict[str, Any]:
 
 
 def run(
-    cfg: Any,
-    source: Any,
-    sink: Any,
-    runner: Any,
+    cfg: RunConfig,
+    source: Source,
+    sink: Sink,
+    runner: Runner,
     *,
     readout: Readout | None = None,
     progress: Progress | None = None,
@@ -108,7 +112,9 @@ def run(
     return s, result
 
 
-def _todo(cfg: Any, source: Any, readout: Readout, out: Any, totals: Totals, lock: threading.Lock, progress):
+def _todo(
+    cfg: RunConfig, source: Source, readout: Readout, out: Output, totals: Totals, lock: threading.Lock, progress
+):
     """The chunks still to do, (index, rows): skip-if-done once, for every runner. Each chunk read enters
     the ledger (resuming: a changed input is refused) and the totals; a chunk the sink already holds is
     counted from its part and not yielded. Runs in the runner's host thread, hence `lock`."""

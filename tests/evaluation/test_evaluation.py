@@ -414,9 +414,9 @@ def test_committed_eval_results_reproduce(tmp_path):
     within 1e-4 and the very prompt text it logged. A change of the prompt's ids fails here: re-run the
     evals (evals/run_real.sh) and bump TOKENIZATION."""
     from openjev_batch.config import build_config
-    from openjev_batch.evaluation.samples import prompt_texts, tokenization
+    from openjev_batch.evaluation.samples import prompt_texts
     from openjev_batch.packaged_models import resolve_model
-    from openjev_batch.readouts.label_logprobs.prompt import TOKENIZATION
+    from openjev_batch.readouts.label_logprobs.prompt import TOKENIZATION, tokenization
 
     ran = json.loads((COMMITTED / "report.json").read_text())["run"]
     assert ran["tokenization"] == tokenization(1) and ran["tokenization"].startswith(TOKENIZATION)

@@ -1,5 +1,5 @@
 """The Python API's data: polars / pandas DataFrames, pyarrow Tables or iterables of dicts → chunks of
-(position, record) as the file readers give them (pipeline/input/formats.py), and an output table back into the
+(position, record) as the file readers give them (pipeline/input/formats/), and an output table back into the
 kind asked for."""
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def records_of(data: Any, kind: str, chunk_rows: int) -> Iterator[list[tuple[int
     Parquet reader gives them: numpy scalars and pandas NaN would otherwise reach the row checks)."""
     import pyarrow as pa
 
-    from .arrow_records import batch_records
+    from .formats.arrow_records import batch_records
 
     if kind == "polars":
         data = data.to_arrow()

@@ -1,14 +1,31 @@
 """Where a job's rows come from (pipeline/loop.py reads every job through one of these): an input file
-(`FileSource`: formats.py's readers, with the content digest `--resume` keys on) or in-memory data
+(`FileSource`: formats/' readers, with the content digest `--resume` keys on) or in-memory data
 (`FrameSource`: frames.py's DataFrames, Arrow tables, iterables of dicts). Both yield chunks of the readout's
-rows, duplicate ids made row errors (read.parse_records)."""
+rows, duplicate ids made row errors (read.parse_records); `Source` is what the loop asks of them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
+
+import pyarrow as pa
 
 from ...readouts.base import Readout
+
+
+class Source(Protocol):
+    """What the loop asks of a source: whole-input checks before any model loads (`check`), the rows up
+    front for a progress total (`count_rows`, None when not known), the kept columns' types where the input
+    has a schema (`kept_types`, else None), and the rows: (chunk of the readout's rows, the input's sha256 up
+    to the chunk's end or None) per chunk, in input order (`chunks`)."""
+
+    def check(self) -> None: ...
+
+    def count_rows(self) -> int | None: ...
+
+    def kept_types(self) -> dict[str, pa.DataType] | None: ...
+
+    def chunks(self, readout: Readout) -> Iterator[tuple[list, str | None]]: ...
 
 
 class FileSource:

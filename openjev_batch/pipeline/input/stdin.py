@@ -1,5 +1,5 @@
 """Standard input (`-`), or a pipe given by name (a FIFO, a shell's `<(zcat …)`), as an input file: copied
-to a folder and named by its sniffed format, so every reader (formats.py) works on it unchanged (they open
+to a folder and named by its sniffed format, so every reader (formats/) works on it unchanged (they open
 the input more than once: row count, columns, chunks; a pipe read again hung)."""
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from typing import Any
 from ...errors import ConfigError, OutputFinished
 from ...options import output_format
 from ...values import sha256_file
+from .writers import WRITERS
 
 KEY = b"openjev_batch.manifest"
 SIDECAR = ".manifest.json"
@@ -31,8 +32,9 @@ MAX_BYTES = 16 << 20  # a manifest is a few KiB (a model's file list); a bigger 
 
 
 def sidecar_path(output: Path) -> Path | None:
-    """Where a text output keeps its manifest; None for Parquet (in the file itself)."""
-    if output_format(output) == "parquet":
+    """Where a text output keeps its manifest; None for Parquet (in the file itself: its writer carries
+    metadata)."""
+    if WRITERS[output_format(output)].carries_metadata:
         return None
     return output.with_name(output.name + SIDECAR)
 
@@ -112,6 +114,24 @@ def read(output: Path) -> dict[str, Any] | None:
             "rerun without --resume to replace it"
         )
     return doc
+
+
+def partial_job(mpath: Path) -> str | None:
+    """The job id of a partial folder's manifest.json at `mpath` (None when there is none). Raises
+    ConfigError for a manifest.json this store did not write (it writes it atomically, so its own is never
+    torn)."""
+    if not mpath.exists() and not mpath.is_symlink():
+        return None
+    try:
+        job = json.loads(mpath.read_bytes()).get("job_id") if not mpath.is_symlink() else None
+    except (OSError, ValueError, AttributeError):
+        job = None
+    if not isinstance(job, str) or not job:
+        raise ConfigError(
+            f"{mpath} was not written by openjev-batch; move it away, or write to another -o "
+            "(it is left as it is)"
+        )
+    return job
 
 
 # Entries known only once the model loaded (the job amends them then): a manifest computed before the load

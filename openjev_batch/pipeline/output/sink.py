@@ -2,16 +2,49 @@
 (`StoreSink`: store.OutputStore, its parts, ledger, resume and join), an in-memory table (`MemorySink`:
 the Python API) or nowhere (`NullSink`: `--dry-run`, `--show-prompt`, `validate`). Opened for one job, a
 sink answers what the loop asks of the store: `check_finished` (`--resume`), `begin_chunk`, `done(i)` (a finished part, or None), `write`,
-`amend`, `close`. `keeps_manifest`: the sink keeps the job's manifest (the loop computes it only then: it
-fingerprints the model's files)."""
+`amend`, `close` (`Output`; `Sink` is the protocol). `keeps_manifest`: the sink keeps the job's manifest (the
+loop computes it only then: it fingerprints the model's files)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from ...readouts.base import Readout
+
+
+class Output(Protocol):
+    """An opened sink, for one job (a store: store.OutputStore; the others are their own): the loop's calls
+    in the order it makes them. `partial`: the folder kept for `--resume` (None: nothing to resume);
+    `rows_written`: the records written so far; `close()` gives what the job returns (a path, a table)."""
+
+    partial: Path | None
+    rows_written: int
+
+    def check_finished(self, digests: Iterable[str | None]) -> None: ...
+
+    def begin_chunk(self, chunk: int, rows: int, records: int, input_sha256: str | None) -> None: ...
+
+    def done(self, chunk: int) -> pa.Table | None: ...
+
+    def write(self, chunk: int, records: Any, info: dict | None = None) -> None: ...
+
+    def amend(self, key: str, value: Any) -> None: ...
+
+    def close(self) -> Any: ...
+
+
+class Sink(Protocol):
+    """What the loop asks of a sink: whether it keeps the job's manifest (`keeps_manifest`), and its output
+    for one job, opened as a context (`open`: locked, kept when the job fails)."""
+
+    keeps_manifest: bool
+
+    def open(self, manifest: dict, readout: Readout) -> AbstractContextManager[Output]: ...
 
 
 class StoreSink:

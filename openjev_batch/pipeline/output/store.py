@@ -124,7 +124,7 @@ class OutputStore:
             self.ledger = Ledger.read(self.partial)
             self._remove_temporaries()  # left by a killed run of this job
         else:
-            old_job = self._manifest_job()
+            old_job = output_manifest.partial_job(self.partial / MANIFEST)
             self._refuse_foreign(old_job)  # before anything is deleted
             self._remove_own_files(old_job, manifest=False)  # the manifest is replaced, atomically
             self.job_id = uuid.uuid4().hex
@@ -138,23 +138,6 @@ class OutputStore:
         input's sha256 after each chunk (source.chunks), read only when the manifests agree."""
         if self._resume and not self.continued:
             output_manifest.confirm_finished(self.path, self.manifest, digests)
-
-    def _manifest_job(self) -> str | None:
-        """The job id of the folder's manifest.json (None when there is none). Raises ConfigError for a
-        manifest.json this store did not write (it writes it atomically, so its own is never torn)."""
-        mpath = self.partial / MANIFEST
-        if not mpath.exists() and not mpath.is_symlink():
-            return None
-        try:
-            job = json.loads(mpath.read_bytes()).get("job_id") if not mpath.is_symlink() else None
-        except (OSError, ValueError, AttributeError):
-            job = None
-        if not isinstance(job, str) or not job:
-            raise ConfigError(
-                f"{mpath} was not written by openjev-batch; move it away, or write to another -o "
-                "(it is left as it is)"
-            )
-        return job
 
     def _refuse_foreign(self, job: str | None) -> None:
         """Raise ConfigError naming the files with the store's names (parts, ledger, Ray staging) that job
@@ -210,7 +193,7 @@ class OutputStore:
         self._remove_temporaries()
         (self.partial / LEDGER).unlink(missing_ok=True)
         with contextlib.suppress(ConfigError):  # a manifest that is no longer this job's stays
-            if manifest and self._manifest_job() == job:
+            if manifest and output_manifest.partial_job(self.partial / MANIFEST) == job:
                 (self.partial / MANIFEST).unlink(missing_ok=True)
 
     # -- per chunk -----------------------------------------------------------------------------------
@@ -257,7 +240,7 @@ class OutputStore:
         fmt = output_format(self.path)
         tmp = self.partial / f".join-{uuid.uuid4().hex[:8]}.tmp"
         try:
-            join.write(tmp, fmt, output_manifest.parquet_metadata(doc) if fmt == "parquet" else None)
+            join.write(tmp, fmt, output_manifest.parquet_metadata(doc))  # a text format's writer ignores it
             output_manifest.replace_output(tmp, self.path, doc)
         except BaseException:  # a full disk, an output that cannot be replaced: no half-joined file left
             tmp.unlink(missing_ok=True)

@@ -3,7 +3,8 @@
 rows) for the chunks still to do, into (index, records, info) — `info`: the chunk's numbers that are not in
 its records (warm-up and planned unique tokens). `labels` are a started backend's (classifier-head), `name`
 names the backend in errors, `describe()` gives the Summary's model, pattern and start-up, and what a runner
-that scores nothing counted instead (`counted`).
+that scores nothing counted instead (`counted`). `Runner` is that protocol; `for_job` chooses the runner
+of a job that scores (local or Ray).
 
 - `local.LocalRunner`: one backend in this process, the host stage of chunk k+1 under chunk k.
 - `plan_only.PlanOnlyRunner`: the tokenizer alone: each chunk prompted and planned (`--dry-run`), or
@@ -16,11 +17,63 @@ that scores nothing counted instead (`counted`).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from ...core import RowError
+from ...errors import ConfigError
+
+if TYPE_CHECKING:
+    from ...backends import Backend
+    from ...config import RunConfig
+    from ...readouts.base import Readout
+    from ..prefill import FailureTracker
+    from ..progress import Progress
+    from ..summary import Summary
+    from .ray import RayOptions
+
+
+class Runner(Protocol):
+    """What the loop asks of a runner (the docstring above says each part); every runner here is one."""
+
+    summary_type: type[Summary]
+
+    @property
+    def labels(self) -> tuple[str, ...] | None: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def open(self, cfg: RunConfig, readout: Readout) -> AbstractContextManager[Runner]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def score(
+        self,
+        todo: Iterator[tuple[int, list]],
+        tracker: FailureTracker,
+        progress: Progress | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> Iterator[tuple[int, Any, dict[str, int]]]: ...
+
+
+def for_job(backend: Backend | None = None, ray: RayOptions | None = None) -> Runner:
+    """The runner of a job that scores its rows: on Ray (`ray`: how the job spreads over engine actors) or
+    in this process (`backend`, kept open; None: one loaded for the job). The one place that chooses
+    between them. Raises ConfigError for both (Ray's actors start their own backends) and, for Ray, when
+    Ray Data is missing or an option is out of range (runners.ray.RayRunner)."""
+    if ray is None:
+        from .local import LocalRunner
+
+        return LocalRunner(backend)
+    if backend is not None:
+        raise ConfigError("a job on Ray starts its backends in the engine actors: pass no backend")
+    from .ray import RayRunner
+
+    return RayRunner(ray)
 
 
 def stand_ins(readout: Any, chunk: list, errors: dict[int, list[str]]) -> pa.Table:

@@ -57,6 +57,13 @@ ANSWER_LEAD = "Answer:"
 # other ids: /1 is content tokenized as text in two slots, with the per-tokenizer prefix/suffix cut (704445d).
 TOKENIZATION = "text-slots-natural-cut/1"
 SEP = "\n\n"  # between the transcript and the question, inside the user turn
+
+
+def tokenization(cut: int) -> str:
+    """The eval report's name for the prompt's tokenization: the scheme's version and a tokenizer's cut."""
+    return f"{TOKENIZATION} (prefix ends {('before', 'inside', 'after')[cut]} the blank line)"
+
+
 # Placeholders for the start-up rendering only (private-use characters: no template or tokenizer treats
 # them specially, and no row content is ever substituted into a rendering).
 _SYSTEM_SLOT = "\ue000openjev-system\ue001"
@@ -218,6 +225,11 @@ class Prompter:
             lines.append(f"{label.text}. {shown}")
         lines.append("Reply with the letter of one option.")
         return "\n".join(lines)
+
+    @property
+    def tokenization(self) -> str:
+        """This prompter's tokenization by name (`tokenization`), recorded in an eval's report."""
+        return tokenization(self.cut)
 
     def _prefix_text(self, body: str) -> str:
         return body + SEP[: self.cut]

@@ -331,7 +331,7 @@ def test_the_csv_record_scan_agrees_with_the_csv_module(tmp_path):
     import io
     import random
 
-    from openjev_batch.pipeline.input import csv_records
+    from openjev_batch.pipeline.input.formats import csv_records
 
     rng = random.Random(25)
     alphabet = ["a", "b ", ",", '"', '""', "\n", "é"]  # no line of spaces only: a blank line is skipped

@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ...errors import InputFileError
-from ...values import MAX_LINE_BYTES, no_duplicate_keys, refuse_mixed_line_ends, refuse_old_mac_line_ends
+from ....errors import InputFileError
+from ....values import MAX_LINE_BYTES, no_duplicate_keys, refuse_mixed_line_ends, refuse_old_mac_line_ends
 
 Chunk = list[tuple[int, Any]]  # (position, record dict or the error text of an unreadable line)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...errors import InputFileError
-from ...values import InvalidText, no_duplicate_keys, read_at_most
+from ....errors import InputFileError
+from ....values import InvalidText, no_duplicate_keys, read_at_most
 
 META_BYTES = 1 << 20  # a datasets folder's state.json / dataset_dict.json (a few hundred bytes as written)
 DATASETS = "a datasets folder"  # the format's name in messages

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import InputFileError, InputWarning
-from ...values import MAX_LINE_BYTES, InvalidText, refuse_mixed_line_ends, refuse_old_mac_line_ends
+from ....errors import InputFileError, InputWarning
+from ....values import MAX_LINE_BYTES, InvalidText, refuse_mixed_line_ends, refuse_old_mac_line_ends
 
 _PIECE = 1 << 20  # bytes per read: a longer line arrives in pieces, so no read is unbounded
 _BOM = b"\xef\xbb\xbf"
