@@ -46,6 +46,24 @@ def test_token_count_follows_the_grid():
     assert sg_images.token_count(torch.tensor([[1, 4, 6], [1, 6, 4]]), 2) == 12
 
 
+def test_row_errors_leave_the_other_rows_to_run():
+    """The rows named in `errors` answer with that error on every branch; the others go to `run` as a window of
+    their own, each counting its whole prefix, and come back in their places."""
+    from openjev_batch.core import BranchResult, BranchSpec, RowPrompt
+
+    rows = tuple(RowPrompt(i, f"r{i}", (1, 2, i), (BranchSpec("q", (9,), (5, 6)),) * 2) for i in range(3))
+    seen = []
+
+    def run(w):
+        seen.append(w)
+        return [[BranchResult((float(r.pos),), 4, 3)] * 2 for r in w.rows]
+
+    out = sg_images.with_row_errors(Window(rows, (3, 0, 0)), {1: "row r1: image: bad"}, run)
+    assert [r.pos for r in seen[0].rows] == [0, 2] and seen[0].new_prefix_tokens == (3, 3)
+    assert [x.values for x in out[0]] == [(0.0,), (0.0,)] and [x.values for x in out[2]] == [(2.0,), (2.0,)]
+    assert [x.error for x in out[1]] == ["row r1: image: bad"] * 2
+
+
 @pytest.fixture(scope="module")
 def tiny_qwen3_vl(qwen3_tok_dir, tmp_path_factory) -> Path:
     from tiny_vl import make_tiny_qwen3_vl
