@@ -119,8 +119,9 @@ ROWS = [
     {"id": "text", "state": "No photo at all."},
     {"id": "part", "state": [{"role": "user", "content": [
         {"type": "text", "text": "Look: "}, {"type": "image", "image": "blue.png"}, {"type": "text", "text": " ok?"}]}]},
-    # 64 × 96: red.png's token count, so "one"'s ids with another image; its first branch finds "two"'s first
-    # image (the same gradient.jpg) in the radix cache: 51 of 56 tokens cached, measured
+    # 64 × 96: red.png's token count, so "one"'s ids with another image (its first branch: 44 of 56 tokens
+    # cached, the instructions and `<|vision_start|>`; "two"'s gradient.jpg is keyed by sglang's own hash of
+    # it, a single image by its sha256: sglang/images.py)
     {"id": "same-ids", "state": "A photo.", "image": "gradient.jpg"},
 ]  # fmt: skip
 

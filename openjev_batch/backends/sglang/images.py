@@ -7,7 +7,7 @@ output and `input_ids` the tokenizer manager keeps the ids as given (sglang 0.5.
 `srt/multimodal/processors/base_processor.py:1150` `load_mm_data`: pre-tokenized ids + preprocessed data
 return before any decode); the image tokens are found in them by the image token id (`get_mm_items_offset`),
 split per image by `image_grid_thw` (`srt/managers/mm_utils.py:1110`), and the M-RoPE positions computed from
-those offsets and grids (`srt/multimodal/processors/qwen_vl.py:837`). So the prefix the label readout built —
+those offsets and grids (`srt/multimodal/processors/qwen_vl.py:840`). So the prefix the label readout built —
 each image its chat-template markup around as many image tokens as the image processor makes
 (`image_prompt.ImageSlots`) — reaches the model unchanged, and the pixels are the checkpoint's own image
 processor's, as on hf (`backends/hf/vision.py`).
@@ -91,7 +91,16 @@ class ImageInputs:
         want, have = token_count(grid, self.merge), sum(1 for t in row.prefix if t == self.image_id)
         if want != have:
             raise ImageProblem(f"the processor makes {want} image tokens, the prompt holds {have}")
-        return processor_output(out["pixel_values"], grid)
+        item = processor_output(out["pixel_values"], grid)
+        if len(row.images) == 1:
+            # the image's content hash, so sglang does not hash the pixel values again on every request of the
+            # row (448 × 448 is 4.8 MB of float32: 3.8 ms a hash on the 2-core CPU machine, ~9 s of the tokenizer
+            # manager's loop for W1's 256 rows × 9 requests; `resolve_multimodal_item_hash` reuses a given hash).
+            # The pad values, the radix key, derive from it: equal for the same image, other for another. Several
+            # images in one item are split by sglang and hashed by it (a given hash would name the whole item),
+            # so an image shared by a one-image row and a several-image row is two keys: each computed once.
+            item["hash"] = int(row.images[0].sha256[:15], 16)
+        return item
 
     def item(self, row: Any) -> dict | None:
         """The processor output of `row`'s images (None for a text row), as `prepare` made it."""
