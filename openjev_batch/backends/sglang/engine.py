@@ -19,7 +19,7 @@ from ...checkpoint.info import ModelInfo, model_info
 from ...core import Window
 from ...errors import BackendError
 from ..base import Backend, BackendOptions, BranchResult, load_tokenizer
-from . import hybrid, mis, patterns, requests
+from . import hybrid, images, mis, patterns, requests
 from . import signals as sglang_signals
 from .kwargs import _version_tuple, choose_multi_item, engine_kwargs, import_sglang, text_only
 from .patterns import first_branch, multi_item, prefix_first
@@ -39,10 +39,13 @@ class SGLangBackend(Backend):
         sglang = import_sglang()
         self.model_info: ModelInfo = model_info(opts.model)
         kw = engine_kwargs(opts, recurrent=self.model_info.recurrent)
+        from ..hf.vision import is_vision_checkpoint
+
+        vision = is_vision_checkpoint(opts.model, opts.trust_remote_code)  # rows may carry images (images.py)
         if self.model_info.architecture in hybrid.ARCHITECTURES and "ForConditionalGeneration" in (
             self.model_info.architecture
-        ):
-            text_only(kw, opts)  # a released Qwen3.5/3.6 checkpoint, text jobs
+        ) and not vision:
+            text_only(kw, opts)  # a released Qwen3.5/3.6 checkpoint without an image processor: text only
         self.multi_item_off_reason = choose_multi_item(opts, kw, sglang.__version__)
         # The Qwen3.5/3.6 hybrids score items exactly only through our model override (backends/sglang/hybrid):
         # registered while this engine starts, then proven loaded (sglang's stock classes leak item to item)
@@ -70,6 +73,7 @@ class SGLangBackend(Backend):
         if self.fork:
             self._check_fork()
         self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
+        self.images, self.no_images = images.for_engine(opts, kw, vision)
         self._read_engine(self.engine.get_server_info(), kw)
         self._pattern_words = self._describe_pattern()
         self.job_tokens = [0, 0]  # this job's planner counts for `patterns.advice`: multi-item's, unique
@@ -250,13 +254,13 @@ class SGLangBackend(Backend):
 
     def prefill(self, window: Window) -> list[list[BranchResult]]:
         """Label logprobs for every branch of the window, by this job's request pattern. Raises BackendError
-        if the engine fails. Rows with images are not sent (images reach sglang in a later step: issue 33);
-        their branches get an error, so no image is silently dropped."""
-        if any(r.images for r in window.rows):
-            return _without_image_rows(self, window)
+        if the engine fails. An image row's requests carry its images (images.py); a bad image, or an engine
+        that takes none, is that row's error, so no image is silently dropped."""
         if self.fork:
             mis_tokens, unique = patterns.multi_item_recompute([window])
             self.job_tokens = [self.job_tokens[0] + mis_tokens, self.job_tokens[1] + unique]
+        if any(r.images for r in window.rows):
+            return images.prefill_window(self, window, lambda w: self._pattern().prefill(self, w))
         return self._pattern().prefill(self, window)
 
     def check_alive(self) -> None:
@@ -274,17 +278,3 @@ class SGLangBackend(Backend):
         eng, self.engine = getattr(self, "engine", None), None
         sglang_signals.stop_engine(eng, getattr(self, "_error_file", None))
 
-
-def _without_image_rows(backend: SGLangBackend, window: Window) -> list[list[BranchResult]]:
-    """`window`'s results with every image row's branches an error and the other rows run."""
-    text = [i for i, r in enumerate(window.rows) if not r.images]
-    out: list[list[BranchResult]] = [
-        [BranchResult((), len(r.prefix), 0, f"row {r.row_id}: image: the sglang backend takes no images yet; "
-                      "use --backend hf") for _ in r.branches]
-        for r in window.rows
-    ]  # fmt: skip
-    if text:
-        sub = Window(tuple(window.rows[i] for i in text), tuple(len(window.rows[i].prefix) for i in text))
-        for i, res in zip(text, backend.prefill(sub), strict=True):  # no image row left in `sub`
-            out[i] = res
-    return out

@@ -17,6 +17,7 @@ from typing import Any
 from ...core import BranchResult
 from ...errors import BackendError, EngineDied
 from . import signals as sglang_signals
+from .images import image_data
 
 
 def read_label_logprobs(
@@ -36,15 +37,21 @@ def read_label_logprobs(
     return vals, (f"missing or non-finite logprob for label token(s) {missing}" if missing else None)
 
 
-def request(ids: list[list[int]], label_ids: list[list[int]], max_new_tokens: int) -> dict[str, Any]:
-    """`Engine.generate` / `async_generate` keywords: prefill only, the label ids' logprobs at the end."""
-    return dict(
+def request(
+    ids: list[list[int]], label_ids: list[list[int]], max_new_tokens: int, images: list | None = None
+) -> dict[str, Any]:
+    """`Engine.generate` / `async_generate` keywords: prefill only, the label ids' logprobs at the end;
+    `images`: per request, its images' processor output or None (sglang/images.py)."""
+    kw = dict(
         input_ids=ids,
         return_logprob=True,
         logprob_start_len=-1,
         token_ids_logprob=label_ids,  # on every request, warm-ups included: sglang #34719
         sampling_params={"max_new_tokens": max_new_tokens, "temperature": 0},
     )
+    if images is not None and (data := image_data(images)) is not None:
+        kw["image_data"] = data
+    return kw
 
 
 def as_list(outs: Any) -> list[dict]:

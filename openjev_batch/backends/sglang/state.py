@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core import RowPrompt
+from .images import prefix_key
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def state_groups(
     while i < len(rows):
         j = i  # the run of rows sharing rows[i].prefix
         run_branches = 0
-        while j < len(rows) and rows[j].prefix == rows[i].prefix:
+        while j < len(rows) and prefix_key(rows[j]) == prefix_key(rows[i]):  # other images: another prefix
             run_branches += len(rows[j].branches)
             j += 1
         p, r = prefixes + 1, requests + run_branches

@@ -50,3 +50,26 @@ for _name in (
 ):
     globals()[_name] = _unsupported(_name)
 del _name
+
+
+def _declare_ops():
+    """sglang's Qwen3.5 model module reads these CPU ops from `torch.ops.sgl_kernel` when it is imported, and
+    its Qwen-VL image processor (every Qwen VL model's, Qwen3-VL's included) imports that module: without them
+    `No processor registered for architecture` at engine start. Declared only (no kernel): calling one fails,
+    which only a Qwen3.5 model on the CPU engine would do (its linear attention needs the real CPU build)."""
+    import torch
+
+    lib = torch.library.Library("sgl_kernel", "FRAGMENT")
+    for name in (
+        "fused_sigmoid_mul_cpu",
+        "fused_qk_gemma_rmsnorm_cpu",
+        "fused_qk_gemma_rmsnorm_with_gate_cpu",
+        "fused_qkvzba_split_reshape_cat_contiguous_cpu",
+        "fused_input_proj_cpu",
+    ):
+        if not hasattr(torch.ops.sgl_kernel, name):
+            lib.define(f"{name}(Tensor[] args) -> ()")
+    return lib
+
+
+_LIB = _declare_ops()  # kept: a Library's definitions vanish when it is garbage-collected

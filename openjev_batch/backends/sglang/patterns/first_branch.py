@@ -11,6 +11,7 @@ from typing import Any
 
 from ....core import BranchResult, Window
 from .. import requests
+from ..images import item_of, prefix_key
 
 
 def describe(backend: Any) -> str:
@@ -29,13 +30,14 @@ def groups(window: Window, groups_per_window: int) -> list[tuple[list, list]]:
     rest: list = []
     last, size = None, 0
     for i, r in enumerate(window.rows):
-        if r.prefix != last and size >= target:
+        key = prefix_key(r)  # equal ids with other images are another prefix
+        if key != last and size >= target:
             out.append((first, rest))
             first, rest, size = [], [], 0
         for j in range(len(r.branches)):
-            (first if j == 0 and r.prefix != last else rest).append((i, j))
+            (first if j == 0 and key != last else rest).append((i, j))
         size += len(r.branches)
-        last = r.prefix
+        last = key
     if first or rest:
         out.append((first, rest))
     return out
@@ -43,7 +45,7 @@ def groups(window: Window, groups_per_window: int) -> list[tuple[list, list]]:
 
 def prefill(backend: Any, window: Window) -> list[list[BranchResult]]:
     """Label logprobs of every branch of the window, `backend.depth` groups in flight (every request
-    carries `token_ids_logprob`, #34719). Raises BackendError if the engine fails."""
+    carries `token_ids_logprob`, #34719; an image row's, its images). Raises BackendError if the engine fails."""
     rows = window.rows
     results: list[list[BranchResult | None]] = [[None] * len(r.branches) for r in rows]
 
@@ -56,6 +58,7 @@ def prefill(backend: Any, window: Window) -> list[list[BranchResult]]:
                     [list(rows[i].prefix + rows[i].branches[j].suffix) for i, j in keys],
                     [list(rows[i].branches[j].label_ids) for i, j in keys],
                     backend.max_new_tokens,
+                    [item_of(backend, rows[i]) for i, _ in keys],  # an image row's every request: images.py
                 )
                 outs = requests.as_list(await backend.engine.async_generate(**req))
                 for (i, j), o in zip(keys, outs, strict=True):

@@ -16,6 +16,7 @@ from typing import Any
 
 from ....core import BranchResult, Window
 from .. import requests
+from ..images import item_of, prefix_key
 from ..state import state_groups
 
 
@@ -104,11 +105,13 @@ async def hybrid_step(
     keys = [(i, j) for i in range(*g) for j in range(len(rows[i].branches))] if g else []
     ids = [list(rows[i].prefix + rows[i].branches[j].suffix) for i, j in keys]
     labels = [list(rows[i].branches[j].label_ids) for i, j in keys]
+    images = [item_of(backend, rows[i]) for i, _ in keys]  # an image row's every request carries its images
     if nxt is not None:
-        firsts = [i for i in range(*nxt) if i == nxt[0] or rows[i].prefix != rows[i - 1].prefix]
+        firsts = [i for i in range(*nxt) if i == nxt[0] or prefix_key(rows[i]) != prefix_key(rows[i - 1])]
         ids += [list(rows[i].prefix) for i in firsts]
         labels += [list(rows[i].branches[0].label_ids) for i in firsts]  # every request carries them: #34719
-    req = requests.request(ids, labels, backend.max_new_tokens)
+        images += [item_of(backend, rows[i]) for i in firsts]
+    req = requests.request(ids, labels, backend.max_new_tokens, images)
     outs = requests.as_list(await backend.engine.async_generate(**req))
     for (i, j), o in zip(keys, outs[: len(keys)], strict=True):
         results[i][j] = requests.result(rows[i], j, o)
