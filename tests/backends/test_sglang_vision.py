@@ -40,6 +40,18 @@ def test_image_data_is_one_list_per_request():
     assert requests.request([[1]], [[2]], 0, [item])["input_ids"] == [[1]]  # the ids as given
 
 
+def test_a_qwen3_5_hybrid_starts_text_only_unless_images_are_asked_for():
+    """Released Qwen3.5/3.6 checkpoints have an image processor, and their text jobs run the GDN fork (multi-item),
+    shown exact on a text-only engine: they start text only unless --engine-arg enable_multimodal=true; a dense
+    VL checkpoint starts multimodal; a checkpoint without an image processor never does unless asked."""
+    hybrid_cg = "Qwen3_5MoeForConditionalGeneration"
+    assert not sg_images.starts_multimodal(hybrid_cg, vision=True)
+    assert sg_images.starts_multimodal(hybrid_cg, vision=True, asked=True)
+    assert sg_images.starts_multimodal("Qwen3VLForConditionalGeneration", vision=True)
+    assert not sg_images.starts_multimodal("Qwen3VLForConditionalGeneration", vision=True, asked=False)
+    assert not sg_images.starts_multimodal("Qwen3VLForConditionalGeneration", vision=False)
+
+
 def test_token_count_follows_the_grid():
     import torch
 

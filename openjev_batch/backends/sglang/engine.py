@@ -42,11 +42,15 @@ class SGLangBackend(Backend):
         from ..hf.vision import is_vision_checkpoint
 
         vision = is_vision_checkpoint(opts.model, opts.trust_remote_code)  # rows may carry images (images.py)
-        if self.model_info.architecture in hybrid.ARCHITECTURES and "ForConditionalGeneration" in (
-            self.model_info.architecture
-        ) and not vision:
-            text_only(kw, opts)  # a released Qwen3.5/3.6 checkpoint without an image processor: text only
+        arch = self.model_info.architecture
+        multimodal = opts.sglang.engine_args.get("enable_multimodal")
+        if not images.starts_multimodal(arch, vision, multimodal):
+            text_only(kw, opts)
         self.multi_item_off_reason = choose_multi_item(opts, kw, sglang.__version__)
+        if multimodal and arch in hybrid.ARCHITECTURES and kw.get("enable_mis") and opts.sglang.request_pattern == "auto":
+            # the fork is shown exact on a text-only engine only; an image row is never packed (images.py)
+            kw.pop("enable_mis")
+            self.multi_item_off_reason = "off: the engine takes images (enable_multimodal=true)"
         # The Qwen3.5/3.6 hybrids score items exactly only through our model override (backends/sglang/hybrid):
         # registered while this engine starts, then proven loaded (sglang's stock classes leak item to item)
         self.fork = bool(kw.get("enable_mis")) and mis.needs_fork({"architectures": [self.model_info.architecture]})

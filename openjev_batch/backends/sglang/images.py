@@ -151,13 +151,29 @@ def prefill_window(backend: Any, window: Any, run) -> list:
     return with_row_errors(window, errors, run) if errors else run(window)
 
 
+def starts_multimodal(architecture: str, vision: bool, asked: Any = None) -> bool:
+    """Whether an engine for this checkpoint starts multimodal (takes image rows). `asked`: the user's
+    `--engine-arg enable_multimodal`. A Qwen3.5/3.6 hybrid starts text only unless asked: the GDN fork
+    (multi-item) is proven exact on a text-only engine (docs/benchmarks.md, runs 10-11), and a config-only export
+    has no image processor for sglang to load. A checkpoint without an image processor never does (sglang
+    failed loading one: OSError, 0.5.17)."""
+    from . import hybrid
+
+    if asked is not None:
+        return bool(asked)
+    return vision and architecture not in hybrid.ARCHITECTURES
+
+
 def for_engine(opts: Any, kw: dict[str, Any], vision: bool) -> tuple[ImageInputs | None, str | None]:
     """(the image inputs of an engine started with `kw` for `opts.model`, or None and why it takes none).
     `vision`: the checkpoint is a vision-language one (`hf.vision.is_vision_checkpoint`)."""
     if not vision:
         return None, f"the model {opts.model} takes no images (no vision tower and image processor)"
     if kw.get("enable_multimodal") is False:
-        return None, "the sglang engine was started with enable_multimodal=False"
+        return None, (
+            "the sglang engine was started text only (enable_multimodal=False); for image rows give "
+            "--engine-arg enable_multimodal=true"
+        )
     from ...checkpoint.info import load_config
 
     cfg = load_config(opts.model) or {}
