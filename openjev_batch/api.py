@@ -40,8 +40,10 @@ class Classifier:
     `calibration` (label-logprobs): a file `openjev-batch calibrate` wrote, applied as `run --calibration`;
     `debias_order`: as `run --debias-order` (choice/score options shown in K cyclic orders, averaged).
     The other keywords are the CLI's engine options (device, dtype, tp_size, dp_size, mem_fraction_static,
-    attention_backend, context_length, engine_args, batch_tokens, …) and `max_branches` (most branches —
-    classifier-head: rows — per window). Every option goes through the CLI's `build_config`.
+    attention_backend, context_length, engine_args, batch_tokens, …) and the job options `max_branches`
+    (most branches — classifier-head: rows — per window) and `chunk_rows` (rows per chunk), whose defaults
+    (None: not given) are the CLI's (job_options.JOB_OPTIONS; `chunk_rows`: the readout's). Every option
+    goes through the CLI's `build_config`.
 
     Raises ConfigError for bad options, BackendError when the model cannot load (or, classifier-head, is no
     classifier), LabelError when a causal LM's tokenizer cannot give the labels.
@@ -54,7 +56,7 @@ class Classifier:
         *,
         readout: str = DEFAULT,
         threads: int | None = None,
-        max_branches: int = 4096,
+        max_branches: int | None = None,
         system_prompt: str | None = None,
         calibration: str | os.PathLike | None = None,
         debias_order: int | None = None,
@@ -77,9 +79,11 @@ class Classifier:
         # the CLI's door: the same checks (the 256 KiB system prompt, engine options the backend lacks, …)
         self._options = dict(
             input=Path("<data>"), model=model, backend=backend or default_backend(), readout=readout,
-            system_prompt=system_prompt, max_branches_per_window=max_branches, progress=False,
-            calibration=_path(calibration), debias_order=debias_order, **engine_options,
+            system_prompt=system_prompt, progress=False, calibration=_path(calibration),
+            debias_order=debias_order, **engine_options,
         )  # fmt: skip
+        if max_branches is not None:  # else the config's default, the CLI's
+            self._options["max_branches"] = max_branches
         cfg = build_config(**self._options)  # chunk_rows: the readout's default, as the CLI's
         self.backend_name, self.readout = cfg.backend, readout
         self._class = readouts.readout_class(readout)

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+from .job_options import JobOptions
 from .options import BACKENDS, EngineOptions, output_format
 from .readouts import DEFAULT
 from .readouts.base import ReadoutOptions
@@ -127,8 +128,9 @@ def check_keep(v: tuple[str, ...], readout: str = DEFAULT) -> tuple[str, ...]:
     return v
 
 
-class RunConfig(EngineOptions):
-    """One job: `readout` says what its rows ask (label-logprobs: `run`; classifier-head: `classify`), and
+class RunConfig(EngineOptions, JobOptions):  # type: ignore[misc, valid-type]
+    """One job: the engine options and the job options (each declared once: options.py, job_options.py);
+    `readout` says what its rows ask (label-logprobs: `run`; classifier-head: `classify`), and
     `readout_options` holds that readout's own options, of its `Options` type (readouts/). The flat keywords
     of the CLI and the API (`questions=…`, `template=…`) go to it, as the engine options' go to their
     backend's; another readout's option is refused naming the command it belongs to."""
@@ -139,13 +141,8 @@ class RunConfig(EngineOptions):
     backend: str
     readout: str = DEFAULT
     readout_options: SerializeAsAny[ReadoutOptions] = Field(default_factory=ReadoutOptions)
-    keep: tuple[str, ...] = ()
-    chunk_rows: int = Field(2048, gt=0)  # when not given: the readout's (`Readout.chunk_rows`)
-    max_branches_per_window: int = Field(4096, gt=0)
+    keep: tuple[str, ...] = ()  # the CLI's --keep is comma-separated text (job_options.JOB_OPTIONS)
     kv_budget_tokens: int | None = Field(None, gt=0)
-    progress: bool = True
-    resume: bool = False
-    limit: int | None = Field(None, gt=0)  # only the first N input rows
 
     @model_validator(mode="before")
     @classmethod

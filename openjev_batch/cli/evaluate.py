@@ -9,12 +9,12 @@ import typer
 
 from ..errors import ConfigError, OpenjevError
 from ..interrupts import stop_on_signals
+from ..job_options import JobOptions
 from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
 from .display import _print_plan, _progress
 from .job_options import ENGINE, JOB, _engine_options
 from .options import (
     BACKEND,
-    CHUNK_ROWS_HELP,
     DEBIAS_ORDER,
     SYSTEM_PROMPT,
     _quiet,
@@ -54,8 +54,6 @@ def eval_(
     calibrate: float = typer.Option(None, help="Fit one temperature on this share, report the rest scaled."),
     debias_order: int = DEBIAS_ORDER,
     engine: dict = ENGINE,
-    chunk_rows: int = typer.Option(2048, help=CHUNK_ROWS_HELP),
-    max_branches: int = typer.Option(4096, help="Most branches per window."),
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output folder."),
     job: dict = JOB,
 ) -> None:
@@ -74,8 +72,7 @@ def eval_(
         cfg, on_ray = _config(job, engine, input=input, output_dir=output_dir or Path("."), model=model,
                       tokenizer_only=bool(show_prompt) or dry_run, system_prompt=system_prompt,
                       backend=backend, format=fmt, shots=shots, dev=dev, sample=sample, seed=seed,
-                      calibrate=calibrate, debias_order=debias_order, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
-                      force=force)  # fmt: skip
+                      calibrate=calibrate, debias_order=debias_order, force=force)  # fmt: skip
         if dry_run or show_prompt:
             _plan_only(cfg, show_prompt, dry_run=dry_run, resume=job["resume"], force=force, ray=job["ray"])
             return
@@ -114,10 +111,10 @@ def _config(job: dict, engine: dict, *, model: str, tokenizer_only: bool, system
 
     if system_prompt is not None:
         system_prompt = _text_or_file(system_prompt, "--system-prompt")
+    own = {k: v for k, v in job.items() if k in JobOptions.model_fields}  # the config's job options
     cfg = build_eval_config(
-        **kw, model=_resolve(model, tokenizer_only=tokenizer_only), model_name=model, limit=job["limit"],
-        system_prompt=system_prompt, backend=backend or default_backend(), progress=job["progress"],
-        resume=job["resume"], **engine,
+        **kw, model=_resolve(model, tokenizer_only=tokenizer_only), model_name=model, **own,
+        system_prompt=system_prompt, backend=backend or default_backend(), **engine,
     )  # fmt: skip
     return cfg, ray_options(job["ray"], job["ray_address"], job["workers"], job["gpus_per_worker"])
 

@@ -1,6 +1,7 @@
-"""How a command gets its options: the engine options (`_engine_options`) and the options of every command that
-runs a job (run, classify, eval), declared once: a command's `job`
-parameter stands for them all and receives them as one dict (`_job_options`, applied by `_engine_options`)."""
+"""How a command gets its options, generated from their one declaration: the engine options
+(options.ENGINE_OPTIONS, `_engine_options`) and the job options (job_options.JOB_OPTIONS): a command's `job`
+parameter stands for them all and receives them as one dict (`_job_options`, applied by `_engine_options`);
+one the command declares itself (`keep: str = job_flag("keep", "run")`) takes its flag from there too."""
 
 from __future__ import annotations
 
@@ -11,64 +12,59 @@ from pathlib import Path
 
 import typer
 
-from .options import (
-    DRY_RUN,
-    GPUS_PER_WORKER,
-    LIMIT,
-    PROGRESS,
-    RAY,
-    RAY_ADDRESS,
-    RESUME,
-    THREADS,
-    WORKERS,
-    parse_engine_args,
-)
+from ..job_options import BY_NAME, JOB_OPTIONS, JobOption
+from .options import parse_engine_args
 
 JOB: dict = {}  # where a command's job options go (`_job_options`); never a CLI option itself
 
-# The options of every command that runs a job (run, classify, eval), in their --help order; typer's types
-# (the others are flags).
-JOB_OPTIONS = dict(
-    progress=PROGRESS,
-    resume=RESUME,
-    dry_run=DRY_RUN,
-    ray=RAY,
-    ray_address=RAY_ADDRESS,
-    workers=WORKERS,
-    gpus_per_worker=GPUS_PER_WORKER,
-    limit=LIMIT,
-    threads=THREADS,
-)
-JOB_TYPES = {"ray_address": str, "workers": int, "gpus_per_worker": float, "limit": int, "threads": int}
-# eval's --progress and --resume say what they do to an output folder
-JOB_HELP = {
-    "eval": dict(
-        progress=typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
-        resume=typer.Option(
-            False,
-            "--resume",
-            help="Continue the unfinished job in the output folder (or re-score a finished one).",
-        ),
-    )
-}
+
+def _readout_of(command: str):
+    """The readout class `command` runs (`Readout.command`); None for one that runs either (eval)."""
+    from ..readouts import NAMES, readout_class
+
+    return next((readout_class(n) for n in NAMES if readout_class(n).command == command), None)
 
 
-def _job_options(command: str):
-    """Put the job options every command that runs a job takes (JOB_OPTIONS, with `command`'s own help
-    where it differs) where the command's `job` parameter stands; the command receives them as one dict
-    `job`. Applied by `_engine_options`, inside it: its `--config` stays last."""
-    table = {**JOB_OPTIONS, **JOB_HELP.get(command, {})}
+def job_flag(name: str, command: str):
+    """`command`'s CLI option of the job option `name` (job_options.JOB_OPTIONS): its flag, help and
+    default as declared there; a `per_readout` default is that of the command's readout (`--chunk-rows`:
+    2048 for `run`, 20000 for `classify`), or for a command that runs either (eval) None, shown as each
+    readout's (the config fills it in)."""
+    o = BY_NAME[name]
+    default, shown = o.default, True
+    if o.per_readout:
+        from ..readouts import NAMES, readout_class
+
+        kind = _readout_of(command)
+        default = None if kind is None else getattr(kind, name)
+        if kind is None:
+            shown = "the readout's: " + ", ".join(f"{getattr(readout_class(n), name)} {n}" for n in NAMES)
+    return typer.Option(default, o.cli_flag, help=o.help_for(command), show_default=shown, **o.cli)
+
+
+def _cli_type(o: JobOption):
+    """The flag's type: `cli_type`, else the field's without None (typer takes `int`, not `int | None`)."""
+    return o.cli_type or next((t for t in typing.get_args(o.type) if t is not type(None)), o.type)
+
+
+def _job_options(command: str, own: typing.Collection[str] = ()):
+    """Put the job options `command` takes (JOB_OPTIONS, each with `command`'s help and default; not those
+    in `own`, which the command declares itself with `job_flag`) where the command's `job` parameter stands;
+    the command receives them as one dict `job`. Applied by `_engine_options`, inside it: its `--config`
+    stays last."""
+    declared = [o for o in JOB_OPTIONS if command in o.commands and o.name not in own]
     params = [
         inspect.Parameter(
-            n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info, annotation=JOB_TYPES.get(n, bool)
+            o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=job_flag(o.name, command),
+            annotation=_cli_type(o),
         )
-        for n, info in table.items()
-    ]
+        for o in declared
+    ]  # fmt: skip
 
     def deco(f):
         @functools.wraps(f)
         def wrapper(**kw):
-            job = {n: kw.pop(n) for n in table}
+            job = {o.name: kw.pop(o.name) for o in declared}
             return f(**kw, job=job)
 
         return _expand(f, wrapper, "job", params)
@@ -112,8 +108,8 @@ def _engine_options(command: str):
     )  # fmt: skip
 
     def deco(f):
-        if "job" in inspect.signature(f).parameters:
-            f = _job_options(command)(f)
+        if "job" in (own := inspect.signature(f).parameters):
+            f = _job_options(command, own)(f)
 
         @functools.wraps(f)
         def wrapper(**kw):

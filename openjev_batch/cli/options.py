@@ -11,8 +11,6 @@ from pathlib import Path
 
 import typer
 
-from ..threads import MAX_THREADS
-
 
 def parse_engine_args(pairs: list[str]) -> dict[str, typing.Any]:
     """`key=value` strings → dict; values parsed as YAML scalars (numbers, booleans, null, strings)."""
@@ -102,12 +100,9 @@ def _resolve(model: str, tokenizer_only: bool = False) -> str:
 
 
 # Options several commands take (run, classify, eval, validate), declared once (typer copies an option's
-# info per command).
+# info per command); the job options' flags are generated from job_options.JOB_OPTIONS (cli/job_options.py).
 BACKEND = typer.Option(
     None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
-)
-KEEP = typer.Option(
-    "", "--keep", help="Comma-separated input columns copied to the output; `all`: every input column."
 )
 SYSTEM_PROMPT = typer.Option(
     None,
@@ -115,32 +110,6 @@ SYSTEM_PROMPT = typer.Option(
     help="The system message, replacing the default instructions; @FILE reads it from a file; @@TEXT is the "
     "literal text @TEXT.",
 )
-PROGRESS = typer.Option(
-    True,
-    "--progress/--no-progress",
-    help="Show a live progress bar: done of the total, %, tok/s, cache hit rate, ETA.",
-)
-THREADS_HELP = "CPU threads for torch/OpenMP (default: the idle cores, cores minus the load average, ≥ 1)."
-# Every command that runs a job (run, classify, eval) takes these three, with these defaults.
-LIMIT = typer.Option(
-    None,
-    "--limit",  # its range is the config's to check (exit 4, as --chunk-rows 0), not a usage error
-    help="Only the first N input rows, in file order (a quick look; eval: questions, after --sample, lm-eval's --limit).",
-)
-THREADS = typer.Option(None, "--threads", min=1, max=MAX_THREADS, help=THREADS_HELP)
-DRY_RUN = typer.Option(
-    False,
-    "--dry-run",
-    help="Plan only (tokenizer, no model, no -o): rows, questions, branches, logical/unique tokens, expected cache hit rate, peak RSS.",
-)
-CHUNK_ROWS_HELP = "Rows read, planned and written per chunk (bounds memory; the unit of --resume)."
-
-
-def chunk_rows_option(readout: str):
-    """--chunk-rows of the command that runs `readout`, its default the readout's (`Readout.chunk_rows`)."""
-    from ..readouts import readout_class
-
-    return typer.Option(readout_class(readout).chunk_rows, help=CHUNK_ROWS_HELP)
 
 
 def unescape(text: str) -> str:
@@ -154,19 +123,6 @@ def unescape(text: str) -> str:
             out.append(text[i])
             i += 1
     return "".join(out)
-
-
-RESUME = typer.Option(False, "--resume", help="Continue from OUT.partial, skipping finished chunks.")
-RAY = typer.Option(
-    False, "--ray", help="Run on Ray Data: engine actors score prefix-grouped buckets (extra `[ray]`)."
-)
-RAY_ADDRESS = typer.Option(
-    None, "--ray-address", help="--ray: cluster address (default: start a local cluster)."
-)
-WORKERS = typer.Option(None, "--workers", help="--ray: engine actors, one backend each [1].")
-GPUS_PER_WORKER = typer.Option(
-    None, "--gpus-per-worker", help="--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0]."
-)
 
 
 def show_prompt_option(what: str):

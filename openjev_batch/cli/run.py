@@ -11,15 +11,15 @@ import typer
 
 from ..errors import ConfigError, OpenjevError, OutputFinished
 from ..interrupts import stop_on_signals
+from ..job_options import JobOptions
 from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS
 from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
 from .display import _print_plan, _print_summary, _progress
-from .job_options import ENGINE, JOB, _engine_options
+from .job_options import ENGINE, JOB, _engine_options, job_flag
 from .options import (
     BACKEND,
     CALIBRATION,
     DEBIAS_ORDER,
-    KEEP,
     QUESTIONS,
     STDIN_NAMES,
     SYSTEM_PROMPT,
@@ -29,7 +29,6 @@ from .options import (
     _text_or_file,
     apply_threads_option,
     at_file,
-    chunk_rows_option,
     ray_options,
     read_once,
     show_prompt_option,
@@ -55,10 +54,8 @@ def run(
     ),
     backend: str = BACKEND,
     questions: Path = QUESTIONS,
-    keep: str = KEEP,
+    keep: str = job_flag("keep", "run"),
     engine: dict = ENGINE,
-    chunk_rows: int = chunk_rows_option(LABEL_LOGPROBS),
-    max_branches: int = typer.Option(4096, help="Most branches per window."),
     job: dict = JOB,
     system_prompt: str = SYSTEM_PROMPT,
     calibration: Path = CALIBRATION,
@@ -70,8 +67,7 @@ def run(
         "run",
         dict(
             input=input, output=output, model=model, backend=backend, readout=LABEL_LOGPROBS,
-            questions=questions, keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_branches,
-            system_prompt=system_prompt, calibration=calibration, debias_order=debias_order,
+            questions=questions, keep=keep, system_prompt=system_prompt, calibration=calibration, debias_order=debias_order,
             **engine,
         ),
         job, show_prompt=show_prompt,
@@ -82,7 +78,7 @@ def _run_job(command: str, kw: dict, job: dict, show_prompt: int | None = None) 
     """The one body of `run` and `classify` (the readout is in `kw`, the job options in `job`): build the
     config, then the dry run, the prompt display, the Ray run or the local job; print the summary; exit 3
     when some rows or questions have errors."""
-    kw = {**kw, "progress": job["progress"], "resume": job["resume"], "limit": job["limit"]}
+    kw = {**kw, **{k: v for k, v in job.items() if k in JobOptions.model_fields}}  # the config's job options
     output, resume, dry_run, ray = kw["output"], job["resume"], job["dry_run"], job["ray"]
     if output is None and not dry_run and not show_prompt:
         also = " and --show-prompt" if command == "run" else ""
@@ -243,10 +239,8 @@ def classify(
     template: str = typer.Option(
         None, help=r"Prompt over {premise} and {hypothesis}; \n is a newline [default: NLI template]"
     ),
-    keep: str = KEEP,
+    keep: str = job_flag("keep", "classify"),
     engine: dict = ENGINE,
-    chunk_rows: int = chunk_rows_option(CLASSIFIER_HEAD),
-    max_rows: int = typer.Option(4096, help="Most rows per window."),
     job: dict = JOB,
 ) -> None:
     """Classify every row with a sequence-classification head (e.g. NLI): logits, probs, label per row."""
@@ -255,7 +249,7 @@ def classify(
         dict(
             input=input, output=output, model=model, backend=backend, readout=CLASSIFIER_HEAD,
             template=unescape(template) if template is not None else None,
-            keep=keep, chunk_rows=chunk_rows, max_branches_per_window=max_rows, **engine,
+            keep=keep, **engine,
         ),
         job,
     )  # fmt: skip

@@ -11,6 +11,7 @@ import typer
 from ..errors import OpenjevError
 from ..readouts import LABEL_LOGPROBS
 from .app import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
+from .job_options import job_flag
 from .options import QUESTIONS, _spool_stdin, read_once
 
 
@@ -28,9 +29,7 @@ def validate(
     template: str = typer.Option(
         None, help=r"classifier-head: prompt over {premise} and {hypothesis} [default: NLI template]"
     ),
-    keep: str = typer.Option(
-        "", "--keep", help="Columns `run --keep` would copy (their values are checked too); `all`: every input column."
-    ),
+    keep: str = job_flag("keep", "validate"),
     show: int = typer.Option(20, min=0, help="Print at most this many errors."),
 ) -> None:
     """Check the schema and limits of an input file without loading a model."""
@@ -84,7 +83,6 @@ def _job(input: Path, name: str, questions, template, keep: tuple[str, ...]):
     opts = dict(
         input=input, model="", backend="hf", readout=name, questions=questions or None,
         template=unescape(template) if template else None,
-        chunk_rows=100_000,  # nothing is written per chunk: read in large ones, as before the loop
     )  # fmt: skip
     cfg = build_config(**opts, keep=() if keep == ("all",) else keep)
     if keep == ("all",):  # every input column the readout neither reads nor writes, as `run --keep all`

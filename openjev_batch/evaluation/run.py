@@ -25,6 +25,7 @@ from pydantic import Field, ValidationError, model_validator
 from .._version import __version__
 from ..config import build_config, validation_message
 from ..errors import BackendError, ConfigError
+from ..job_options import JobOptions
 from ..options import EngineOptions
 from ..values import sha256_file
 from .build import KEEP, build_rows, fewshot_blocks, prepare
@@ -44,9 +45,11 @@ from .samples import log_samples, prompt_texts
 from .tasks import CLASSIFIER_HEAD, LABEL_LOGPROBS, TASKS
 
 
-class EvalConfig(EngineOptions):
+class EvalConfig(EngineOptions, JobOptions):  # type: ignore[misc, valid-type]
     """One eval (frozen, unknown keys are errors): the benchmark, how it is sampled and prompted, and the
-    engine options and model the job runs with (the same fields as `run`)."""
+    engine options, job options and model the job runs with (the fields of `run`, declared once: options.py,
+    job_options.py). `limit` is lm-eval's: the first N questions (after --sample); `chunk_rows`, when not
+    given, the format's readout's."""
 
     input: Path
     output_dir: Path
@@ -56,17 +59,12 @@ class EvalConfig(EngineOptions):
     shots: int = Field(0, ge=0)
     dev: Path | None = None
     sample: int | None = Field(None, gt=0)
-    limit: int | None = Field(None, gt=0)  # lm-eval's --limit: the first N questions (after --sample)
     system_prompt: str | None = None  # checked by the job's RunConfig (its size limit)
     seed: int = 42
     calibrate: float | None = Field(None, gt=0, lt=1)
     debias_order: int = Field(1, ge=1, le=64)  # `run --debias-order` for the eval's choice questions
     model_name: str | None = None  # as the user named it (a packaged name), for the report
-    chunk_rows: int = Field(2048, gt=0)  # the unit of --resume, as in `run`
-    max_branches_per_window: int = Field(4096, gt=0)
-    progress: bool = True
     force: bool = False
-    resume: bool = False
 
     @model_validator(mode="after")
     def _force_or_resume(self) -> EvalConfig:
@@ -82,13 +80,14 @@ class EvalConfig(EngineOptions):
         formats by build.refuse_for_classifier, is None). Raises ConfigError / BackendError as build_config
         does."""
         engine = {k: getattr(self, k) for k in EngineOptions.model_fields}
+        # the job options as given; not `limit`: it cut the questions (`questions`), the job runs them all
+        job = {k: getattr(self, k) for k in JobOptions.model_fields if k != "limit"}
         # the default order (1) is left unset: a classifier-head job refuses a label-logprobs option given
         debias = self.debias_order if self.debias_order > 1 else None
         own = {"system_prompt": self.system_prompt, "debias_order": debias}
         return build_config(
             input=questions, output=predictions, keep=KEEP, model=self.model, backend=self.backend,
-            readout=readout, chunk_rows=self.chunk_rows, max_branches_per_window=self.max_branches_per_window,
-            progress=self.progress, resume=self.resume if resume is None else resume, **own, **engine,
+            readout=readout, **{**job, "resume": self.resume if resume is None else resume}, **own, **engine,
         )  # fmt: skip
 
 

@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..core import BranchResult, BranchSpec, RowPrompt, Window, lcp  # noqa: F401
+from ..job_options import BY_NAME
+
+MAX_BRANCHES = BY_NAME["max_branches"].default  # `--max-branches`' one default (job_options.py)
 
 
-def plan(rows: Iterable[RowPrompt], kv_budget_tokens: int, max_branches: int = 4096) -> list[Window]:
+def plan(rows: Iterable[RowPrompt], kv_budget_tokens: int, max_branches: int = MAX_BRANCHES) -> list[Window]:
     """Sort rows by prefix and cut them into windows.
 
     A window closes before a row whose unique tokens (its new prefix tokens + all its suffixes) would

@@ -52,7 +52,7 @@ def score_chunk(
     readout: Readout,
     backend: Backend,
     budget: int,
-    max_per_window: int,
+    max_branches: int,
     on_progress: Callable[[int, int], None] | None = None,
     tracker: FailureTracker | None = None,
     progress: Progress | None = None,
@@ -64,7 +64,7 @@ def score_chunk(
     tracker = tracker or FailureTracker(backend.name)
     results: dict[int, dict[str, tuple[int, BranchResult]]] = {}
     unique = rows_run = branches_run = 0
-    for window in plan(chunk.prompts, budget, max_per_window):
+    for window in plan(chunk.prompts, budget, max_branches):
         reports = WindowReports(window, backend, progress) if progress is not None else None
         backend.on_branches = reports
         try:

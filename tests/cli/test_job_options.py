@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import polars as pl
+import pytest
 from conftest import EXAMPLES, ROOT, cli
 
 TICKETS = [EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml"]
@@ -86,3 +87,90 @@ def test_classify_takes_limit_and_threads(tiny_classifier, tmp_path):
     df = pl.read_parquet(out)
     assert df["id"].to_list() == ["rte-val-000", "rte-val-001"] and df["error"].null_count() == 2
     assert re.search(r"CPU threads\s*│\s*1 \(--threads\)", r.stderr), r.stderr
+
+
+# Issue 31.3: the job options are declared once (openjev_batch/job_options.py); the flags of run, classify,
+# eval and validate are generated from that data, and the configs (RunConfig, EvalConfig) and the Python API
+# read the same defaults.
+COMMANDS = ("run", "classify", "eval", "validate")
+
+
+def _params(command: str) -> dict:
+    import typer.main
+
+    from openjev_batch.cli import app
+
+    return {p.name: p for p in typer.main.get_command(app).commands[command].params}
+
+
+def test_every_job_flag_is_its_one_declaration():
+    """Each command that takes a job option has its flag, help and default from JOB_OPTIONS (`--chunk-rows`:
+    the command's readout's, eval's the config's to fill in); no other command has it."""
+    from openjev_batch.job_options import JOB_OPTIONS
+    from openjev_batch.readouts import readout_class
+
+    own = {"run": readout_class("label-logprobs"), "classify": readout_class("classifier-head")}
+    for o in JOB_OPTIONS:
+        for command in COMMANDS:
+            params = _params(command)
+            if command not in o.commands:
+                assert o.name not in params, (command, o.name)
+                continue
+            p = params[o.name]
+            assert o.cli_flag.split("/")[0] in p.opts and p.help == o.help_for(command), (command, o.name)
+            want = (getattr(own[command], o.name) if command in own else None) if o.per_readout else o.default
+            assert p.default == want, (command, o.name, p.default, want)
+
+
+def test_the_configs_embed_the_job_options_with_their_one_default():
+    from openjev_batch.config import RunConfig
+    from openjev_batch.evaluation.run import EvalConfig
+    from openjev_batch.job_options import JOB_OPTIONS
+
+    for o in (o for o in JOB_OPTIONS if o.config):
+        assert RunConfig.model_fields[o.name].default == EvalConfig.model_fields[o.name].default == o.default
+    # one name for the most-branches option
+    names = {*RunConfig.model_fields, *EvalConfig.model_fields, *(p for c in COMMANDS for p in _params(c))}
+    assert "max_branches" in names and not names & {"max_branches_per_window", "max_rows", "max_per_window"}
+
+
+class _Built(Exception):
+    pass
+
+
+def _capture(monkeypatch) -> list[dict]:
+    """build_config made to record the options it is given and stop the caller there."""
+    import openjev_batch.config as config
+
+    seen: list[dict] = []
+
+    def record(**kw):
+        seen.append(kw)
+        raise _Built
+
+    monkeypatch.setattr(config, "build_config", record)
+    return seen
+
+
+@pytest.mark.parametrize("command, readout", [("run", "label-logprobs"), ("classify", "classifier-head")])
+def test_the_api_defaults_are_the_clis(monkeypatch, tmp_path, command, readout):
+    """The config the CLI builds from a command given no options equals the one the Python API builds from a
+    Classifier given none (but `progress`: the API draws no bar)."""
+    from typer.testing import CliRunner
+
+    import openjev_batch as ob
+    from openjev_batch.cli import app
+    from openjev_batch.config import build_config
+
+    seen = _capture(monkeypatch)
+    r = CliRunner().invoke(
+        app, [command, str(TICKETS[0]), "-m", "org/model", "-b", "hf", "-o", str(tmp_path / "o.parquet")]
+    )
+    assert isinstance(r.exception, _Built), r.output
+    with pytest.raises(_Built):
+        ob.Classifier("org/model", "hf", readout=readout)
+    monkeypatch.undo()
+    cli_cfg, api_cfg = (build_config(**kw).model_dump() for kw in seen)
+    for k in ("input", "output", "model", "progress"):
+        cli_cfg.pop(k), api_cfg.pop(k)
+    assert cli_cfg == api_cfg

@@ -92,14 +92,15 @@ def read_rows(
     path: str | Path,
     questions: Any = None,
     keep: tuple[str, ...] = (),
-    chunk_rows: int = 100_000,
+    chunk_rows: int | None = None,
     limit: int | None = None,
     readout: Any = None,
     hasher: Any = None,
 ) -> Iterator[list[Any]]:
     """Yield chunks of parsed rows in input order (the first `limit` rows when given); `readout`
     (readouts/base.py) parses each record (default: the registry's default readout over `questions` and
-    `keep`). Duplicate ids become RowErrors (the first one wins). `hasher`: the input's content hash up to
+    `keep`), read `chunk_rows` at a time (default: the readout's, as a job's). Duplicate ids become
+    RowErrors (the first one wins). `hasher`: the input's content hash up to
     the end of the chunk just yielded (formats.record_chunks).
 
     Raises InputFileError for a missing, empty or wrong-extension file, or a `--keep` column that
@@ -108,7 +109,8 @@ def read_rows(
     readout = readout or _default_readout(questions, keep)
     path = check_input(path, readout.keep)
     any_rows = False
-    for out in parse_records(record_chunks(path, chunk_rows, hasher), limit=limit, readout=readout):
+    chunks = record_chunks(path, chunk_rows or readout.chunk_rows, hasher)
+    for out in parse_records(chunks, limit=limit, readout=readout):
         any_rows = True
         yield out
     if not any_rows:

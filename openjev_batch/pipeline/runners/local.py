@@ -94,7 +94,7 @@ class LocalRunner:
                 i, _, prompted = item
                 warm0 = b.warm_tokens
                 scored = score_chunk(
-                    prompted, self.readout, b, self.budget, self.cfg.max_branches_per_window,
+                    prompted, self.readout, b, self.budget, self.cfg.max_branches,
                     on_progress, tracker, progress,
                 )  # fmt: skip
                 yield (

@@ -102,7 +102,7 @@ class PlanOnlyRunner:
             prompted = prompt_chunk(chunk, self.prompter)
             images = any(r.images for r in prompted.prompts)  # the label readout's prompter knows their token
             image_id = getattr(self.prompter, "image_id", None) if images else None
-            self.counts.add(plan(prompted.prompts, self.budget, self.cfg.max_branches_per_window), image_id)
+            self.counts.add(plan(prompted.prompts, self.budget, self.cfg.max_branches), image_id)
             if self.show:
                 self.counts.shown.append(self.readout.show(chunk, self.prompter))
             failed = {pos: list(f.values()) for pos, f in prompted.failed.items()}

@@ -93,7 +93,7 @@ class ScoreStage:
         )
         warm0 = self.backend.warm_tokens
         scored = score_chunk(
-            chunk, self.readout, self.backend, self.budget, self.cfg.max_branches_per_window,
+            chunk, self.readout, self.backend, self.budget, self.cfg.max_branches,
             tracker=self.tracker,
         )  # fmt: skip
         return stage_table(
