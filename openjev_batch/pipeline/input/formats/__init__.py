@@ -13,6 +13,8 @@ input's columns (docs/structure.md).
 
 from __future__ import annotations
 
+import contextlib
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,19 +66,22 @@ def _reader(path: Path) -> tuple[Reader, str | None]:
     return READERS[fmt](), compression
 
 
-def _unreadable(path: Path, reader: Reader, e: BaseException) -> InputFileError:
-    return InputFileError(f"{path}: cannot read as {reader.title}: {e}")
+@contextlib.contextmanager
+def _reading(path: Path, reader: Reader, failures: type[BaseException] | tuple = Exception):
+    """A reader's `failures` as one InputFileError naming the file and its format (ours pass through)."""
+    try:
+        yield
+    except InputFileError:
+        raise
+    except failures as e:
+        raise InputFileError(f"{path}: cannot read as {reader.title}: {e}") from e
 
 
 def input_columns(path: Path) -> set[str] | None:
     """Column names of a schema-carrying input (Parquet, CSV header, datasets folder), else None."""
     reader, compression = _reader(path)
-    try:
+    with _reading(path, reader):
         return reader.columns(path, compression)
-    except InputFileError:
-        raise
-    except Exception as e:
-        raise _unreadable(path, reader, e) from e
 
 
 def refuse_repeated_columns(path: Path) -> None:
@@ -84,14 +89,10 @@ def refuse_repeated_columns(path: Path) -> None:
     (`id, state, state`): each record's dict kept the last one, silently (the hostile trial). A CSV
     header is checked as it is read (csv_records.header); JSONL refuses a repeated key per row."""
     reader, _ = _reader(path)
-    try:
+    with _reading(path, reader):
         schemas = reader.schemas(path)
-    except InputFileError:
-        raise
-    except Exception as e:
-        raise _unreadable(path, reader, e) from e
     for where, names in schemas:
-        if dup := sorted({n for n in names if names.count(n) > 1}):
+        if dup := sorted(n for n, k in Counter(names).items() if k > 1):  # one count: 100,000 columns
             raise InputFileError(
                 f"{where}: the {reader.schema_title} schema names column(s) "
                 f"{', '.join(map(repr, dup))} twice (which one to read is not known): rename or drop one"
@@ -109,23 +110,15 @@ def record_chunks(
     their Arrow schema and record batches in Arrow IPC form. A reader's `failures` (a corrupt or
     truncated .gz/.zst stream, a read error; any error of an Arrow reader) become InputFileError."""
     reader, compression = _reader(path)
-    try:
+    with _reading(path, reader, reader.failures):
         yield from reader.chunks(path, compression, chunk_rows, hasher)
-    except InputFileError:
-        raise
-    except reader.failures as e:
-        raise _unreadable(path, reader, e) from e
 
 
 def has_rows(path: Path) -> bool:
     """Whether the input holds at least one row (blank lines, a header only or 0 rows do not count)."""
     reader, compression = _reader(path)
-    try:
+    with _reading(path, reader):
         return reader.has_rows(path, compression)
-    except InputFileError:
-        raise
-    except Exception as e:
-        raise _unreadable(path, reader, e) from e
 
 
 def kept_types(path: str | Path, keep: tuple[str, ...]) -> dict[str, pa.DataType] | None:
