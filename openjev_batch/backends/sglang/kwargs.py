@@ -121,9 +121,8 @@ def hybrid_batch_memory(kw: dict[str, Any], recurrent: bool, fields: set[str]) -
 
 # Multi-item scoring when the user does not choose (`--engine-arg enable_mis=true|false`): on a CUDA GPU, for
 # models where it is exact, when the attention backend is unset or flashinfer. Measured on one H200, same run,
-# against the first-branch pattern (benchmarks/results/2026-12-01-h200-issue19.md): 0.6B W1 2.14–2.38 →
-# 1.33–1.39 s, W2 17.1 → 11.2 s, W3 (5,000 tickets) 15.6 → 11.0 s; 8B W1 8.55 s (8.80–9.52 s in earlier
-# runs); answers agree on every question whose top two options are > 0.1 apart.
+# against first-branch (benchmarks/results/2026-12-01-h200-issue19.md): 0.6B W1 2.14–2.38 → 1.33–1.39 s, W2
+# 17.1 → 11.2 s, W3 15.6 → 11.0 s; 8B W1 8.55 s; answers agree where the top two are > 0.1 apart.
 MULTI_ITEM_DEFAULT = True
 
 

@@ -56,31 +56,9 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
     or an object with `messages`); malformed JSON is an error only when the string starts like one
     (`{"messages"` or `[{"`). Any other string is the text of one user message, also one that begins with
     `{` or `[` ("{name} wrote: …", "[URGENT] …", "[1, 2] are my orders")."""
-    if isinstance(raw, str) and (n := text_bytes(raw)) > MAX_STATE_BYTES:
-        raise ValueError(f"{n:,} bytes of text, limit {MAX_STATE_BYTES:,}")
     if isinstance(raw, str):
-        s = raw.strip()
-        if s[:1] in "[{":
-            try:
-                parsed = json.loads(s, object_pairs_hook=no_duplicate_keys)
-            except json.JSONDecodeError as e:
-                if _JSON_CONVERSATION.match(s):
-                    raise ValueError(f"malformed JSON ({e.msg} at char {e.pos})") from None
-                parsed = None
-            except ValueError:  # a key twice: a conversation's message would keep its last role/content
-                if _JSON_CONVERSATION.match(s):
-                    raise
-                parsed = None
-            is_conversation = (isinstance(parsed, dict) and "messages" in parsed) or (
-                isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed)
-            )
-            if is_conversation:
-                if (problem := value_problem(parsed)) is not None:
-                    raise ValueError(problem)
-                raw = parsed
+        raw = _conversation_in_text(raw)
         if isinstance(raw, str):
-            if not s:
-                raise ValueError("empty conversation")
             return (Message("user", raw),), True
     if isinstance(raw, dict) and "messages" in raw:
         if set(raw) != {"messages"}:
@@ -100,6 +78,41 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
             "expected a string, a list of messages, {'messages': [...]}, or a JSON object or list "
             f"(rendered as text), got {type(raw).__name__}"
         )
+    return _messages(raw), False
+
+
+def _conversation_in_text(raw: str) -> Any:
+    """The conversation a JSON string holds (parsed: a list of objects, or an object with `messages`), else
+    the string itself. Raises ValueError (too long, empty, malformed JSON that starts like a conversation)."""
+    if (n := text_bytes(raw)) > MAX_STATE_BYTES:
+        raise ValueError(f"{n:,} bytes of text, limit {MAX_STATE_BYTES:,}")
+    s = raw.strip()
+    if not s:
+        raise ValueError("empty conversation")
+    if s[:1] not in "[{":
+        return raw
+    try:
+        parsed = json.loads(s, object_pairs_hook=no_duplicate_keys)
+    except json.JSONDecodeError as e:
+        if _JSON_CONVERSATION.match(s):
+            raise ValueError(f"malformed JSON ({e.msg} at char {e.pos})") from None
+        return raw
+    except ValueError:  # a key twice: a conversation's message would keep its last role/content
+        if _JSON_CONVERSATION.match(s):
+            raise
+        return raw
+    is_conversation = (isinstance(parsed, dict) and "messages" in parsed) or (
+        isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed)
+    )
+    if not is_conversation:
+        return raw
+    if (problem := value_problem(parsed)) is not None:
+        raise ValueError(problem)
+    return parsed
+
+
+def _messages(raw: list) -> tuple[Message, ...]:
+    """A list of `{role, content}` messages (content a string or OpenAI-style parts). Raises ValueError."""
     if not raw:
         raise ValueError("empty conversation")
     out = []
@@ -120,7 +133,7 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
         raise ValueError("empty conversation")
     if (n := sum(text_bytes(m.content) for m in out)) > MAX_STATE_BYTES:
         raise ValueError(f"{n:,} bytes of message text, limit {MAX_STATE_BYTES:,}")
-    return tuple(out), False
+    return tuple(out)
 
 
 def _is_message_list(items: list) -> bool:
@@ -185,6 +198,20 @@ def _state_hint(rec: dict[str, Any]) -> str:
     return ""
 
 
+def _own_questions(rec: dict[str, Any]) -> tuple[Any, str | None]:
+    """A row's own `questions` field parsed, or (None, what is wrong with it)."""
+    if "questions" not in rec or rec["questions"] is None:
+        return None, "missing (give a questions column or --questions FILE)"
+    try:
+        return parse_questions(rec["questions"]), None
+    except RecursionError:
+        return None, "JSON nested too deeply"
+    except json.JSONDecodeError as e:
+        return None, f"malformed JSON ({e.msg} at char {e.pos})"
+    except ValueError as e:
+        return None, str(e)
+
+
 def parse_row(
     pos: int,
     rec: dict[str, Any],
@@ -195,8 +222,6 @@ def parse_row(
     """One input record → Row or RowError (never raises). `shared_questions` is the parsed
     ``--questions`` file, used when given; otherwise the row's own `questions` field. `image_root`: the
     input file's folder, against which relative image paths resolve (None: only absolute ones).
-
-    Length (over ~60 lines): every check of one row in the order its error message names them.
     """
     kept, kept_problem = kept_values(rec, keep)
     rid, id_problem = checked_row_id(rec.get("id"), pos)
@@ -205,25 +230,11 @@ def parse_row(
     qids: tuple[str, ...] = ()
     try:
         if shared_questions is not None:
-            questions = shared_questions
-        elif "questions" not in rec or rec["questions"] is None:
-            return RowError(
-                pos,
-                rid,
-                f"row {rid}: questions: missing (give a questions column or --questions FILE)",
-                kept=kept,
-            )
+            questions, problem = shared_questions, None
         else:
-            try:
-                questions = parse_questions(rec["questions"])
-            except RecursionError:
-                return RowError(pos, rid, f"row {rid}: questions: JSON nested too deeply", kept=kept)
-            except json.JSONDecodeError as e:
-                return RowError(
-                    pos, rid, f"row {rid}: questions: malformed JSON ({e.msg} at char {e.pos})", kept=kept
-                )
-            except ValueError as e:
-                return RowError(pos, rid, f"row {rid}: questions: {e}", kept=kept)
+            questions, problem = _own_questions(rec)
+        if problem:
+            return RowError(pos, rid, f"row {rid}: questions: {problem}", kept=kept)
         qids, qtypes = ids_and_types(questions)
         if "state" not in rec or rec["state"] is None:
             return RowError(pos, rid, f"row {rid}: state: missing{_state_hint(rec)}", qids, kept, qtypes)
