@@ -182,16 +182,22 @@ class Classifier:
         label-logprobs only. Raises ConfigError for bad arguments."""
         from . import readouts
         from .config import build_config
-        from .pipeline.input.frames import as_frame, kind_of, records_of
-        from .pipeline.input.read import parse_records
+        from .pipeline import loop
+        from .pipeline.input.frames import as_frame, kind_of
+        from .pipeline.input.source import FrameSource
+        from .pipeline.output.sink import NullSink
+        from .pipeline.runners.plan_only import PlanOnlyRunner
 
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
             raise ConfigError(f"n must be a positive integer, got {n!r}")
+        self._open()
         cfg = build_config(**{**self._options, "questions": _path(questions)})
         readout = readouts.build(self.readout, cfg, self.backend.labels)
         data = as_frame(data, self._text_column())
-        chunks = parse_records(records_of(data, kind_of(data), n), limit=n, readout=readout)
-        return readout.show([r for c in chunks for r in c], self.runner.held_prompter)
+        # the job's own loop with the plan-only runner over the first n rows, the held prompter reused
+        runner = PlanOnlyRunner(self.backend.tokenizer, show=True, prompter=self.runner.held_prompter)
+        s, _ = loop.run(cfg, FrameSource(data, kind_of(data), n, n), NullSink(), runner, readout=readout)
+        return "".join(s.counted.shown)
 
     def _keep(
         self, keep: Iterable[str] | str | None, cols: list[str] | None, skip: set[str]

@@ -206,7 +206,7 @@ def run_eval(
         # no report (a kill after the join): run it again
         job = cfg.job(qpath, ppath, resume=False, readout=readout_of(fmt))
     s = run_job(job, backend=backend, on_progress=on_progress, progress=progress, ray=ray)
-    prompts, tokenization = prompt_texts(job)
+    prompts, tokenization = prompt_texts(job, getattr(backend, "tokenizer", None))
     log_samples(ppath, prompts)
     device = getattr(backend, "device", None) or job.device
     run = _run_record(cfg, job, s, device, t0, code, tokenization)

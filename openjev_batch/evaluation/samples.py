@@ -12,27 +12,20 @@ from typing import Any
 from ..readouts import CLASSIFIER_HEAD
 
 
-def prompt_texts(job) -> tuple[dict[tuple[str, str], str], str]:
+def prompt_texts(job, tokenizer=None) -> tuple[dict[tuple[str, str], str], str]:
     """{(row id, question id): the prompt text} for the questions of `job` (a RunConfig) that can be asked,
-    and the tokenization's name with the cut its tokenizer chose. Tokenizer only, no weights."""
-    from .. import readouts
-    from ..backends.base import load_tokenizer
-    from ..core import RowError
-    from ..pipeline.input.read import job_rows
+    and the tokenization's name with the cut its tokenizer chose: the job's own loop over its input with the
+    plan-only runner (no weights; `tokenizer`: the one the job's backend holds, else the model's is loaded)."""
+    from ..pipeline import loop
+    from ..pipeline.input.source import FileSource
+    from ..pipeline.output.sink import NullSink
+    from ..pipeline.runners.plan_only import PlanOnlyRunner
 
-    readout = readouts.build(job.readout, job)
-    tok = load_tokenizer(job.model, job.trust_remote_code)
-    prompter = readout.prompter(tok)
-    out: dict[tuple[str, str], str] = {}
-    for chunk in job_rows(job, readout)[0]:
-        good = [r for r in chunk if not isinstance(r, RowError)]
-        for row, (rp, _failed) in zip(good, prompter.build_many(good), strict=True):
-            for b in rp.branches if rp is not None else ():
-                # the ids decoded with their control tokens: what the model reads, markup included
-                out[(row.id, b.qid)] = tok.decode(list(rp.prefix) + list(b.suffix))
+    quiet = job.model_copy(update={"progress": False, "output": None, "resume": False})
+    s, _ = loop.run(quiet, FileSource(quiet), NullSink(), PlanOnlyRunner(tokenizer, texts=True))
     if job.readout == CLASSIFIER_HEAD:  # no cut to name: the template's text is tokenized whole
-        return out, f"classifier-head: template {job.readout_options.template!r} tokenized whole as text"
-    return out, getattr(prompter, "base", prompter).tokenization  # Variants wraps the base Prompter
+        return s.counted.texts, f"classifier-head: template {job.readout_options.template!r} tokenized whole as text"
+    return s.counted.texts, s.counted.tokenization
 
 
 def log_samples(predictions: Path, prompts: dict[tuple[str, str], str] | None = None) -> None:

@@ -35,6 +35,9 @@ class PlanCounts:
     image_tokens: int = 0  # their tokens (counted in the prefix tokens too)
     multi_item_tokens: int = 0  # what sglang's multi-item scoring computes (no radix cache: patterns.advice)
     shown: list[str] = field(default_factory=list)
+    # with `texts`: {(row id, question id): the ids a job sends, decoded with their control tokens}
+    texts: dict[tuple[str, str], str] = field(default_factory=dict)
+    tokenization: str = ""  # the prompter's tokenization by name (label readout; eval's report)
 
     def add(self, windows, image_id: int | None = None) -> None:
         for w in windows:
@@ -56,15 +59,17 @@ class PlanCounts:
 
 
 class PlanOnlyRunner:
-    """`tokenizer`: one already loaded (tests), else the model's is loaded when the job opens. `show`: also
-    render each chunk's rows (the readout's `show`) into `PlanCounts.shown`."""
+    """`tokenizer`: one already loaded (a held backend's, tests), else the model's is loaded when the job opens;
+    `prompter`: one already built for it (the Python API's, its labels verified once). `show`: also render
+    each chunk's rows (the readout's `show`) into `PlanCounts.shown`; `texts`: also decode each branch's ids
+    into `PlanCounts.texts` (eval's per-sample prompts)."""
 
     name = "plan-only"
     summary_type = Summary
     labels = None  # a classifier's labels come from its config.json (the registry reads them)
 
-    def __init__(self, tokenizer: Any = None, show: bool = False):
-        self.tokenizer, self.show = tokenizer, show
+    def __init__(self, tokenizer: Any = None, show: bool = False, texts: bool = False, prompter: Any = None):
+        self.tokenizer, self.show, self.texts, self.held_prompter = tokenizer, show, texts, prompter
 
     @contextlib.contextmanager
     def open(self, cfg: Any, readout: Readout):
@@ -76,10 +81,14 @@ class PlanOnlyRunner:
         from ...checkpoint.info import model_info
 
         self.info = model_info(cfg.model)  # config.json, read once: the limit here, describe() below
-        self.prompter = readout.prompter(self.tokenizer, cfg.context_length or self.info.context_length)
+        self.prompter = self.held_prompter or readout.prompter(
+            self.tokenizer, cfg.context_length or self.info.context_length
+        )
         # no engine to ask: a budget no chunk reaches, so windows are cut by max_branches alone
         self.budget = cfg.kv_budget_tokens or 1 << 20
         self.counts = PlanCounts()
+        # Variants (order-debiased questions) wraps the base Prompter; a classifier-head prompter has none
+        self.counts.tokenization = getattr(getattr(self.prompter, "base", self.prompter), "tokenization", "")
         yield self
 
     def describe(self) -> dict[str, Any]:
@@ -105,5 +114,9 @@ class PlanOnlyRunner:
             self.counts.add(plan(prompted.prompts, self.budget, self.cfg.max_branches), image_id)
             if self.show:
                 self.counts.shown.append(self.readout.show(chunk, self.prompter))
+            if self.texts:
+                for rp in prompted.prompts:
+                    for b in rp.branches:  # what the model reads, markup included
+                        self.counts.texts[(rp.row_id, b.qid)] = self.tokenizer.decode([*rp.prefix, *b.suffix])
             failed = {pos: list(f.values()) for pos, f in prompted.failed.items()}
             yield i, stand_ins(self.readout, chunk, failed), {}
