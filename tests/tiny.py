@@ -247,10 +247,9 @@ def make_tiny_qwen3_5_vl(
     reach the attention (the default [11, 11, 10] section of the released models needs 32). `classifier`: a
     `Qwen3_5ForSequenceClassification` instead (the same model with a 3-label `score` head, id2label set, a
     wide head so the logits spread), the form of the openjev NLI cross-encoder."""
-    import json
 
     import torch
-    from transformers import Qwen2VLImageProcessor, Qwen3_5Config, Qwen3_5ForConditionalGeneration
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     tok = _tokenizer_into(tokenizer_dir, out)
     rope = dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5, mrope_section=[2, 1, 1],
@@ -273,14 +272,7 @@ def make_tiny_qwen3_5_vl(
             if p.dim() > 1:
                 p.normal_(0, 1.0 if name == "score.weight" else 0.05)
     model.save_pretrained(out, safe_serialization=True)
-    Qwen2VLImageProcessor(
-        patch_size=16, merge_size=2, temporal_patch_size=2, size={"shortest_edge": 32 * 32, "longest_edge": max_pixels}
-    ).save_pretrained(out)
-    (out / "chat_template.jinja").write_text(QWEN3_5_VL_TEMPLATE)
-    tc = json.loads((out / "tokenizer_config.json").read_text())
-    tc.pop("chat_template", None)
-    (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2))
-    return out
+    return save_vl_processing(out, max_pixels)
 
 
 # Text the Qwen3.6 test tokenizer must tokenize as the real one: scripts with combining marks (issue 34.2)
@@ -400,3 +392,20 @@ def qwen_vl_processor(model_dir: Path, tok):
         video_processor=Qwen3VLVideoProcessor(),
         chat_template=tok.chat_template,
     )
+
+
+def save_vl_processing(out: Path, max_pixels: int) -> Path:
+    """A tiny VL checkpoint's image processor (16-pixel patches, 2 × 2 merge) and Qwen3.5's VL chat template
+    (as chat_template.jinja, the one the tokenizer config no longer carries)."""
+    import json
+
+    from transformers import Qwen2VLImageProcessor
+
+    Qwen2VLImageProcessor(
+        patch_size=16, merge_size=2, temporal_patch_size=2, size={"shortest_edge": 32 * 32, "longest_edge": max_pixels}
+    ).save_pretrained(out)
+    (out / "chat_template.jinja").write_text(QWEN3_5_VL_TEMPLATE)
+    tc = json.loads((out / "tokenizer_config.json").read_text())
+    tc.pop("chat_template", None)
+    (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2))
+    return out

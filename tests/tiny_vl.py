@@ -6,10 +6,9 @@ interleaved M-RoPE, over plain attention layers, and both go through sglang's on
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tiny import QWEN3_5_VL_TEMPLATE, _tokenizer_into
+from tiny import _tokenizer_into, save_vl_processing
 
 
 def make_tiny_qwen3_vl(tokenizer_dir: Path, out: Path, seed: int = 0, max_pixels: int = 128 * 128) -> Path:
@@ -19,7 +18,7 @@ def make_tiny_qwen3_vl(tokenizer_dir: Path, out: Path, seed: int = 0, max_pixels
     image-taking chat template. M-RoPE over 4 frequencies, [2, 1, 1] interleaved, so all three position axes
     reach the attention; weights N(0, 0.3) so label logprobs are far from uniform."""
     import torch
-    from transformers import Qwen2VLImageProcessor, Qwen3VLConfig, Qwen3VLForConditionalGeneration
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     tok = _tokenizer_into(tokenizer_dir, out)
     ids = {k: tok.convert_tokens_to_ids(t) for k, t in (
@@ -41,11 +40,4 @@ def make_tiny_qwen3_vl(tokenizer_dir: Path, out: Path, seed: int = 0, max_pixels
             if p.dim() > 1:
                 p.normal_(0, 0.3)
     model.save_pretrained(out, safe_serialization=True)
-    Qwen2VLImageProcessor(
-        patch_size=16, merge_size=2, temporal_patch_size=2, size={"shortest_edge": 32 * 32, "longest_edge": max_pixels}
-    ).save_pretrained(out)
-    (out / "chat_template.jinja").write_text(QWEN3_5_VL_TEMPLATE)
-    tc = json.loads((out / "tokenizer_config.json").read_text())
-    tc.pop("chat_template", None)
-    (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2))
-    return out
+    return save_vl_processing(out, max_pixels)
