@@ -382,5 +382,8 @@ def test_sglang_start_gets_past_the_image_processor(ckpts, kind, multimodal, tmp
         assert "Can't load image processor" in r.stderr
     else:
         assert "Can't load image processor" not in r.stderr
-        # the model class, GPU only here; rich wraps the message where its width (a pid, a path) puts it
-        assert f"{arch} has no SGlang implementation" in " ".join(r.stderr.split()), r.stderr[-2000:]
+        # the model class, GPU only here; rich wraps the message where its width (a pid, a path) puts it. Since
+        # the test shim declares the Qwen3.5 CPU ops sglang's Qwen-VL image processor import reads (issue 33),
+        # sglang gets as far as the GDN layers' missing CPU kernels (sgl_kernel.mamba) instead
+        said = " ".join(r.stderr.split())
+        assert f"{arch} has no SGlang implementation" in said or "No module named 'sgl_kernel.mamba'" in said, said
