@@ -17,7 +17,6 @@ of a job that scores (local or Ray).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,6 +24,7 @@ import pyarrow as pa
 
 from ...core import RowError
 from ...errors import ConfigError
+from .streams import OnProgress, Scored, Todo
 
 if TYPE_CHECKING:
     from ...backends import Backend
@@ -51,13 +51,8 @@ class Runner(Protocol):
 
     def describe(self) -> dict[str, Any]: ...
 
-    def score(
-        self,
-        todo: Iterator[tuple[int, list]],
-        tracker: FailureTracker,
-        progress: Progress | None = None,
-        on_progress: Callable[[int, int], None] | None = None,
-    ) -> Iterator[tuple[int, Any, dict[str, int]]]: ...
+    def score(self, todo: Todo, tracker: FailureTracker, progress: Progress | None = None,
+              on_progress: OnProgress | None = None) -> Scored: ...  # fmt: skip
 
 
 def for_job(backend: Backend | None = None, ray: RayOptions | None = None) -> Runner:

@@ -4,7 +4,6 @@ eval, the Python API's Classifier), the host stage of chunk k+1 running while ch
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -15,6 +14,7 @@ from ..prefill import FailureTracker
 from ..progress import Progress
 from ..stages import prompt_chunk, score_chunk
 from ..summary import Summary
+from .streams import OnProgress, Scored, Todo
 
 
 class LocalRunner:
@@ -69,13 +69,8 @@ class LocalRunner:
             "startup": getattr(b, "startup", "") if self.own else "",
         }
 
-    def score(
-        self,
-        todo: Iterator[tuple[int, list]],
-        tracker: FailureTracker,
-        progress: Progress | None = None,
-        on_progress: Callable[[int, int], None] | None = None,
-    ) -> Iterator[tuple[int, list[dict[str, Any]], dict[str, int]]]:
+    def score(self, todo: Todo, tracker: FailureTracker, progress: Progress | None = None,
+              on_progress: OnProgress | None = None) -> Scored:  # fmt: skip
         """Score each chunk of `todo` in order. The host stage (reading the next chunk from `todo` and
         rendering + tokenizing it) runs in a thread while this chunk is on the engine (the tokenizer's
         batch calls release the GIL). Only that thread pulls `todo` and uses the prompter; each chunk is

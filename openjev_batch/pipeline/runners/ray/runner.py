@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from ....readouts.base import Readout
 from ...prefill import FailureTracker
 from ...progress import Progress
 from ...summary import Summary
+from ..streams import OnProgress, Scored, Todo
 from .cluster import RayOptions, _connect, _domain_error, _gpus, _iter_results
 from .stages import bucket_of, buckets_per_chunk, stage_schema
 from .staging import _records_of, _stage_files, _write_stage, read_stage, stage_dir
@@ -138,13 +139,8 @@ class RayRunner:
         return {"tokenizer": self.tokenizer_name, "workers": self.opts.workers, "buckets": len(self.used),
                 "shipped_rows": self.shipped}  # fmt: skip
 
-    def score(
-        self,
-        todo: Iterator[tuple[int, list]],
-        tracker: FailureTracker,
-        progress: Progress | None = None,
-        on_progress: Callable[[int, int], None] | None = None,
-    ) -> Iterator[tuple[int, list[dict[str, Any]], dict[str, int]]]:
+    def score(self, todo: Todo, tracker: FailureTracker, progress: Progress | None = None,
+              on_progress: OnProgress | None = None) -> Scored:  # fmt: skip
         """Ship every chunk of `todo` (its rows not staged by an earlier run) to the actors, then yield each
         chunk as its last records come back. `on_progress(branches, tokens)` and `progress` as each
         bucket's results arrive. `tracker` is not used here: each engine actor keeps its own
