@@ -29,6 +29,7 @@ import weakref
 from collections.abc import Iterator
 
 from ...errors import EngineDied
+from .processes import children_pids, kill_new_children, own_children_only
 
 ERROR_FILE_ENV = "OPENJEV_ENGINE_ERROR_FILE"
 # What a script without a main guard gets, in one line instead of sglang's "possibly out of memory" and
@@ -189,34 +190,6 @@ def take_over_signals(engine, prev_term) -> None:
         signal.signal(signal.SIGTERM, prev_term)
 
 
-def kill_new_children(before: set[int]) -> None:
-    """Kill (with their descendants) the child processes that were not there in `before`: what a failed
-    `sglang.Engine(...)` left running. Other children (e.g. another engine of this process) are spared."""
-    try:
-        import psutil
-    except ImportError:
-        return
-    me = psutil.Process()
-    for c in me.children():
-        if c.pid in before:
-            continue
-        with contextlib.suppress(psutil.Error):
-            for d in c.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    d.kill()
-            c.kill()
-            c.wait(timeout=30)
-
-
-def children_pids() -> set[int]:
-    try:
-        import psutil
-
-        return {c.pid for c in psutil.Process().children()}
-    except Exception:
-        return set()
-
-
 EXTERNAL_MODELS_ENV = "SGLANG_EXTERNAL_MODEL_PACKAGE"
 
 
@@ -264,6 +237,7 @@ def start_engine(make, kw: dict, opts, external_package: str | None = None) -> t
         with starting(error_file), external_models(external_package):
             engine = make(**kw)
         take_over_signals(engine, prev_term)
+        engine._openjev_children = frozenset(children_pids() - before)  # what stop_engine may kill
     except BaseException as e:  # a scheduler that fails → EngineDied / RuntimeError / SystemExit here
         kill_new_children(before)
         unguarded = MAIN_GUARD in _error_lines(error_file)
@@ -288,7 +262,8 @@ def stop_engine(engine, error_file: str | None) -> None:
     """The other end of `start_engine`: shut the engine down (None: nothing started) and remove its error
     file."""
     if engine is not None:
-        engine.shutdown()
+        with own_children_only(getattr(engine, "_openjev_children", None)):
+            engine.shutdown()
     if error_file:
         with contextlib.suppress(OSError):
             os.unlink(error_file)
