@@ -11,7 +11,7 @@ __all__ = ["Classifier", "run", "__version__"]
 
 def __getattr__(name: str):
     if name in ("Classifier", "run"):
-        from . import api
+        from . import api  # lazy: keeps `import openjev_batch` light (api loads pyarrow, pydantic)
 
         return getattr(api, name)
     raise AttributeError(f"module 'openjev_batch' has no attribute {name!r}")

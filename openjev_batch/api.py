@@ -23,8 +23,19 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from . import readouts
+from .backends import default_backend, load_backend
+from .config import build_config
 from .errors import ConfigError
+from .packaged_models import resolve_model
+from .pipeline import loop
+from .pipeline.input.frames import as_frame, columns_of, convert, input_index, kind_of, restore_ids
+from .pipeline.input.source import FrameSource
+from .pipeline.output.sink import MemorySink, NullSink
+from .pipeline.runners.local import LocalRunner
+from .pipeline.runners.plan_only import PlanOnlyRunner
 from .readouts import DEFAULT
+from .threads import apply_threads
 
 
 class Classifier:
@@ -62,15 +73,8 @@ class Classifier:
         debias_order: int | None = None,
         **engine_options: Any,
     ):
-        from .config import build_config
-        from .threads import apply_threads
-
         if threads is not None:
             apply_threads(threads)
-        from . import readouts
-        from .backends import default_backend, load_backend
-        from .packaged_models import resolve_model
-        from .pipeline.runners.local import LocalRunner
 
         if isinstance(model, os.PathLike):
             model = os.fspath(model)
@@ -134,11 +138,6 @@ class Classifier:
         `last_summary` holds the run's counts (a pipeline.Summary). Raises ConfigError for bad arguments or
         invalid shared questions, OutputCheckError when a row lacks records (the count check).
         """
-        from .pipeline import loop
-        from .pipeline.input.frames import as_frame, convert, input_index, kind_of, restore_ids
-        from .pipeline.input.source import FrameSource
-        from .pipeline.output.sink import MemorySink
-
         self._open()  # a closed Classifier says so (not an AttributeError on its backend)
         data = as_frame(data, self._text_column())
         kind = kind_of(data)
@@ -161,9 +160,6 @@ class Classifier:
     def _job(self, questions: Any, template: Any, keep: Any, cols: list[str] | None, limit: int | None):
         """This run's config (through `build_config`, as the CLI's: the questions and the template go through
         the readout's options, the CLI's door) and readout. Raises ConfigError."""
-        from . import readouts
-        from .config import build_config
-
         if template is not None and not isinstance(template, str):
             raise ConfigError(f"template must be a string, got {type(template).__name__}")
         opts = {**self._options, "questions": _path(questions), "template": template, "limit": limit}
@@ -180,14 +176,6 @@ class Classifier:
         """What the model gets for the first `n` rows of `data`, as `run --show-prompt` prints it: the
         decoded prefix and each question's suffix, the cut, the control tokens and the label tokens.
         label-logprobs only. Raises ConfigError for bad arguments."""
-        from . import readouts
-        from .config import build_config
-        from .pipeline import loop
-        from .pipeline.input.frames import as_frame, kind_of
-        from .pipeline.input.source import FrameSource
-        from .pipeline.output.sink import NullSink
-        from .pipeline.runners.plan_only import PlanOnlyRunner
-
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
             raise ConfigError(f"n must be a positive integer, got {n!r}")
         self._open()
@@ -253,8 +241,6 @@ def _checked(data: Any, kind: str, output: str, limit: Any) -> tuple[str, list[s
     """`Classifier.run`'s arguments checked before anything runs: the output kind ("auto" resolved), the
     limit, data that would be iterated wrongly, a column named twice. Returns the output kind and the
     data's columns. Raises ConfigError."""
-    from .pipeline.input.frames import columns_of
-
     if output == "auto":
         output = kind if kind in ("polars", "pandas", "arrow") else "polars"
     if output not in ("polars", "pandas", "arrow"):

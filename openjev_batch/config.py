@@ -23,7 +23,7 @@ from pydantic import (
 from .errors import ConfigError
 from .job_options import JobOptions
 from .options import BACKENDS, EngineOptions, output_format
-from .readouts import DEFAULT
+from .readouts import DEFAULT, NAMES, base_columns, foreign_option, option_names, readout_class
 from .readouts.base import ReadoutOptions
 from .values import no_symlink_loop, option_text_problem
 
@@ -116,8 +116,6 @@ def validation_message(e: ValidationError) -> str:
 
 def check_keep(v: tuple[str, ...], readout: str = DEFAULT) -> tuple[str, ...]:
     """Kept columns must not clash with an output column of the readout or repeat. Raises ValueError."""
-    from .readouts import base_columns
-
     if clash := [k for k in v if k in base_columns(readout)]:
         raise ValueError(f"--keep column(s) {', '.join(clash)} clash with output columns; rename them")
     if len(set(v)) != len(v):
@@ -172,8 +170,6 @@ class RunConfig(EngineOptions, JobOptions):  # type: ignore[misc, valid-type]
     @classmethod
     def _registered(cls, v: str, info: ValidationInfo) -> str:
         """A readout or backend by a name its registry knows."""
-        from .readouts import NAMES
-
         known = NAMES if info.field_name == "readout" else BACKENDS
         if v not in known:
             raise ValueError(f"unknown {info.field_name} {v!r}; expected one of {', '.join(known)}")
@@ -192,8 +188,6 @@ def _nest_readout_options(data: dict[str, Any], fields: set[str]) -> dict[str, A
     """`data` (a RunConfig's keywords) with each readout option (`questions=…`, `template=…`) moved into the
     chosen readout's `Options` as `readout_options`, and `chunk_rows` the readout's when not given. Raises
     ValueError for another readout's option (set) or a bad value; an unknown readout is left to the field."""
-    from .readouts import foreign_option, option_names, readout_class
-
     try:
         kind = readout_class(data.get("readout", DEFAULT))
     except ConfigError:

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
-from .values import no_duplicate_keys
+from .values import no_duplicate_keys, read_at_most, yaml_alias_problem
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -18,8 +18,6 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     the last value silently, which merged two options of one name into one."""
 
     def compose_document(self):
-        from .values import yaml_alias_problem
-
         node = super().compose_document()
         if node is not None and (problem := yaml_alias_problem(node)) is not None:
             raise yaml.composer.ComposerError(None, None, problem, node.start_mark)
@@ -53,8 +51,6 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def load_data_file(path: Path, what: str, limit: int, why: str = "") -> Any:
     """A small JSON or YAML file (`--questions`, `--config`): read at most `limit` bytes, JSON first, YAML
     with repeated keys refused. Raises ConfigError naming `what` and the file."""
-    from .values import read_at_most
-
     try:
         raw = read_at_most(path, limit)  # `-q /dev/zero` was read to its end (issue 25)
         if len(raw) > limit:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import InputFileError
+
 # Hostile sizes are refused before any tokenization, so one row's memory stays bounded (a 50 MB state
 # string peaked at 6.3 GB RSS in the tokenizer). 2 MiB of conversation is ~2× what the 262,144-token row
 # limit admits of English text (readouts/label_logprobs/questions.py has the question text's limit).
@@ -35,8 +37,6 @@ def refuse_old_mac_line_ends(first: bytes, what: str) -> None:
     CR before its end and no LF: classic-Mac line ends, which readline sees as one line, so a CSV read as a
     header and "no rows" (issue 25's leftover) and a JSONL's rows after the first vanished inside line 1's
     error (the hostile trial). `what` begins the message (e.g. "t.csv: cannot read as CSV")."""
-    from .errors import InputFileError
-
     if b"\n" not in first and b"\r" in first[:-1]:
         raise InputFileError(
             f"{what}: its lines end in CR alone (old Mac line ends); "
@@ -50,8 +50,6 @@ def refuse_mixed_line_ends(lines: list[bytes], lineno: int, what: str) -> None:
     others, so readline joined two rows and the second vanished inside the first's error (the hostile
     trial: refuse_old_mac_line_ends looks at the first line only). Only a record that failed is looked at:
     a CR inside a line that parses is JSON whitespace or a quoted CSV cell's text."""
-    from .errors import InputFileError
-
     for i, line in enumerate(lines):
         if b"\r" in line.removesuffix(b"\n").removesuffix(b"\r"):
             raise InputFileError(

@@ -268,7 +268,7 @@ def test_system_prompt_has_the_cli_limit(tiny_model):
 def test_limit_converts_only_the_rows_asked_for(clf, monkeypatch):
     """Issue 34.18: `limit=` converted the whole frame to Arrow first (a 10M-row frame: 18.8 s, +1.4 GB for
     10 rows). The data handed to the conversion (frames.records_of) is watched: the first `limit` rows."""
-    from openjev_batch.pipeline.input import frames
+    from openjev_batch.pipeline.input import frames, source
 
     seen = []
     real = frames.records_of
@@ -277,7 +277,7 @@ def test_limit_converts_only_the_rows_asked_for(clf, monkeypatch):
         seen.append(len(data))
         return real(data, kind, chunk_rows)
 
-    monkeypatch.setattr(frames, "records_of", records_of)
+    monkeypatch.setattr(source, "records_of", records_of)  # where FrameSource looks it up
     df = pd.DataFrame({"state": [f"text {i}" for i in range(500)]}, index=range(1000, 1500))
     got = clf.run(df, ONE_Q, limit=3)
     assert seen == [3] and list(got.index) == [1000, 1001, 1002]

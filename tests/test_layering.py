@@ -153,6 +153,70 @@ def names_from_above(root: Path = PKG) -> dict[str, set[str]]:
     return out
 
 
+LAZY = "# lazy:"  # how an own-module import inside a function says why it is not at the top
+
+
+def untagged_lazy_imports(root: Path = PKG) -> list[str]:
+    """Every import of a package module inside a function (`from .x import y`, `from openjev_batch… import`,
+    `import openjev_batch…`) without a `# lazy: <why>` comment on its first line or the line above."""
+    out = set()
+    for path in sorted(root.rglob("*.py")):
+        src = path.read_text()
+        lines = src.splitlines()
+        for fn in ast.walk(ast.parse(src, str(path))):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom):
+                    own = node.level > 0 or (node.module or "").split(".")[0] == "openjev_batch"
+                elif isinstance(node, ast.Import):
+                    own = any(a.name.split(".")[0] == "openjev_batch" for a in node.names)
+                else:
+                    continue
+                near = lines[max(node.lineno - 2, 0) : node.lineno]
+                if own and not any(LAZY in line for line in near):
+                    out.add(f"{path.relative_to(root.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    return sorted(out)
+
+
+def test_an_import_inside_a_function_says_why_it_is_lazy():
+    """Own-module imports stand at the top of the module; one inside a function is there for a reason its
+    `# lazy:` comment gives (a heavy third-party package such as torch or pyarrow it would load where it is
+    not loaded today, or what keeps `--help` fast: the CLI imports every command's module)."""
+    assert untagged_lazy_imports() == []
+
+
+def test_the_check_sees_an_untagged_lazy_import(tmp_path):
+    root = tmp_path / "openjev_batch"
+    (root / "cli").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "cli" / "__init__.py").write_text("")
+    (root / "cli" / "run.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from ..errors import ConfigError\n"  # at the top: fine
+        "if TYPE_CHECKING:\n"
+        "    from ..config import RunConfig\n"
+        "def run():\n"
+        "    import torch\n"  # third-party: not this check's
+        "    from ..pipeline import job  # lazy: keeps --help fast\n"
+        "    # lazy: keeps --help fast\n"
+        "    from ..pipeline.input.read import (\n"
+        "        check_exists,\n"
+        "    )\n"
+        "    from .app import out\n"  # untagged
+        "    def inner():\n"
+        "        import openjev_batch.config\n"  # untagged, in a nested function
+        "class A:\n"
+        "    def m(self):\n"
+        "        from openjev_batch.values import read_at_most\n"  # untagged, in a method
+    )
+    assert untagged_lazy_imports(root) == [
+        "openjev_batch/cli/run.py:12: from .app import out",
+        "openjev_batch/cli/run.py:14: import openjev_batch.config",
+        "openjev_batch/cli/run.py:17: from openjev_batch.values import read_at_most",
+    ]
+
+
 # Known breaks, each to mend (not to grow). Empty since issue 31.6: the format readers
 # (pipeline/input/formats/) stand on their own floor under the readouts, which ask an input's columns.
 KNOWN_BREAKS: set[str] = set()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
+from ..checkpoint.trust import check_model_trust
 from ..errors import BackendError
 from ..options import BACKENDS
 from .base import Backend, BackendOptions, BranchResult
@@ -37,7 +38,6 @@ def load_backend(name: str, opts: BackendOptions, kind: str = "label-logprobs") 
     load; ConfigError for request options the started engine cannot serve."""
     if (name, kind) not in _BACKENDS:
         raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(NAMES)}")
-    from ..checkpoint.trust import check_model_trust
 
     check_model_trust(opts)  # before any engine or loader sees the checkpoint
     if kind == "label-logprobs":
@@ -46,7 +46,7 @@ def load_backend(name: str, opts: BackendOptions, kind: str = "label-logprobs") 
     try:
         backend = getattr(importlib.import_module(module), cls)(opts)
     except BackendError as e:
-        from ..packaged_models import model_hint
+        from ..packaged_models import model_hint  # lazy: keeps --help fast (`python -m` loads backends/)
 
         if str(e).startswith("cannot load model") and (hint := model_hint(opts.model)):
             raise BackendError(f"{e}{hint}") from e.__cause__
@@ -64,7 +64,7 @@ def _refuse_classifier(model: str) -> None:
     initialised `lm_head` (transformers only reports it as "newly initialized"), so `run` answered at random,
     differently each time (hostile trial). Raises BackendError naming `classify`; a config that cannot be
     read is left to the loader."""
-    from ..checkpoint.info import load_config
+    from ..checkpoint.info import load_config  # lazy: keeps --help fast (`python -m` loads backends/)
 
     try:
         cfg = load_config(model) or {}

@@ -46,7 +46,7 @@ def load_tokenizer(model: str, trust_remote_code: bool = False) -> Any:
     checkpoint."""
     from transformers import AutoTokenizer
 
-    from .tokenizer import faithful
+    from .tokenizer import faithful  # lazy: keeps --help fast (`python -m` loads backends/)
 
     try:
         tok = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)

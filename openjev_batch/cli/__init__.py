@@ -12,6 +12,8 @@ import os
 import resource
 import sys
 
+from ..errors import OUT_OF_MEMORY, out_of_memory
+
 # Under an address-space limit (`prlimit --as`, a container's ulimit) OpenBLAS, loaded with numpy, reserves a
 # buffer per core at import and, when that fails, aborts the process from C ("OpenBLAS error: Memory allocation
 # still failed", exit 1) before Python can say "out of memory". One thread there needs one buffer; numpy's BLAS
@@ -28,6 +30,7 @@ from . import run, validate, evaluate, calibrate, models  # noqa: E402, F401, I0
 
 
 def main() -> None:  # pragma: no cover - entry point for `python -m openjev_batch`
+    # lazy: keeps --help fast (the console script's `app` loads no backend)
     from ..backends.sglang.signals import refuse_unguarded_main
 
     refuse_unguarded_main()  # a script wrapping the CLI without a main guard, re-run by sglang's spawn
@@ -36,8 +39,6 @@ def main() -> None:  # pragma: no cover - entry point for `python -m openjev_bat
     except BrokenPipeError:  # a plain write (`-o -`, --show-prompt) to a reader that closed the pipe
         _quiet_exit()
     except Exception as e:  # out of memory anywhere (an import, a read, a tokenizer): one line, not a traceback
-        from ..errors import OUT_OF_MEMORY, out_of_memory
-
         if not out_of_memory(e):
             raise
         # plain text: rich's rendering imports and allocates, and failed here again under `prlimit --as`

@@ -13,7 +13,9 @@ import warnings
 import typer
 from rich.console import Console
 
-from ..errors import InputWarning, OpenjevError
+from .._version import __version__
+from ..errors import InputWarning, JobInterrupted, OpenjevError
+from .options import stdin_name
 
 EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM: both keep the partial
@@ -115,8 +117,6 @@ out = _Console()
 
 def _version(value: bool) -> None:
     if value:
-        from .._version import __version__
-
         print(f"openjev-batch {__version__}")
         raise typer.Exit()
 
@@ -138,8 +138,6 @@ _shown: set[str] = set()
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """An InputWarning (a CSV quote left open?) as one `warning:` line naming the file and line, not
     Python's `path:lineno: InputWarning:` and source-line form; other warnings as Python shows them."""
-    from .options import stdin_name
-
     if not issubclass(category, InputWarning):
         return _python_showwarning(message, category, filename, lineno, file, line)
     if str(message) in _shown:  # an input read twice (an early check, then the job) warns once
@@ -169,8 +167,6 @@ def printable(text: str) -> str:
 
 
 def _fail(e: OpenjevError) -> None:
-    from .options import stdin_name
-
     err.print("[bold red]error:[/] ", end="")
     err.print(printable(stdin_name(str(e))), markup=False, highlight=False)
     raise typer.Exit(EXIT_FAILED)
@@ -180,8 +176,6 @@ def _stopped(e: KeyboardInterrupt, partial) -> None:
     """Ctrl-C or SIGTERM (interrupts.py): the window in flight was dropped; say what is kept, exit 130/143."""
     import signal
     from pathlib import Path
-
-    from ..errors import JobInterrupted
 
     term = isinstance(e, JobInterrupted) and e.signum == signal.SIGTERM
     code = EXIT_TERMINATED if term else EXIT_INTERRUPTED  # decided before printing: the exit must not

@@ -37,8 +37,8 @@ def calibrate(
 ) -> None:
     """Fit, per question, a temperature and an abstain threshold (multi: the P(yes) its labels are chosen at);
     print the selective-accuracy/coverage curve (multi: precision and recall)."""
-    from ..config import check_output_path
-    from ..evaluation.calibration_fit import curve_table, fit, read_labelled
+    from ..config import check_output_path  # lazy: keeps --help fast
+    from ..evaluation.calibration_fit import curve_table, fit, read_labelled  # lazy: keeps --help fast
 
     try:
         if target_precision is not None and target_coverage is not None:

@@ -15,6 +15,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from ..errors import ConfigError
 from .app import err, out, printable
 
 
@@ -97,8 +98,8 @@ def _progress(label: str, noun: str, enabled: bool):
         return
     from rich.text import Text
 
-    from ..pipeline.progress import Heartbeat
-    from ..pipeline.progress import Progress as JobProgress
+    from ..pipeline.progress import Heartbeat  # lazy: keeps --help fast
+    from ..pipeline.progress import Progress as JobProgress  # lazy: keeps --help fast
 
     job = JobProgress()
     if not err.is_terminal:  # a log: a bar drawn in place would show nothing until the job ends
@@ -144,8 +145,6 @@ def heartbeat_s() -> float:
     Raises ConfigError for a value that is not a number of seconds above 0."""
     import math
     import os
-
-    from ..errors import ConfigError
 
     raw = os.environ.get("OPENJEV_HEARTBEAT_S", "").strip()
     if not raw:

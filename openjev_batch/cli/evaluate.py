@@ -59,7 +59,7 @@ def eval_(
 ) -> None:
     """Turn a benchmark file into a scored report: accuracy with 95 % intervals, Brier, ECE, reliability PNG."""
     apply_threads_option(job["threads"])  # before torch is imported (the backends)
-    from ..evaluation import run_eval
+    from ..evaluation import run_eval  # lazy: keeps --help fast
 
     dry_run, progress = job["dry_run"], job["progress"]
     if output_dir is None and not show_prompt and not dry_run:
@@ -90,7 +90,7 @@ def eval_(
 
 def _print_report(rep: dict, output_dir: Path) -> None:
     """The report's tables and where its files are; exit 3 when some questions have errors."""
-    from ..evaluation.report import rich_tables
+    from ..evaluation.report import rich_tables  # lazy: keeps --help fast
 
     for t in rich_tables(rep):
         out.print(t)
@@ -106,8 +106,8 @@ def _config(job: dict, engine: dict, *, model: str, tokenizer_only: bool, system
     """The EvalConfig from eval's options (the model name resolved, --system-prompt's @FILE read, the
     default backend) and --ray's RayOptions (None without --ray). Raises ConfigError (build_eval_config's
     refusals too, and the --ray options without --ray)."""
-    from ..backends import default_backend
-    from ..evaluation import build_eval_config
+    from ..backends import default_backend  # lazy: keeps --help fast
+    from ..evaluation import build_eval_config  # lazy: keeps --help fast
 
     if system_prompt is not None:
         system_prompt = _text_or_file(system_prompt, "--system-prompt")
@@ -122,17 +122,16 @@ def _config(job: dict, engine: dict, *, model: str, tokenizer_only: bool, system
 def _plan_only(cfg, show_prompt: int | None, *, dry_run: bool, resume: bool, force: bool, ray: bool) -> None:
     """--dry-run (the plan of the whole benchmark) or --show-prompt (the first questions' prompts): the
     tokenizer alone; the output folder is neither read nor written."""
-    if dry_run:
-        from ..evaluation.run import dry_run as plan_only
+    from ..evaluation.run import dry_run as plan_only  # lazy: keeps --help fast
+    from ..evaluation.run import show_prompt as render  # lazy: keeps --help fast
 
+    if dry_run:
         if show_prompt or resume or ray:
             raise ConfigError(
                 "--dry-run plans the whole benchmark and writes nothing: drop --show-prompt/--resume/--ray"
             )
         _print_plan(plan_only(cfg), "eval")
         return
-    from ..evaluation.run import show_prompt as render
-
     if resume or force or ray:
         raise ConfigError("--show-prompt prints the first questions and exits: drop --resume/--force/--ray")
     # as it is (no markup or wrapping), but no raw control characters: a benchmark's ESC codes

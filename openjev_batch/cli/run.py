@@ -12,7 +12,8 @@ import typer
 from ..errors import ConfigError, OpenjevError, OutputFinished
 from ..interrupts import stop_on_signals
 from ..job_options import JobOptions
-from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS
+from ..options import BACKENDS
+from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS, build
 from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
 from .display import _print_plan, _print_summary, _progress
 from .job_options import ENGINE, JOB, _engine_options, job_flag
@@ -127,9 +128,9 @@ def _run_job(command: str, kw: dict, job: dict, show_prompt: int | None = None) 
 def _config(kw: dict, stack: contextlib.ExitStack, tokenizer_only: bool):
     """The job's RunConfig from the command's options: `-o -` and `-` (stdin) as temporary files that
     `stack` removes, --system-prompt's @FILE read, --keep all resolved, the model name resolved."""
-    from ..backends import default_backend
-    from ..config import build_config, check_not_input
-    from ..pipeline.input.read import all_columns
+    from ..backends import default_backend  # lazy: keeps --help fast
+    from ..config import build_config, check_not_input  # lazy: keeps --help fast
+    from ..pipeline.input.read import all_columns  # lazy: keeps --help fast
 
     resume = kw["resume"]
     if str(kw["output"]) == "-":  # JSONL on standard output, joined in a temporary folder first (atomic)
@@ -167,9 +168,8 @@ def _check_names_early(kw: dict) -> None:
     backend: seconds) and the model resolved (a packaged one may be fetched): a missing input (as the job's
     own check words it), an output in no folder or of an unknown kind, an unknown backend (issue 34.5: 6-12 s
     for these). build_config and the job check them again, with every other option."""
-    from ..config import check_output_path
-    from ..options import BACKENDS
-    from ..pipeline.input.read import check_exists
+    from ..config import check_output_path  # lazy: keeps --help fast
+    from ..pipeline.input.read import check_exists  # lazy: keeps --help fast
 
     if str(kw["input"]) not in STDIN_NAMES:
         check_exists(kw["input"])
@@ -186,16 +186,15 @@ def _check_names_early(kw: dict) -> None:
 
 def _plan_only(cfg, command: str, show_prompt: int | None, *, dry_run: bool, resume: bool, ray: bool) -> None:
     """--show-prompt (the first rows' prompts) or --dry-run (the plan): the tokenizer alone, nothing written."""
-    if show_prompt:
-        from ..pipeline.dry_run import show_prompt as render
+    from ..pipeline.dry_run import dry_run as plan_only  # lazy: keeps --help fast
+    from ..pipeline.dry_run import show_prompt as render  # lazy: keeps --help fast
 
+    if show_prompt:
         if dry_run or resume or ray:
             raise ConfigError("--show-prompt prints the first rows and exits: drop --dry-run/--resume/--ray")
         # as it is (no markup, emoji codes or wrapping), but no raw control characters: a row's ESC codes
         sys.stdout.write(printable(render(cfg, show_prompt)))
         return
-    from ..pipeline.dry_run import dry_run as plan_only
-
     if resume:  # the plan covers the whole input; OUT.partial is neither read nor checked
         raise ConfigError("--dry-run plans the whole input and ignores OUT.partial: drop --resume")
     if ray:  # a plan here, in one process, is not what the Ray buckets would run: said, not ignored
@@ -208,8 +207,7 @@ def _plan_only(cfg, command: str, show_prompt: int | None, *, dry_run: bool, res
 def _execute(cfg, command: str, ray_opts):
     """The job, local or on Ray (`ray_opts`), under a progress bar in the readout's unit. Returns the readout
     and the Summary."""
-    from ..pipeline.job import choose_request_pattern, run_job
-    from ..readouts import build
+    from ..pipeline.job import choose_request_pattern, run_job  # lazy: keeps --help fast
 
     cfg, why = choose_request_pattern(cfg)  # a Qwen3.5/3.6 hybrid on sglang: multi-item or prefix-first
     if why:

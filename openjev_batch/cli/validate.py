@@ -9,10 +9,10 @@ from pathlib import Path
 import typer
 
 from ..errors import OpenjevError
-from ..readouts import LABEL_LOGPROBS
+from ..readouts import LABEL_LOGPROBS, build
 from .app import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
 from .job_options import job_flag
-from .options import QUESTIONS, _spool_stdin, read_once
+from .options import QUESTIONS, _spool_stdin, read_once, unescape
 
 
 @app.command(short_help="Check an input file's rows without loading a model.")
@@ -33,10 +33,10 @@ def validate(
     show: int = typer.Option(20, min=0, help="Print at most this many errors."),
 ) -> None:
     """Check the schema and limits of an input file without loading a model."""
-    from ..pipeline import loop
-    from ..pipeline.input.source import FileSource
-    from ..pipeline.output.sink import NullSink
-    from ..pipeline.runners.parse_only import ParseOnlyRunner
+    from ..pipeline import loop  # lazy: keeps --help fast
+    from ..pipeline.input.source import FileSource  # lazy: keeps --help fast
+    from ..pipeline.output.sink import NullSink  # lazy: keeps --help fast
+    from ..pipeline.runners.parse_only import ParseOnlyRunner  # lazy: keeps --help fast
 
     stack = contextlib.ExitStack()
     try:
@@ -76,9 +76,7 @@ def _job(input: Path, name: str, questions, template, keep: tuple[str, ...]):
     """The job whose rows are checked and its readout, through the config door and the readouts registry
     `run` / `classify` use (the same refusals of --keep, --questions and --template). No model: a
     classifier's labels are not needed for its rows, and the backend is only a value the config requires."""
-    from ..config import build_config
-    from ..readouts import build
-    from .options import unescape
+    from ..config import build_config  # lazy: keeps --help fast
 
     opts = dict(
         input=input, model="", backend="hf", readout=name, questions=questions or None,
@@ -86,7 +84,7 @@ def _job(input: Path, name: str, questions, template, keep: tuple[str, ...]):
     )  # fmt: skip
     cfg = build_config(**opts, keep=() if keep == ("all",) else keep)
     if keep == ("all",):  # every input column the readout neither reads nor writes, as `run --keep all`
-        from ..pipeline.input.read import all_columns
+        from ..pipeline.input.read import all_columns  # lazy: keeps --help fast
 
         cfg = build_config(**opts, keep=all_columns(cfg))
     return cfg, build(name, cfg)

@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..readouts.label_logprobs.calibration import CURVE_POINTS, FORMAT, scaled
 from .calibration_multi import fit_multi, gold_labels, multi_lines, p_yes
+from .metrics import fit_temperature
 
 MIN_ROWS = 2  # per question: a temperature needs answers to fit on
 
@@ -123,8 +124,6 @@ def _gold_index(g: Any, qtype: str, options: list[str], rid: Any) -> int:
 def fit(records: list[dict[str, Any]], precision: float | None = None, coverage: float | None = None) -> dict:
     """The calibration document (calibration.py) of the labelled records. Raises ConfigError."""
     import numpy as np
-
-    from .metrics import fit_temperature
 
     if (precision is None) == (coverage is None):
         raise ConfigError("calibrate: give one of --target-precision and --target-coverage")

@@ -10,7 +10,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..config import check_not_input
 from ..errors import ConfigError
+from ..pipeline.loop import job_manifest
+from ..pipeline.output import manifest as output_manifest
 from ..values import sha256_file
 
 QUESTIONS, PREDICTIONS, JOB = "questions.jsonl", "predictions.parquet", "eval_job.json"
@@ -23,8 +26,6 @@ WRITES = (
 def claim(out_dir: Path, cfg: Any) -> None:
     """Refuse a benchmark or dev file that eval would write over, and a non-empty output folder unless
     --force (its files are replaced) or --resume of the eval job it holds."""
-    from ..config import check_not_input
-
     for what, path in (("the benchmark file", cfg.input), ("the --dev file", cfg.dev)):
         for name in WRITES:  # hostile trial, issue 25: `eval DIR/questions.jsonl -o DIR` wrote over it
             try:
@@ -137,9 +138,6 @@ def refuse_another_job(out_dir: Path, key: dict[str, Any], text: str) -> None:
 def refuse_other_predictions(predictions: Path, job) -> None:
     """Finished predictions are re-scored only when their manifest (pipeline/output/manifest.py) is this
     job's: it names the model by content, eval_job.json by path (weights swapped under it are refused)."""
-    from ..pipeline.loop import job_manifest
-    from ..pipeline.output import manifest as output_manifest
-
     doc = output_manifest.read(predictions)
     if doc is not None and (diff := output_manifest.differences(doc["manifest"], job_manifest(job))):
         raise ConfigError(

@@ -23,10 +23,15 @@ from typing import Any
 from pydantic import Field, ValidationError, model_validator
 
 from .._version import __version__
+from ..checkpoint.classifier import read_checkpoint
 from ..config import build_config, validation_message
 from ..errors import BackendError, ConfigError
 from ..job_options import JobOptions
 from ..options import EngineOptions
+from ..pipeline.dry_run import dry_run as plan_only
+from ..pipeline.dry_run import show_prompt as render
+from ..pipeline.job import run_job
+from ..pipeline.output.lock import refuse_if_held
 from ..values import sha256_file
 from .build import KEEP, build_rows, fewshot_blocks, prepare
 from .folder import (
@@ -116,8 +121,6 @@ def questions(cfg: EvalConfig):
 def model_labels(model: str) -> tuple[str, ...]:
     """The classifier's labels from its config.json (no weights). Raises ValueError (prepare's ConfigError)
     for a checkpoint that is no sequence classifier or has no usable id2label."""
-    from ..checkpoint.classifier import read_checkpoint
-
     try:
         return read_checkpoint(model).labels
     except BackendError as e:
@@ -132,8 +135,6 @@ def readout_of(fmt: str) -> str:
 def show_prompt(cfg: EvalConfig, n: int) -> str:
     """What the model gets for the first `n` questions of the eval (`eval --show-prompt`), as `run
     --show-prompt` prints it; tokenizer only, nothing written to the output folder."""
-    from ..pipeline.dry_run import show_prompt as render
-
     return _tokenizer_only(
         cfg, lambda job: render(job, n) if job.readout != CLASSIFIER_HEAD else _texts(job, n)
     )
@@ -148,8 +149,6 @@ def _texts(job, n: int) -> str:
 def dry_run(cfg: EvalConfig):
     """`eval --dry-run`: the eval's job planned as `run --dry-run` plans one (pipeline.dry_run.PlanSummary);
     tokenizer only, nothing written to the output folder."""
-    from ..pipeline.dry_run import dry_run as plan_only
-
     return _tokenizer_only(cfg, plan_only)
 
 
@@ -176,9 +175,6 @@ def run_eval(
     pipeline.runners.ray.RayOptions): the job runs on Ray (`eval --ray`), the same predictions.
     Returns the report. Raises ConfigError for bad benchmark data, options or a non-empty folder, other
     OpenjevErrors from the job."""
-    from ..pipeline.job import run_job
-    from ..pipeline.output.lock import refuse_if_held
-
     if ray is not None and backend is not None:
         raise ConfigError("eval on Ray starts its backends in the engine actors: pass no backend")
     t0 = time.perf_counter()

@@ -9,6 +9,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..pipeline import loop
+from ..pipeline.input.source import FileSource
+from ..pipeline.output.sink import NullSink
+from ..pipeline.runners.plan_only import PlanOnlyRunner
 from ..readouts import CLASSIFIER_HEAD
 
 
@@ -16,11 +20,6 @@ def prompt_texts(job, tokenizer=None) -> tuple[dict[tuple[str, str], str], str]:
     """{(row id, question id): the prompt text} for the questions of `job` (a RunConfig) that can be asked,
     and the tokenization's name with the cut its tokenizer chose: the job's own loop over its input with the
     plan-only runner (no weights; `tokenizer`: the one the job's backend holds, else the model's is loaded)."""
-    from ..pipeline import loop
-    from ..pipeline.input.source import FileSource
-    from ..pipeline.output.sink import NullSink
-    from ..pipeline.runners.plan_only import PlanOnlyRunner
-
     quiet = job.model_copy(update={"progress": False, "output": None, "resume": False})
     s, _ = loop.run(quiet, FileSource(quiet), NullSink(), PlanOnlyRunner(tokenizer, texts=True))
     if job.readout == CLASSIFIER_HEAD:  # no cut to name: the template's text is tokenized whole

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ModelFetchError
+from ..errors import ConfigError, ModelFetchError
 from ..values import sha256_file
 from .archives import download, extract
 from .gguf import convert_gguf
@@ -144,8 +144,6 @@ def resolve_model(name_or_path: str, tokenizer_only: bool = True) -> str:
     if name_or_path in KNOWN_MODELS:
         spec = KNOWN_MODELS[name_or_path]
         if spec.kind == "tokenizer" and not tokenizer_only:
-            from ..errors import ConfigError
-
             # before the fetch: transformers failed 9 s later with "Unrecognized model … model_type"
             models = ", ".join(n for n, m in KNOWN_MODELS.items() if m.kind != "tokenizer")
             raise ConfigError(
@@ -159,8 +157,6 @@ def resolve_model(name_or_path: str, tokenizer_only: bool = True) -> str:
 def check_model_name(name: str) -> str:
     """See resolve_model: the checks on a name that is not a packaged model. Returns it unchanged."""
     import difflib
-
-    from ..errors import ConfigError
 
     p = Path(name).expanduser()
     if p.exists():

@@ -10,13 +10,18 @@ from collections.abc import Callable
 from typing import Any
 
 from ..backends import Backend
+from ..backends.sglang.mis import needs_fork
+from ..backends.sglang.patterns import MAX_MULTI_ITEM_RECOMPUTE, advice
+from ..checkpoint.info import model_info
 from ..config import RunConfig
 from ..errors import ConfigError
 from . import loop
+from .dry_run import dry_run
 from .input.source import FileSource
 from .output.sink import StoreSink
 from .progress import Progress
 from .runners import for_job
+from .runners.ray import RayOptions
 from .summary import Summary
 
 
@@ -56,13 +61,9 @@ def choose_request_pattern(cfg: RunConfig) -> tuple[RunConfig, str]:
     job is not such a job)."""
     if cfg.backend != "sglang" or cfg.sglang.request_pattern != "auto":
         return cfg, ""
-    from ..backends.sglang.mis import needs_fork
-    from ..backends.sglang.patterns import MAX_MULTI_ITEM_RECOMPUTE, advice
-    from ..checkpoint.info import model_info
 
     if not needs_fork({"architectures": [model_info(cfg.model).architecture]}):
         return cfg, ""
-    from .dry_run import dry_run
 
     n = min(cfg.chunk_rows, cfg.limit or cfg.chunk_rows)
     p = dry_run(cfg.model_copy(update={"limit": n, "output": None, "resume": False, "progress": False}))
@@ -84,6 +85,4 @@ def run_job_ray(
 ):
     """`run_job` on Ray (`opts`: runners.ray.RayOptions, how it spreads; None: the defaults). Uses the
     connected Ray session when there is one (and leaves it open)."""
-    from .runners.ray import RayOptions
-
     return run_job(cfg, on_progress=on_progress, progress=progress, ray=opts or RayOptions())

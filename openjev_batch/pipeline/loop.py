@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import readouts
+from ..checkpoint.weights import model_fingerprint
 from ..config import RunConfig
 from ..readouts.base import Readout
 from .input.source import Source
 from .output.sink import Output, Sink
+from .output.store import part_info
 from .prefill import FailureTracker
 from .progress import Progress
 from .runners import Runner
@@ -38,8 +40,6 @@ def job_manifest(cfg: RunConfig, readout: Readout | None = None) -> dict[str, An
     so one output never mixes precisions, and the readout's own key (the questions by content, or template
     and labels). The input is identified by content too, chunk by chunk as it is read
     (`store.OutputStore.begin_chunk`), not by its path, size or mtime."""
-    from ..checkpoint.weights import model_fingerprint
-
     readout = readout or readouts.build(cfg.readout, cfg)
     return {
         # by content, not path: weights swapped under the same path between a crash and --resume must not
@@ -137,8 +137,6 @@ def _todo(
 
 
 def _part_info(part) -> dict[str, int]:
-    from .output.store import part_info
-
     return part_info(part)
 
 
@@ -150,6 +148,4 @@ def _record_downloaded_model(cfg: Any, manifest: dict, out) -> None:
     """A hub id the loader has just downloaded: its revision is known now, so the key a resume computes
     matches the manifest."""
     if manifest.get("model content", {}).get("revision", "") is None:
-        from ..checkpoint.weights import model_fingerprint
-
         out.amend("model content", model_fingerprint(cfg.model))

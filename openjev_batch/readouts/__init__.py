@@ -16,6 +16,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError
+
 if TYPE_CHECKING:
     from .base import Readout
 
@@ -42,8 +44,6 @@ def register(name: str):
 
 def readout_class(name: str) -> type[Readout]:
     """The class of readout `name` (its module imported on first use). Raises ConfigError for an unknown one."""
-    from ..errors import ConfigError
-
     if name not in _MODULES:
         raise ConfigError(f"unknown readout {name!r}; expected one of {', '.join(_MODULES)}")
     if name not in _CLASSES:

@@ -26,6 +26,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from ..core import BranchResult, RowError
+from ..errors import ConfigError
 
 # One row's prefill results: question id → (its row's prefix length, the branch's result).
 RowResults = dict[str, tuple[int, BranchResult]]
@@ -84,8 +85,6 @@ class Readout(ABC):
     def show(self, rows: list, prompter) -> str:
         """`rows` (parsed rows and RowErrors) as the model gets them, as text (`--show-prompt`). Raises
         ConfigError for a readout without a prompt display."""
-        from ..errors import ConfigError
-
         raise ConfigError(f"--show-prompt is not for {self.command} ({self.name})")
 
     @property

@@ -139,7 +139,9 @@ class _Built(Exception):
 
 
 def _capture(monkeypatch) -> list[dict]:
-    """build_config made to record the options it is given and stop the caller there."""
+    """build_config made to record the options it is given and stop the caller there (patched where each
+    caller looks it up: the CLI imports it when it runs, the API when it loads)."""
+    import openjev_batch.api as api
     import openjev_batch.config as config
 
     seen: list[dict] = []
@@ -149,6 +151,7 @@ def _capture(monkeypatch) -> list[dict]:
         raise _Built
 
     monkeypatch.setattr(config, "build_config", record)
+    monkeypatch.setattr(api, "build_config", record)
     return seen
 
 

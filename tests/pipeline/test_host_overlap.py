@@ -7,6 +7,7 @@ import pytest
 from conftest import write_jsonl
 
 import openjev_batch.pipeline.input.read as read
+import openjev_batch.pipeline.input.source as source
 import openjev_batch.pipeline.job as pipeline
 from openjev_batch.config import build_config
 from openjev_batch.readouts import label_logprobs
@@ -98,7 +99,7 @@ def test_an_input_error_in_a_later_chunk_still_ends_the_job(hf_backend, tmp_path
 
         return chunks(), digest
 
-    monkeypatch.setattr(read, "job_rows", fails_after_one_chunk)  # what FileSource reads through
+    monkeypatch.setattr(source, "job_rows", fails_after_one_chunk)  # what FileSource reads through
     with pytest.raises(OSError, match="disk gone"):
         pipeline.run_job(cfg, backend=hf_backend)
     assert [p.name for p in (tmp_path / "o.parquet.partial").glob("part-*")] == ["part-000000.parquet"]

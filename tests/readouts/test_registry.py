@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from openjev_batch import readouts
+from openjev_batch import config, readouts
 from openjev_batch.config import build_config
 from openjev_batch.errors import ConfigError
 
@@ -60,6 +60,7 @@ def test_a_third_readout_is_its_module_and_one_registry_line(tmp_path, monkeypat
     monkeypatch.setattr(readouts, "_MODULES", {**readouts._MODULES, "echo": "echo_readout"})
     monkeypatch.setattr(readouts, "_CLASSES", {**readouts._CLASSES})
     monkeypatch.setattr(readouts, "NAMES", (*readouts.NAMES, "echo"))
+    monkeypatch.setattr(config, "NAMES", readouts.NAMES)  # RunConfig checks the readout's name against it
     cfg = _cfg(readout="echo", keep=("channel",), echo_prefix="»")
     assert readouts.build("echo", cfg) == ("»", ("channel",))
     assert cfg.chunk_rows == 7  # the readout's default

@@ -1,10 +1,15 @@
 """The transformers backends: causal.py (label logprobs, the reference) and classifier.py (classifier
-heads). Names resolve lazily to causal.py."""
+heads). `HFBackend` resolves lazily to causal.py (torch loads with it); a submodule (`hf.vision`) is
+imported as any module is."""
 
 from __future__ import annotations
 
 import importlib
 
+__all__ = ["HFBackend"]
+
 
 def __getattr__(name: str):
-    return getattr(importlib.import_module(f"{__name__}.causal"), name)
+    if name in __all__:
+        return getattr(importlib.import_module(f"{__name__}.causal"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

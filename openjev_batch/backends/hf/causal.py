@@ -27,6 +27,7 @@ from ...core import Window
 from ...images import ImageProblem
 from ..base import Backend, BackendOptions, BranchResult
 from .load import device_and_dtype, load_pretrained
+from .vision import VisionInputs, is_vision_checkpoint
 
 
 class HFBackend(Backend):
@@ -34,8 +35,6 @@ class HFBackend(Backend):
 
     def __init__(self, opts: BackendOptions):
         from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-
-        from .vision import VisionInputs, is_vision_checkpoint
 
         opts.check_backend("hf")  # ConfigError naming an sglang option given here
         device, dtype = device_and_dtype(opts)

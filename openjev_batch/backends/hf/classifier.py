@@ -28,6 +28,7 @@ from ...errors import BackendError
 from ...images import ImageProblem
 from ..base import Backend, BackendOptions
 from .load import device_and_dtype, load_pretrained
+from .vision import VisionInputs, is_vision_checkpoint
 
 
 def default_batch_tokens(device: str) -> int:
@@ -48,6 +49,7 @@ class HFClassifier(Backend):
         device, dtype = device_and_dtype(opts)
         auto = AutoModelForSequenceClassification
         if ckpt.config.get("model_type") == "qwen3_5_moe":
+            # lazy: transformers' Qwen3.5 MoE classes
             from .qwen3_5_moe_cls import Qwen3_5MoeForSequenceClassification as auto
         self.tokenizer, model = load_pretrained(auto, opts, dtype, "classifier")
         self.model = model.to(device).eval()
@@ -69,7 +71,6 @@ class HFClassifier(Backend):
         self.context_length = opts.context_length or getattr(text_cfg, "max_position_embeddings", None)
         self._base = getattr(self.model, getattr(self.model, "base_model_prefix", ""), None)
         self._score = getattr(self.model, "score", None)
-        from .vision import VisionInputs, is_vision_checkpoint
 
         # the multimodal base (a text-only class over a VL config has no M-RoPE index: its image rows fail)
         vision = hasattr(self._base, "get_rope_index") and is_vision_checkpoint(opts.model, opts.trust_remote_code)

@@ -13,6 +13,7 @@ import torch
 from ...checkpoint.trust import loader_options, trust_hint
 from ...errors import OUT_OF_MEMORY, BackendError, out_of_memory
 from ..base import BackendOptions
+from ..tokenizer import faithful
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -39,8 +40,6 @@ def load_pretrained(auto_model: Any, opts: BackendOptions, dtype: torch.dtype, w
     """(tokenizer, model) of `opts.model` through `auto_model` (e.g. AutoModelForCausalLM). Raises
     BackendError naming `what` failed to load, and the option that would allow a refused checkpoint."""
     from transformers import AutoTokenizer
-
-    from ..tokenizer import faithful
 
     try:
         tok_options = loader_options(opts, weights=False)

@@ -19,7 +19,7 @@ from ...checkpoint.info import ModelInfo, model_info
 from ...core import Window
 from ...errors import BackendError
 from ..base import Backend, BackendOptions, BranchResult, load_tokenizer
-from . import hybrid, images, mis, patterns, requests
+from . import hybrid, images, mis, moe_configs, patterns, requests
 from . import signals as sglang_signals
 from .kwargs import _version_tuple, choose_multi_item, engine_kwargs, import_sglang, text_only
 from .patterns import first_branch, multi_item, prefix_first
@@ -39,7 +39,7 @@ class SGLangBackend(Backend):
         sglang = import_sglang()
         self.model_info: ModelInfo = model_info(opts.model)
         kw = engine_kwargs(opts, recurrent=self.model_info.recurrent)
-        from ..hf.vision import is_vision_checkpoint
+        from ..hf.vision import is_vision_checkpoint  # lazy: torch (hf/vision.py)
 
         vision = is_vision_checkpoint(opts.model, opts.trust_remote_code)  # rows may carry images (images.py)
         arch = self.model_info.architecture
@@ -57,8 +57,6 @@ class SGLangBackend(Backend):
         self.batch_memory = kw.batch_memory
         self.moe_config_dir = None
         if self.model_info.moe and kw.get("device") != "cpu":
-            from . import moe_configs
-
             # tuned fused-MoE kernel configs sglang 0.5.17 lacks (E=256, N=512 on the H200); see moe_configs
             self.moe_config_dir = moe_configs.use_for_engine()
         self.tokenizer = load_tokenizer(opts.model, opts.trust_remote_code)  # BackendError naming the option

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...checkpoint.info import load_config
+from ...core import BranchResult, Window
 from ...images import ImageProblem
+from . import hybrid
 
 FORMAT = "processor_output"
 
@@ -116,8 +119,6 @@ def item_of(backend: Any, row: Any) -> dict | None:
 def with_row_errors(window: Any, errors: dict[int, str], run) -> list:
     """`window`'s results: the rows in `errors` ({row index: error text}) answered with that error on every
     branch, the others run by `run(sub_window)` (a window of the rest, each counting its whole prefix)."""
-    from ...core import BranchResult, Window
-
     out = [[BranchResult((), len(r.prefix), 0, errors[i]) for _ in r.branches] if i in errors else None
            for i, r in enumerate(window.rows)]  # fmt: skip
     keep = [i for i in range(len(window.rows)) if i not in errors]
@@ -157,8 +158,6 @@ def starts_multimodal(architecture: str, vision: bool, asked: Any = None) -> boo
     (multi-item) is proven exact on a text-only engine (docs/benchmarks.md, runs 10-11), and a config-only export
     has no image processor for sglang to load. A checkpoint without an image processor never does (sglang
     failed loading one: OSError, 0.5.17)."""
-    from . import hybrid
-
     if asked is not None:
         return bool(asked)
     return vision and architecture not in hybrid.ARCHITECTURES
@@ -174,7 +173,6 @@ def for_engine(opts: Any, kw: dict[str, Any], vision: bool) -> tuple[ImageInputs
             "the sglang engine was started text only (enable_multimodal=False); for image rows give "
             "--engine-arg enable_multimodal=true"
         )
-    from ...checkpoint.info import load_config
 
     cfg = load_config(opts.model) or {}
     image_id = cfg.get("image_token_id", (cfg.get("text_config") or {}).get("image_token_id"))

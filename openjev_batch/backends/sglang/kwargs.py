@@ -8,6 +8,7 @@ import dataclasses
 import os
 from typing import Any
 
+from ...checkpoint.info import _text_config
 from ...errors import BackendError
 from ..base import BackendOptions
 from .mis import exactness
@@ -196,8 +197,6 @@ def cpu_mem_fraction(model: str, kv_tokens: int, available: int | None = None) -
     config cannot be read keeps 0.05."""
     import json
     from pathlib import Path
-
-    from ...checkpoint.info import _text_config
 
     folder = Path(model)
     try:

@@ -45,6 +45,8 @@ import functools
 import logging
 from typing import Any
 
+from .scheduler_errors import report_failures
+
 log = logging.getLogger(__name__)
 
 # the --sglang-patches choices (options.py validates against these keys)
@@ -253,8 +255,6 @@ def install(patches: tuple[str, ...] = PATCH_SETS["all"]) -> dict[str, bool]:
 
 def run_scheduler_process_with(patches: tuple[str, ...], *args: Any, **kwargs: Any) -> Any:
     """sglang's scheduler process entry point with `patches` installed first (spawned by reference)."""
-    from .scheduler_errors import report_failures
-
     install(patches)
     report_failures()
     from sglang.srt.managers.scheduler import run_scheduler_process as run

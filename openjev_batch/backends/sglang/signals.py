@@ -28,7 +28,8 @@ import warnings
 import weakref
 from collections.abc import Iterator
 
-from ...errors import EngineDied
+from ...checkpoint.trust import trust_hint
+from ...errors import BackendError, EngineDied, JobInterrupted
 from .processes import children_pids, kill_new_children, own_children_only
 
 ERROR_FILE_ENV = "OPENJEV_ENGINE_ERROR_FILE"
@@ -198,8 +199,6 @@ def external_models(package: str | None) -> Iterator[None]:
     """`SGLANG_EXTERNAL_MODEL_PACKAGE=package` while an engine starts (its scheduler, spawned meanwhile,
     imports the package's model classes into sglang's registry), then as before. None: leave it alone.
     Raises BackendError when the user set it to another package (two overrides cannot both load)."""
-    from ...errors import BackendError
-
     prev = os.environ.get(EXTERNAL_MODELS_ENV)
     if package and prev and prev != package:
         raise BackendError(f"{EXTERNAL_MODELS_ENV} is set to {prev!r}, but this engine needs {package!r}; unset it")
@@ -223,9 +222,6 @@ def start_engine(make, kw: dict, opts, external_package: str | None = None) -> t
     our sglang model classes to register while it starts (`external_models`)."""
     import tempfile
 
-    from ...checkpoint.trust import trust_hint
-    from ...errors import BackendError, JobInterrupted
-
     refuse_unguarded_main()
     kw = {**kw}
     kw.setdefault("custom_sigquit_handler", on_sigquit)
@@ -247,7 +243,7 @@ def start_engine(make, kw: dict, opts, external_package: str | None = None) -> t
         if isinstance(e, JobInterrupted):
             raise
         if isinstance(e, ImportError) and "sgl_kernel" in str(e):
-            from .kwargs import NO_SGL_KERNEL
+            from .kwargs import NO_SGL_KERNEL  # lazy: keeps --help fast (`python -m` loads signals.py)
 
             raise BackendError(NO_SGL_KERNEL) from None
         why = str(e) if isinstance(e, EngineDied) else f"{type(e).__name__}: {e}"

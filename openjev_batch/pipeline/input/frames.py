@@ -83,7 +83,8 @@ def columns_of(data: Any, kind: str) -> list[str] | None:
     if kind in ("polars", "arrow"):
         return list(data.column_names if kind == "arrow" else data.columns)
     if isinstance(data, (list, tuple)):  # as the CLI scans JSONL: the keys of the first rows (a generator
-        from .read import KEEP_SCAN_ROWS  # cannot be read twice, so it is not checked)
+        # cannot be read twice, so it is not checked)
+        from .read import KEEP_SCAN_ROWS  # lazy: pyarrow (frames.py loads it only when used)
 
         seen: dict[str, None] = {}
         for r in data[:KEEP_SCAN_ROWS]:
@@ -98,7 +99,7 @@ def records_of(data: Any, kind: str, chunk_rows: int) -> Iterator[list[tuple[int
     Parquet reader gives them: numpy scalars and pandas NaN would otherwise reach the row checks)."""
     import pyarrow as pa
 
-    from .formats.arrow_records import batch_records
+    from .formats.arrow_records import batch_records  # lazy: pyarrow (frames.py loads it only when used)
 
     if kind == "polars":
         data = data.to_arrow()

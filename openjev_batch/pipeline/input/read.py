@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ... import readouts
 from ...core import duplicate_id_error
 from ...errors import InputFileError
+from ...readouts import default_readout
 from ...values import no_symlink_loop
 from .formats import has_rows, input_columns, input_format, record_chunks, refuse_repeated_columns
 
@@ -80,8 +82,6 @@ def all_columns(cfg: Any) -> tuple[str, ...]:
     """`--keep all`, as the Python API's keep="all": every column of the input's first KEEP_SCAN_ROWS rows in
     the order first seen (a schema's order for Parquet and CSV), except those `cfg`'s readout reads or
     writes. Raises InputFileError as check_input does."""
-    from ... import readouts
-
     skip = {*readouts.input_columns(cfg.readout), *readouts.build(cfg.readout, cfg).schema.names}
     first = next(record_chunks(check_input(cfg.input), KEEP_SCAN_ROWS), [])
     seen = dict.fromkeys(k for _, rec in first if isinstance(rec, dict) for k in rec)
@@ -130,8 +130,6 @@ def job_rows(cfg: Any, readout: Any) -> tuple[Iterator[list[Any]], Any]:
 
 
 def _default_readout(questions: Any, keep: tuple[str, ...]):
-    from ...readouts import default_readout
-
     return default_readout(keep, questions)
 
 

@@ -10,7 +10,11 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from ...readouts import readout_class
 from ...readouts.base import Readout
+from .formats import count_rows, kept_types
+from .frames import records_of
+from .read import check_has_column, check_input, job_rows, parse_records
 
 
 class Source(Protocol):
@@ -36,28 +40,19 @@ class FileSource:
 
     def check(self) -> None:
         """Whole-file checks, before any model loads. Raises InputFileError."""
-        from ...readouts import readout_class
-        from .read import check_has_column, check_input
-
         check_input(self.cfg.input, self.cfg.keep)
         if needed := readout_class(self.cfg.readout).needed_column(self.cfg.readout_options):
             check_has_column(self.cfg.input, *needed)
 
     def count_rows(self) -> int | None:
-        from .formats import count_rows
-
         return count_rows(self.cfg.input, self.cfg.limit)
 
     def kept_types(self):
         """The kept columns' types where the input has a schema (formats.kept_types), else None."""
-        from .formats import kept_types
-
         return kept_types(self.cfg.input, self.cfg.keep)
 
     def chunks(self, readout: Readout) -> Iterator[tuple[list, str | None]]:
         """(rows, the input's sha256 up to the chunk's end) per input chunk, in input order."""
-        from .read import job_rows
-
         rows, digest = job_rows(self.cfg, readout)
         for chunk in rows:
             yield chunk, digest.hexdigest()  # read here, before the reader moves to the next chunk
@@ -83,9 +78,6 @@ class FrameSource:
         return None
 
     def chunks(self, readout: Readout) -> Iterator[tuple[list, str | None]]:
-        from .frames import records_of
-        from .read import parse_records
-
         data = self.data
         if self.limit is not None and self.kind in ("pandas", "polars", "arrow"):
             # only the rows asked for are converted: `limit=10` on a 10M-row frame converted all of it first

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..._version import __version__
 from ...errors import ConfigError, OutputFinished
 from ...options import output_format
 from ...values import sha256_file
@@ -42,8 +43,6 @@ def sidecar_path(output: Path) -> Path | None:
 def document(manifest: dict[str, Any], input_sha256: str | None, rows: int, records: int) -> dict[str, Any]:
     """What the finished output carries. `manifest`: the job's (its partial's manifest.json, job id left out:
     it names the parts, which are gone once joined)."""
-    from ..._version import __version__
-
     job = {k: v for k, v in manifest.items() if k != "job_id"}
     return {"openjev_batch": __version__, "manifest": job, "input_sha256": input_sha256, "rows": rows,
             "records": records}  # fmt: skip

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from ...readouts.base import Readout
+from .store import OutputStore
+from .write import records_table
 
 
 class Output(Protocol):
@@ -58,8 +60,6 @@ class StoreSink:
 
     def open(self, manifest: dict, readout: Readout):
         """The job's OutputStore, locked (a context manager: keeps the partial when the job fails)."""
-        from .store import OutputStore
-
         cfg = self.cfg
         return OutputStore(
             cfg.output, cfg.keep, manifest, cfg.resume, self.source.kept_types(), schema=readout.schema
@@ -106,16 +106,12 @@ class MemorySink(_Unstored):
         return self.parts.get(chunk)
 
     def write(self, chunk: int, records: list[dict[str, Any]], info: dict | None = None) -> None:
-        from .write import records_table
-
         self.parts[chunk] = records_table(records, (), self.readout.schema)
         self.kept[chunk] = [{k: r[k] for k in self.readout.keep} for r in records]
         self.rows_written += len(records)
 
     def close(self) -> pa.Table:
         """Every part in chunk order, as one table (the readout's columns, then the kept ones)."""
-        from .write import records_table
-
         r = self.readout
         order = sorted(self.parts)
         table = pa.concat_tables([self.parts[i] for i in order]) if order else r.schema.empty_table()

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 
 from ...errors import ConfigError, OutputCheckError, OutputGoneError
 from ...options import output_format
+from ...readouts import default_readout
 from . import manifest as output_manifest
 from .join import Join, check_parts
 from .ledger import LEDGER, Ledger
@@ -72,8 +73,6 @@ class OutputStore:
         schema: pa.Schema | None = None,
     ):
         if schema is None:  # the default readout's columns
-            from ...readouts import default_readout
-
             schema = default_readout().schema
         self.schema = schema  # the readout's columns
         self.path = Path(path)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...readouts import default_readout
 from .writers import WRITERS, Writer
 
 
@@ -30,8 +31,6 @@ def records_table(
     columns), then the kept columns with the type Arrow infers (mixed types, as a JSONL column may
     hold, become their JSON text)."""
     if schema is None:  # the default readout's columns
-        from ...readouts import default_readout
-
         schema = default_readout().schema
     cols = {f.name: pa.array([r[f.name] for r in records], type=f.type) for f in schema}
     for k in keep:

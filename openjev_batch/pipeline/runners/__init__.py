@@ -24,6 +24,8 @@ import pyarrow as pa
 
 from ...core import RowError
 from ...errors import ConfigError
+from .local import LocalRunner
+from .ray import RayRunner
 from .streams import OnProgress, Scored, Todo
 
 if TYPE_CHECKING:
@@ -61,13 +63,9 @@ def for_job(backend: Backend | None = None, ray: RayOptions | None = None) -> Ru
     between them. Raises ConfigError for both (Ray's actors start their own backends) and, for Ray, when
     Ray Data is missing or an option is out of range (runners.ray.RayRunner)."""
     if ray is None:
-        from .local import LocalRunner
-
         return LocalRunner(backend)
     if backend is not None:
         raise ConfigError("a job on Ray starts its backends in the engine actors: pass no backend")
-    from .ray import RayRunner
-
     return RayRunner(ray)
 
 

@@ -9,11 +9,12 @@ from typing import Any
 
 from ...backends import Backend, load_backend
 from ...backends.tokenizer import tokenizer_name
+from ...checkpoint.info import model_info
 from ...readouts.base import Readout
 from ..prefill import FailureTracker
 from ..progress import Progress
 from ..stages import prompt_chunk, score_chunk
-from ..summary import Summary
+from ..summary import Summary, describe_model
 from .streams import OnProgress, Scored, Todo
 
 
@@ -58,9 +59,6 @@ class LocalRunner:
 
     def describe(self) -> dict[str, Any]:
         """The Summary's backend facts: the model's kind, the request pattern, the start-up it ran here."""
-        from ...checkpoint.info import model_info
-        from ..summary import describe_model
-
         b = self.backend
         return {
             "model": describe_model(getattr(b, "model_info", None) or model_info(self.cfg.model)),

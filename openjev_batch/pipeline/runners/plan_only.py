@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...backends.base import load_tokenizer
-from ...backends.sglang.patterns import multi_item_recompute
+from ...backends.sglang.patterns import multi_item_recompute, planned
+from ...checkpoint.info import model_info
 from ...readouts.base import Readout
 from ..plan import plan
 from ..stages import prompt_chunk
-from ..summary import Summary
+from ..summary import Summary, describe_model
 from . import stand_ins
 
 
@@ -78,8 +79,6 @@ class PlanOnlyRunner:
         self.cfg, self.readout = cfg, readout
         # the branch limit a job would have: the backends take max_position_embeddings (or --context-length);
         # without it a dry run passed an 8,192-token model's 10k-token rows that the job then refused
-        from ...checkpoint.info import model_info
-
         self.info = model_info(cfg.model)  # config.json, read once: the limit here, describe() below
         self.prompter = self.held_prompter or readout.prompter(
             self.tokenizer, cfg.context_length or self.info.context_length
@@ -94,9 +93,6 @@ class PlanOnlyRunner:
     def describe(self) -> dict[str, Any]:
         """The model's kind and the request pattern the sglang backend would choose for it, from its
         config.json (both '' when it cannot be read), and the plan's counts."""
-        from ...backends.sglang.patterns import planned
-        from ..summary import describe_model
-
         info = self.info
         return {
             "model": describe_model(info),

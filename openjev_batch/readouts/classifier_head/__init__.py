@@ -40,6 +40,7 @@ from ...errors import ConfigError
 from .. import CLASSIFIER_HEAD, register
 from ..base import Readout, RowFailures, RowResults
 from ..label_logprobs.answer import confidence, softmax
+from ..label_logprobs.image_prompt import check_model_takes_images
 from ..label_logprobs.rows_images import input_has_image_column
 from .options import ClassifierHeadOptions
 from .prompt import ClassifierPrompter
@@ -92,6 +93,7 @@ class ClassifierHead(Readout):
         (`validate`) a placeholder label, as a row's checks do not need them. Raises ConfigError /
         BackendError."""
         if labels is None and getattr(cfg, "model", None):
+            # lazy: keeps --help fast (the readouts load at --help)
             from ...checkpoint.classifier import read_checkpoint
 
             labels = read_checkpoint(cfg.model).labels
@@ -100,8 +102,6 @@ class ClassifierHead(Readout):
         if getattr(cfg, "input", None) and Path(cfg.input).is_file():
             root, image_input = str(Path(cfg.input).absolute().parent), input_has_image_column(Path(cfg.input))
         if image_input and getattr(cfg, "model", None):  # before any weights load: tokenizer and processor
-            from ..label_logprobs.image_prompt import check_model_takes_images
-
             check_model_takes_images(cfg.model, getattr(cfg, "trust_remote_code", False))
         return cls(tuple(labels or ("?",)), cfg.readout_options.template, tuple(cfg.keep), root, image_input)
 

@@ -21,12 +21,13 @@ from ...core import RowError, unidentified_row_error
 from ...errors import ConfigError
 from .. import LABEL_LOGPROBS, register
 from ..base import Readout, RowFailures, RowResults
-from .calibration import Calibration
+from .calibration import Calibration, apply, load_calibration
+from .image_prompt import check_model_takes_images
 from .items import combine, items, with_debias
 from .options import LabelLogprobsOptions
 from .prompt import INSTRUCTIONS, Prompter
 from .prompt_variants import Variants
-from .questions import QuestionError, QuestionSpec
+from .questions import QuestionError, QuestionSpec, load_questions
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
 from .rows_images import image_key, input_has_image_column
 
@@ -106,21 +107,15 @@ class LabelLogprobs(Readout):
         if image_input and getattr(
             cfg, "model", None
         ):  # before any weights load: the tokenizer and processor
-            from .image_prompt import check_model_takes_images
-
             check_model_takes_images(cfg.model, getattr(cfg, "trust_remote_code", False))
         calibration = None
         if opts.calibration is not None:
-            from .calibration import load_calibration
-
             calibration = load_calibration(opts.calibration)  # raises ConfigError naming the file
         own = dict(system_prompt=opts.system_prompt, image_root=root, image_input=image_input,
                    calibration=calibration, debias_order=opts.debias_order)  # fmt: skip
         if not isinstance(opts.questions, Path):
             out = cls(opts.questions, keep, **own)
         else:
-            from .questions import load_questions
-
             parsed = load_questions(opts.questions)  # raises ConfigError for a missing or bad file
             # the questions' content, not their path: an edited file must not mix old and new answers
             sha = hashlib.sha256(opts.questions.read_bytes()).hexdigest()
@@ -145,7 +140,7 @@ class LabelLogprobs(Readout):
         )
 
     def show(self, rows: list, prompter) -> str:
-        from .show import render_rows
+        from .show import render_rows  # lazy: keeps --help fast (the readouts load at --help)
 
         return render_rows(rows, prompter)
 
@@ -229,8 +224,6 @@ class LabelLogprobs(Readout):
     def _calibrated(self, q: QuestionSpec, a):
         """The calibrated answer and its extra columns; raises ValueError (the question's error) when the file
         has no entry for it (and does not let it go unfitted) or was fitted on other options."""
-        from .calibration import apply
-
         entry = self.calibration.entry(q.qid, q.type, q.options)
         if entry is None:  # "unfitted": "raw"
             return a, {"raw_probs": list(a.probs)}

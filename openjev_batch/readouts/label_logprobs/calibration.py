@@ -32,6 +32,7 @@ from typing import Any
 
 from ...errors import ConfigError
 from .answer import Answer, confidence
+from .questions import QuestionSpec
 
 FORMAT = "openjev-calibration/1"
 UNFITTED = ("error", "raw")
@@ -76,8 +77,6 @@ class Calibration:
 
     def check_questions(self, questions: Any) -> None:
         """Refuse, at start, shared questions the file cannot calibrate. Raises ConfigError."""
-        from .questions import QuestionSpec
-
         for q in questions:
             if isinstance(q, QuestionSpec):
                 try:

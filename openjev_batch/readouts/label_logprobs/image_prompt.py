@@ -21,6 +21,7 @@ from typing import Any
 
 from ...errors import ConfigError
 from ...images import ImageProblem, ImageRef
+from ..text import TextTokenizer
 from .rows_images import has_images
 
 _A, _B = "\ue000openjev-a\ue001", "\ue000openjev-b\ue001"  # start-up rendering only (as prompt.py's slots)
@@ -139,8 +140,6 @@ def check_model_takes_images(model: str, trust_remote_code: bool = False) -> Non
     from types import SimpleNamespace
 
     from transformers import AutoTokenizer
-
-    from ..text import TextTokenizer
 
     try:
         tok = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)

@@ -222,7 +222,7 @@ def parse_questions(raw: Any) -> tuple[QuestionSpec | QuestionError, ...]:
 def load_questions(path: Path) -> tuple[QuestionSpec, ...]:
     """Read a `--questions` file (JSON or YAML mapping question_id → question); every question must be
     valid. Raises ConfigError with each question's problem."""
-    from ...data_files import load_data_file
+    from ...data_files import load_data_file  # lazy: yaml, keeps --help fast (the readouts load at --help)
 
     why = f"more than {MAX_QUESTIONS} questions at their text limit hold"
     raw = load_data_file(path, "--questions", MAX_QUESTIONS_FILE_BYTES, why)

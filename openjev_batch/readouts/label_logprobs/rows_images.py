@@ -118,6 +118,7 @@ def input_has_image_column(path: Any) -> bool:
     """Whether the input file has an `image` / `images` column (its schema, or a JSONL/JSON file's first
     1,000 rows), so that a text-only model is refused at start. False when the file cannot be read (the
     reader reports that)."""
+    # lazy: pyarrow's readers, keeps --help fast (the readouts load at --help)
     from ...pipeline.input.formats import input_columns, record_chunks
 
     try:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ....packaged_models import cache_dir
+
 HERE = Path(__file__).resolve().parent / "configs"
 ENV = "SGLANG_MOE_CONFIG_DIR"
 
@@ -72,8 +74,6 @@ def config_dir(cache: Path | None = None) -> Path | None:
     if root is None:
         return None
     if cache is None:
-        from ....packaged_models import cache_dir
-
         cache = cache_dir().parent  # models/ lives beside it
     key = hashlib.sha256(str(root).encode()).hexdigest()[:12]  # one folder per sglang install
     return merged_dir(root, cache / "sglang-moe-configs" / key)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ....errors import BackendError, ConfigError
+from ..kwargs import choose_multi_item
 
 PATTERNS = ("prefix-first", "first-branch", "multi-item")
 
@@ -112,7 +113,6 @@ def engine_multi_item(opts: Any) -> tuple[bool, str | None]:
 
     if importlib.util.find_spec("sglang") is None:
         return False, "sglang is not installed"
-    from ..kwargs import choose_multi_item
 
     device = opts.device
     if device == "auto":

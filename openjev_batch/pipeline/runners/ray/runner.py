@@ -33,6 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ....backends.base import load_tokenizer
+from ....backends.tokenizer import tokenizer_name
 from ....errors import ConfigError, OpenjevError
 from ....readouts.base import Readout
 from ...prefill import FailureTracker
@@ -98,9 +100,6 @@ class RayRunner:
     @contextlib.contextmanager
     def open(self, cfg: Any, readout: Readout):
         """The staged rows of earlier runs read, the cluster joined (or started: shut down after)."""
-        from ....backends.base import load_tokenizer
-        from ....backends.tokenizer import tokenizer_name
-
         if cfg.output is None:
             raise ConfigError("--ray needs an output path (-o): its staged rows live next to it")
         tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
