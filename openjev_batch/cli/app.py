@@ -83,6 +83,14 @@ class _Console(Console):
     shipper or `| tee log` that died) stops nothing: stderr goes to /dev/null and the command ends with its
     own exit code (issue 34.1: exiting 0 here recorded an interrupted nightly job as a success)."""
 
+    def print(self, *objects, soft_wrap: bool | None = None, **kwargs) -> None:
+        """Text (messages, notes, lines of a list) is printed whole, one line for one line whatever the width;
+        tables still fit it. rich wraps at 80 columns when the stream is no terminal (a cron log, a pipe),
+        which split `error: …` lines in two, so a log grep for a message missed it (new-user trial)."""
+        if soft_wrap is None and all(isinstance(o, str) for o in objects):
+            soft_wrap = True
+        super().print(*objects, soft_wrap=soft_wrap, **kwargs)
+
     def on_broken_pipe(self) -> None:
         if self.stderr:
             self.quiet = True

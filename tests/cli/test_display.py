@@ -109,3 +109,21 @@ def test_loading_weights_bar_only_when_transformers_is_asked_for_more(tiny_model
                        text=True, env=env, cwd=ROOT, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert ("Loading weights" in r.stderr) is shown, r.stderr
+
+
+def test_a_long_error_is_one_line_in_a_log_whatever_the_width(tmp_path):
+    """stderr to a file (cron, `2>job.log`): rich wrapped at 80 columns, splitting `error: …` in two, so a log
+    grep for the message missed it (new-user trial, 2026-12-05). COLUMNS unset, as under cron."""
+    import subprocess
+
+    missing = tmp_path / ("x" * 120 + ".jsonl")
+    q = tmp_path / "q.yaml"
+    q.write_text("topic:\n  type: choice\n  instructions: Which topic is it about?\n  criteria: [a]\n")
+    write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "x"}])
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    for args in (["run", missing, "-o", tmp_path / "o.parquet", "-m", "-"], ["validate", tmp_path / "in.jsonl", "-q", q]):
+        r = subprocess.run([sys.executable, "-m", "openjev_batch", *map(str, args)], capture_output=True, text=True,
+                           cwd=ROOT, env=env, timeout=300)  # fmt: skip
+        assert r.returncode == 4, r.stderr
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and len(lines[0]) > 100, r.stderr
