@@ -115,3 +115,28 @@ def test_show_prompt_shows_each_item(tmp_path):
         "─── m item 3/3 (multi)" in r.stdout
         and "Label: login: Signing in.\nDoes this label apply?" in r.stdout
     )
+
+
+def test_the_answers_table_counts_the_rows_that_chose_each_label():
+    """A multi question has no single `answer`: the end-of-run answers table counted 0 rows for every label
+    (new-user trial, 2026-12-05). Each chosen label is counted, with its mean P(yes) as the confidence."""
+    import pyarrow as pa
+
+    from openjev_batch.pipeline.summary import AnswerCounts
+    from openjev_batch.readouts.label_logprobs import LabelLogprobs
+    from openjev_batch.readouts.label_logprobs.questions import shared_questions
+
+    readout = LabelLogprobs(shared_questions({"m": MULTI}, "test"))
+    opts = list(LABELS)
+    part = pa.table({
+        "question_id": ["m", "m", "m", "m"], "type": ["multi"] * 4, "options": [opts] * 4,
+        "answer": pa.array([None] * 4, pa.string()), "confidence": pa.array([None] * 4, pa.float64()),
+        "probs": [[0.9, 0.2, 0.7], [0.6, 0.1, 0.2], [0.1, 0.1, 0.1], [0.99, 0.99, 0.99]],
+        "chosen": [["billing", "login"], ["billing"], [], None],
+        "error": [None, None, None, "row r3: state: missing"],
+    })  # fmt: skip
+    counts = AnswerCounts()
+    counts.add(readout, part)
+    (dist,) = counts.distribution().values()
+    assert [(o, n) for o, n, _ in dist] == [("billing", 2), ("outage", 0), ("login", 1)]
+    assert math.isclose(dist[0][2], 0.75) and math.isclose(dist[2][2], 0.7) and dist[1][2] is None

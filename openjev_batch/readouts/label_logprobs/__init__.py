@@ -23,7 +23,7 @@ from .. import LABEL_LOGPROBS, register
 from ..base import Readout, RowFailures, RowResults
 from .calibration import Calibration, apply, load_calibration
 from .image_prompt import check_model_takes_images
-from .items import combine, items, with_debias
+from .items import chosen_labels, combine, items, with_debias
 from .options import LabelLogprobsOptions
 from .prompt import INSTRUCTIONS, Prompter
 from .prompt_variants import Variants
@@ -272,8 +272,9 @@ class LabelLogprobs(Readout):
             options[k] = k.split(SEP)[2:]
         keep = pc.is_valid(table.column("answer"))
         ok = table.filter(keep)
-        cols = [key.filter(keep), ok.column("answer"), ok.column("confidence")]
-        return pa.table(cols, names=["question", "answer", "confidence"]), options
+        single = pa.table([key.filter(keep), ok.column("answer"), ok.column("confidence")],
+                          names=["question", "answer", "confidence"])  # fmt: skip
+        return pa.concat_tables([single, chosen_labels(table, key)]), options
 
     def summary_rows(self, s) -> list[tuple[str, str]]:
         return [
@@ -288,3 +289,4 @@ class LabelLogprobs(Readout):
             ("wall time", f"{s.wall_s:.1f} s"),
             ("output", s.output),
         ]
+

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import pyarrow as pa
+
 from .answer import Answer, confidence, label_mass, read_out
 from .questions import QuestionError, QuestionSpec
 
@@ -114,3 +116,19 @@ def combine(q: QuestionSpec, values: Sequence[Sequence[float]]) -> Combined:
                p_true=None, score=sum(i * x for i, x in enumerate(mean)) if q.type == "score" else None,
                confidence=confidence(mean), label_mass=sum(label_mass(v) for v in values) / len(values))  # fmt: skip
     return Combined(a, order_spread=spread)
+
+
+def chosen_labels(table: pa.Table, key: pa.ChunkedArray) -> pa.Table:
+    """multi rows (no single `answer`): one entry per label in `chosen`, its P(yes) as the confidence, so the
+    answers table counts the rows that chose each label (it counted none: new-user trial, 2026-12-05)."""
+    qs, labels, p_chosen = [], [], []
+    cols = ("type", "options", "probs", "chosen", "error")
+    rows = zip(key.to_pylist(), *(table.column(c).to_pylist() for c in cols), strict=True)
+    for k, typ, opts, probs, chosen, error in rows:
+        if typ != "multi" or error is not None or not chosen:
+            continue
+        p_yes = dict(zip(opts, probs, strict=True))
+        for label in chosen:
+            qs.append(k), labels.append(label), p_chosen.append(p_yes.get(label))
+    return pa.table([pa.array(qs, pa.string()), pa.array(labels, pa.string()), pa.array(p_chosen, pa.float64())],
+                    names=["question", "answer", "confidence"])  # fmt: skip
