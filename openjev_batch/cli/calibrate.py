@@ -34,6 +34,13 @@ def calibrate(
     target_coverage: float = typer.Option(
         None, min=0.0, max=1.0, help="Instead: abstain below the confidence that keeps this share of answers."
     ),
+    question: list[str] = typer.Option(
+        None, "--question", help="Fit only this question id (repeatable): the one --gold labels. Default: all."
+    ),
+    unfitted: str = typer.Option(
+        "error", "--unfitted", help="What `run --calibration` does with a question the file has no entry for: "
+        "error (refuse it) or raw (answer it uncalibrated).",
+    ),
 ) -> None:
     """Fit, per question, a temperature and an abstain threshold (multi: the P(yes) its labels are chosen at);
     print the selective-accuracy/coverage curve (multi: precision and recall)."""
@@ -53,7 +60,10 @@ def calibrate(
             check_output_path(output.with_suffix(".parquet"))  # the folder exists and is writable
         except ValueError as e:
             raise ConfigError(f"calibrate: {e}") from None
-        doc = fit(read_labelled(labelled, gold), target_precision, target_coverage)
+        if unfitted not in ("error", "raw"):
+            raise ConfigError(f"calibrate: --unfitted must be error or raw, got {unfitted!r}")
+        doc = fit(read_labelled(labelled, gold, tuple(question or ())), target_precision, target_coverage)
+        doc["unfitted"] = unfitted
     except OpenjevError as e:
         _fail(e)
     tmp = output.with_name(output.name + ".tmp")

@@ -27,9 +27,10 @@ from .metrics import fit_temperature
 MIN_ROWS = 2  # per question: a temperature needs answers to fit on
 
 
-def read_labelled(path: Path, gold: str) -> list[dict[str, Any]]:
+def read_labelled(path: Path, gold: str, questions: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The answered records of a labelled output (.parquet, .jsonl, .jsonl.gz, .json, .csv/.tsv) or an eval
-    folder, with their gold values. Raises ConfigError."""
+    folder, with their gold values; `questions`: only those question ids (the gold column is theirs), else
+    every one. Raises ConfigError."""
     import pyarrow as pa
 
     path = Path(path)
@@ -62,6 +63,12 @@ def read_labelled(path: Path, gold: str) -> list[dict[str, Any]]:
         raise ConfigError(f"calibrate: {path}: not a `run` output (needs question_id, options and probs)")
     if gold not in rows[0]:
         raise ConfigError(f"calibrate: {path}: no gold column {gold!r} (keep it with `run --keep {gold}`)")
+    if questions:
+        asked = {r.get("question_id") for r in rows}
+        if missing := [q for q in questions if q not in asked]:
+            raise ConfigError(f"calibrate: --question {', '.join(missing)}: not in {path} "
+                              f"(its questions: {', '.join(sorted(map(str, asked - {None})))})")  # fmt: skip
+        rows = [r for r in rows if r.get("question_id") in questions]
     out = [
         _record(path, r, gold)
         for r in rows
@@ -80,12 +87,17 @@ def _record(path: Path, r: dict[str, Any], gold: str) -> dict[str, Any]:
     if r["type"] == "multi":  # per-label P(yes): a threshold is fitted, not a temperature
         if not p_yes(probs, len(options)):
             raise ConfigError(f"{where} are not one P(yes) per label of its {len(options)}")
-        g = gold_labels(r[gold], options, r.get("id"))
-    else:
-        if not _distribution(probs, len(options)):
-            # a hand-made or damaged file: fitting a temperature on it would write a file that looks valid
-            raise ConfigError(f"{where} is not a distribution over its {len(options)} options")
-        g = _gold_index(r[gold], r["type"], options, r.get("id"))
+    elif not _distribution(probs, len(options)):
+        # a hand-made or damaged file: fitting a temperature on it would write a file that looks valid
+        raise ConfigError(f"{where} is not a distribution over its {len(options)} options")
+    try:
+        if r["type"] == "multi":
+            g = gold_labels(r[gold], options, r.get("id"))
+        else:
+            g = _gold_index(r[gold], r["type"], options, r.get("id"))
+    except ConfigError as e:  # a gold column kept for one question of several (new-user trial)
+        raise ConfigError(f"{e} (question {r['question_id']!r}; a gold column for some questions only: "
+                          "--question ID)") from None  # fmt: skip
     qid, options = r["question_id"], tuple(options)
     return {"qid": qid, "type": r["type"], "options": options, "probs": tuple(probs), "gold": g}
 

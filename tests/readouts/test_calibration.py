@@ -247,3 +247,32 @@ def test_calibrate_then_run_a_multi_question(tiny_model, tmp_path):
                                             for r in rows]  # fmt: skip
     recall = sum(o in g for r, g in zip(rows, golds, strict=True) for o in r["chosen"]) / 7
     assert recall >= 0.5
+
+
+def test_calibrate_one_question_of_several_and_let_the_rest_run_raw(tmp_path):
+    """A run with 3 questions and a gold column for one (new-user trial): `calibrate` refused every row of the
+    others ("gold 'yes' is not an option"), and the file then refused the run's other questions with no word
+    of how to let them through. `--question` fits the one, `--unfitted raw` lets the others run raw."""
+    rows = []
+    for i, r in enumerate(_records(40)):
+        p_yes = r["probs"][0]
+        gold = "yes" if r["gold"] == 0 else "no"
+        rows.append({"id": f"r{i}", "question_id": "refund", "type": "noul", "options": ["yes", "no"],
+                     "probs": [p_yes, 1 - p_yes], "gold": gold, "error": None})
+        rows.append({"id": f"r{i}", "question_id": "topic", "type": "choice", "options": ["billing", "bug"],
+                     "probs": [0.6, 0.4], "gold": gold, "error": None})  # fmt: skip
+    lab, cal = tmp_path / "lab.json", tmp_path / "cal.json"
+    lab.write_text(json.dumps(rows))
+    r = cli("calibrate", lab, "--gold", "gold", "-o", cal)
+    assert r.returncode == 4 and "question 'topic'" in r.stderr and "--question ID" in r.stderr, r.stderr
+    r = cli("calibrate", lab, "--gold", "gold", "--question", "nope", "-o", cal)
+    assert r.returncode == 4 and "--question nope: not in" in r.stderr and "refund, topic" in r.stderr, r.stderr
+    r = cli("calibrate", lab, "--gold", "gold", "--question", "refund", "--unfitted", "raw", "-o", cal)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(cal.read_text())
+    assert list(doc["questions"]) == ["refund"] and doc["unfitted"] == "raw"
+    assert load_calibration(cal).entry("topic", "choice", ("billing", "bug")) is None
+    r = cli("calibrate", lab, "--gold", "gold", "--question", "refund", "-o", cal)
+    assert r.returncode == 0 and json.loads(cal.read_text())["unfitted"] == "error"
+    with pytest.raises(ValueError, match=r'--unfitted raw`, or with "unfitted": "raw"'):
+        load_calibration(cal).entry("topic", "choice", ("billing", "bug"))

@@ -61,7 +61,9 @@ class Calibration:
         if e is None:
             if self.unfitted == "raw":
                 return None
-            raise ValueError(f"the calibration file has no entry for this question (fitted: {self._names()})")
+            raise ValueError(f"the calibration file has no entry for this question (fitted: {self._names()}; "
+                             'a file written by `calibrate --unfitted raw`, or with "unfitted": "raw", answers it '
+                             "uncalibrated)")
         fits = len(options) == e.options if isinstance(e.options, int) else e.options == tuple(options)
         if not fits or e.qtype != qtype:
             fitted = f"{e.options} options" if isinstance(e.options, int) else f"options {list(e.options)}"
