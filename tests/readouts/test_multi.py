@@ -51,6 +51,16 @@ def test_each_label_is_one_yes_no_item_and_the_chosen_set_uses_the_threshold():
     assert combine(parse_question("m", MULTI), [[0.0, -1.0]] * 3).chosen == list(LABELS)  # default 0.5
 
 
+def test_a_one_label_multi_question_is_its_yes_no_item():
+    """1–64 labels: one label failed every row ("got 2 label logprobs for 1 options", hostile trial) since a
+    one-item question was read out as the multi question itself."""
+    q = parse_question("m", {**MULTI, "criteria": {"spam": None}})
+    (it,) = items(q)
+    assert it.shown.type == "noul"
+    c = combine(q, [[math.log(0.7), math.log(0.3)]])
+    assert c.answer.probs == pytest.approx((0.7,)) and c.chosen == ["spam"] and c.answer.answer is None
+
+
 def test_threshold_bounds_are_closed_as_a_calibration_files_are(tmp_path):
     """A question's threshold and a calibration file's are both in [0, 1]: the question refused 0 and 1 (open
     bounds) while the file took them, and a threshold of 0 was read as unset (0.5)."""

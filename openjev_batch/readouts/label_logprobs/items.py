@@ -91,7 +91,7 @@ def combine(q: QuestionSpec, values: Sequence[Sequence[float]]) -> Combined:
     """A question's answer from its items' label logprobs (aligned with `items(q)`). Raises ValueError (the
     question's error) for a missing or non-finite logprob."""
     its = items(q)
-    if len(its) == 1:
+    if len(its) == 1 and q.type != "multi":  # a one-label multi is still its yes/no item (hostile trial)
         return Combined(read_out(q, values[0]))
     per = [read_out(it.shown, v) for it, v in zip(its, values, strict=True)]
     if q.type == "multi":
