@@ -52,6 +52,8 @@ def calibrate(
             raise ConfigError("calibrate: give --target-precision or --target-coverage, not both")
         if target_coverage is None and target_precision is None:
             target_precision = 0.9
+        if output.is_dir():
+            raise ConfigError(f"calibrate: -o {output} is a folder: give the calibration file's path")
         if output.suffix.lower() != ".json":
             raise ConfigError(f"calibrate: -o must be a .json file, got {output}")
         if output.exists() and labelled.exists() and os.path.samefile(output, labelled):

@@ -57,10 +57,12 @@ def read_labelled(path: Path, gold: str, questions: tuple[str, ...] = ()) -> lis
                 rows = list(csv.DictReader(f, delimiter="\t" if name.endswith(".tsv") else ","))
         else:
             raise ConfigError(f"calibrate: {path}: unknown extension (a run output or an eval folder)")
-    except (OSError, ValueError, pa.ArrowException) as e:
-        raise ConfigError(f"calibrate: {path}: cannot read: {e}") from None
-    if not rows or not isinstance(rows, list) or not {"question_id", "probs", "options"} <= set(rows[0]):
-        raise ConfigError(f"calibrate: {path}: not a `run` output (needs question_id, options and probs)")
+    except (OSError, ValueError, RecursionError, pa.ArrowException) as e:
+        raise ConfigError(f"calibrate: {path}: cannot read: {str(e)[:200]}") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ConfigError(f"calibrate: {path}: not a `run` output (a list of records)")
+    if not rows or not {"question_id", "type", "probs", "options"} <= set(rows[0]):
+        raise ConfigError(f"calibrate: {path}: not a `run` output (needs question_id, type, options and probs)")
     if gold not in rows[0]:
         raise ConfigError(f"calibrate: {path}: no gold column {gold!r} (keep it with `run --keep {gold}`)")
     if questions:
@@ -70,7 +72,7 @@ def read_labelled(path: Path, gold: str, questions: tuple[str, ...] = ()) -> lis
                               f"(its questions: {', '.join(sorted(map(str, asked - {None})))})")  # fmt: skip
         rows = [r for r in rows if r.get("question_id") in questions]
     out = [
-        _record(path, r, gold)
+        _checked_record(path, r, gold)
         for r in rows
         if not (r.get("error") or r.get("probs") in (None, "") or r.get(gold) in (None, ""))
     ]
@@ -79,8 +81,20 @@ def read_labelled(path: Path, gold: str, questions: tuple[str, ...] = ()) -> lis
     return out
 
 
+def _checked_record(path: Path, r: dict[str, Any], gold: str) -> dict[str, Any]:
+    """`_record`, with a damaged or hand-made row (a cell that is not JSON, a list for a name, a missing
+    field) one line naming it instead of a traceback (hostile trial)."""
+    try:
+        return _record(path, r, gold)
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
+        raise ConfigError(f"calibrate: {path}: row {str(r.get('id'))[:80]!r}: not a `run` output's record "
+                          f"({type(e).__name__}: {str(e)[:120]})") from None  # fmt: skip
+
+
 def _record(path: Path, r: dict[str, Any], gold: str) -> dict[str, Any]:
     """One answered, labelled row as a fit record. Raises ConfigError naming the row."""
+    if not (isinstance(r["question_id"], str) and isinstance(r["type"], str)):
+        raise TypeError("question_id and type must be text")
     # a calibrated output is refitted on its raw distribution (a multi row's probs are never scaled)
     probs, options = (_listed(r.get("raw_probs") or r["probs"]), _listed(r["options"]))
     where = f"calibrate: {path}: row {r.get('id')!r}, question {r['question_id']!r}: probs {probs!r:.80}"

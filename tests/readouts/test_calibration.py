@@ -158,6 +158,10 @@ def test_hostile_calibration_inputs_are_one_line_errors(tmp_path):
     r = cli("calibrate", f, "--gold", "gold", "-o", f)
     assert r.returncode == 4 and "would destroy it" in r.stderr
     assert json.loads(f.read_text())[0]["probs"] == [0.7, 0.2, 0.1]  # the labelled data is still there
+    d = tmp_path / "d.json"  # a folder: an IsADirectoryError traceback, and d.json.tmp left behind
+    d.mkdir()
+    r = cli("calibrate", f, "--gold", "gold", "-o", d)
+    assert r.returncode == 4 and "is a folder" in r.stderr and not (tmp_path / "d.json.tmp").exists(), r.stderr
 
 
 def _multi_records(n=60, seed=1):
@@ -276,3 +280,53 @@ def test_calibrate_one_question_of_several_and_let_the_rest_run_raw(tmp_path):
     assert r.returncode == 0 and json.loads(cal.read_text())["unfitted"] == "error"
     with pytest.raises(ValueError, match=r'--unfitted raw`, or with "unfitted": "raw"'):
         load_calibration(cal).entry("topic", "choice", ("billing", "bug"))
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"temperature": 1e-320}, r"temperature must be in \[0.001, 1000\]"),  # NaN probs, exit 0
+        ({"temperature": int("1" + "0" * 400)}, r"temperature must be in .*got 1000000"),  # OverflowError
+        ({"abstain_below": int("1" + "0" * 400)}, "abstain_below must be in"),
+        ({"temperature": True}, "temperature must be in"),  # was T = 1
+        ({"temperature": "1.5"}, "temperature must be in"),  # a string holding a number
+        ({"options": None, "n_options": 1e999}, "n_options must be an integer 2–64"),  # OverflowError
+        ({"options": None, "n_options": "2"}, "n_options must be an integer 2–64"),
+    ],
+)
+def test_hand_edited_calibration_numbers_are_refused_in_one_line(tmp_path, change, match):
+    """A hostile trial: a subnormal temperature gave NaN probabilities with exit 0 (never abstaining), and
+    401-digit numbers or an infinite n_options ended in an OverflowError traceback."""
+    entry = {"type": "noul", "options": ["true", "false"], "temperature": 1.5, "abstain_below": 0.5, **change}
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"format": "openjev-calibration/1", "questions": {"refund": entry}}))
+    with pytest.raises(ConfigError, match=match):
+        load_calibration(f)
+
+
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ('id,question_id,type,options,probs,label\na,q,noul,"[""true"",""false""]",oops,true\n',
+         r"row 'a': not a `run` output's record \(JSONDecodeError"),
+        ('[{"question_id": "q", "options": ["a", "b"], "probs": [0.5, 0.5], "label": "a"}]',
+         "needs question_id, type, options and probs"),
+        ("[1, 2]", r"not a `run` output \(a list of records\)"),
+        ('[{"id": "a", "question_id": "q", "type": "choice", "options": ["a", "b"], "probs": [0.5, 0.5], '
+         '"label": "a"}, 5]', r"a list of records"),
+        ("[" * 100_000 + "]" * 100_000, "cannot read"),
+        ('[{"id": "a", "question_id": ["q"], "type": "choice", "options": ["a", "b"], "probs": [0.5, 0.5], '
+         '"label": "a"}]', "question_id and type must be text"),
+        ('[{"id": "a", "question_id": "q", "type": "choice", "options": null, "probs": [0.5, 0.5], "label": "a"}]',
+         r"row 'a': not a `run` output's record \(TypeError"),
+    ],
+)  # fmt: skip
+def test_damaged_labelled_files_are_one_line_errors(tmp_path, content, match):
+    """A hostile trial: a cell that is not JSON, a missing `type`, a list of numbers, a record that is a
+    number, 100,000 brackets, a list for a question id and null options each ended `calibrate` in a traceback."""
+    from openjev_batch.evaluation.calibration_fit import read_labelled
+
+    f = tmp_path / ("lab.csv" if content.startswith("id,") else "lab.json")
+    f.write_text(content)
+    with pytest.raises(ConfigError, match=match):
+        read_labelled(f, "label")

@@ -146,24 +146,31 @@ def load_calibration(path: Path) -> Calibration:
         try:
             qtype = str(v["type"])
             n = v.get("n_options") if v.get("options") is None else None
-            options = int(n) if n is not None else tuple(str(o) for o in v["options"])
+            if n is not None and (type(n) is not int or not 2 <= n <= 64):
+                raise ValueError("n_options must be an integer 2–64")
+            options = n if n is not None else tuple(str(o) for o in v["options"])
             if qtype == "multi":  # per-label P(yes), set by hand: only the threshold labels are chosen at
-                th = v["threshold"]
-                # [0, 1], as a question's own threshold (questions.py); a bool is no P(yes)
-                if isinstance(th, bool) or not 0 <= float(th) <= 1:
-                    raise ValueError("threshold must be in [0, 1]")
-                th = float(th)
-                entries[str(qid)] = Entry(qtype, options, 1.0, 0.0, th)
+                # [0, 1], as a question's own threshold (questions.py)
+                entries[str(qid)] = Entry(qtype, options, 1.0, 0.0, _number(v, "threshold", 0.0, 1.0))
                 continue
-            t, tau = float(v["temperature"]), float(v["abstain_below"])
-        except (KeyError, TypeError, ValueError) as e:
+            t, tau = _number(v, "temperature", *T_RANGE), _number(v, "abstain_below", 0.0, 1.0)
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise ConfigError(
                 f"{where}: questions.{qid}: needs type, options and temperature + abstain_below "
                 f"(multi: threshold) ({e})"
             ) from None
-        if not (math.isfinite(t) and t > 0) or not 0 <= tau <= 1:
-            raise ConfigError(
-                f"{where}: questions.{qid}: temperature must be > 0 and abstain_below in [0, 1]"
-            )
         entries[str(qid)] = Entry(qtype, options, t, tau)
     return Calibration(entries, unfitted, hashlib.sha256(raw).hexdigest())
+
+
+# A temperature outside this is no calibration: at T = 1e-320 (a subnormal a hand-edited file held) every
+# ln P / T was -inf and the output NaN with exit 0 (hostile trial); `calibrate` fits within [0.05, 20].
+T_RANGE = (1e-3, 1e3)
+
+
+def _number(entry: dict, name: str, lo: float, hi: float) -> float:
+    """A JSON number (not a bool, not a string holding one) in [lo, hi]. Raises ValueError naming it."""
+    v = entry[name]
+    if type(v) not in (int, float) or not lo <= v <= hi:  # NaN fails the comparison; a huge int compares fine
+        raise ValueError(f"{name} must be in [{lo:g}, {hi:g}] (a JSON number), got {str(v)[:40]}")
+    return float(v)
