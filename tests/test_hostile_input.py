@@ -221,6 +221,11 @@ def test_terminal_escapes_in_rows_are_printed_escaped(tmp_path, tiny_model):
     src.write_text(
         json.dumps({"id": evil, "state": 5, "questions": q}) + "\n"
         + json.dumps({"id": "ok", "state": f"text {evil}", "questions": q}) + "\n"
+        # a question id and an option name: raw in the answers table and validate's summary line
+        + json.dumps({"id": "q", "state": "x", "questions": {f"z{evil}": {
+            "type": "choice", "instructions": "i", "criteria": {f"a{evil}": None, "b": None}}}}) + "\n"
+        + json.dumps({"id": "w", "state": "x", "questions": {f"w{evil}": {
+            "type": "choice", "instructions": "i", "criteria": {"a": None}}}}) + "\n"
     )  # fmt: skip
     runs = [
         cli("validate", src),

@@ -14,6 +14,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import ConfigError
 from .app import err, out, printable
@@ -211,9 +212,9 @@ def _print_answers(answers: dict, max_questions: int = 30, max_options: int = 12
         n = sum(c for _, c, _ in opts) or 1
         shown = sorted(opts, key=lambda o: -o[1])[:max_options] if len(opts) > max_options else opts
         for i, (opt, count, conf) in enumerate(shown):
-            t.add_row(
-                qid if i == 0 else "",
-                opt,
+            t.add_row(  # ids and option names are the input's text: escaped, never markup (hostile trial)
+                Text(printable(qid)) if i == 0 else "",
+                Text(printable(opt)),
                 f"{count:,}",
                 f"{count / n:.0%}",
                 "–" if conf is None else f"{conf:.2f}",

@@ -64,9 +64,12 @@ def validate(
 
     # questions: those of the rows that parsed (a row refused whole has none to count)
     counts = n(rows, "row") + (f", {n(n_q, r.noun)}" if r.noun != "row" else "")
-    out.print(
-        f"{counts}, {n(len(errors), 'error')}"
-        + (f" ({', '.join(f'{k}: {v}' for k, v in kinds.most_common(5))})" if errors else ""),
+    out.print(  # the error kinds quote the input's field names: escaped, never markup (hostile trial)
+        printable(
+            f"{counts}, {n(len(errors), 'error')}"
+            + (f" ({', '.join(f'{k}: {v}' for k, v in kinds.most_common(5))})" if errors else "")
+        ).replace("\n", "\\n"),
+        markup=False,
         highlight=False,
     )
     raise typer.Exit(EXIT_ROW_ERRORS if errors else EXIT_OK)
