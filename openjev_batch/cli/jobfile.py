@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import typer
 
@@ -56,7 +56,7 @@ def _defaults(ctx: typer.Context, path: Path, load) -> dict[str, Any]:
             )
         if name in out:
             raise ConfigError(f"--config {path}: option {_spelling(params[name])!r} is given twice")
-        out[name] = _value(params[name], v)
+        out[name] = _value(path, params[name], v)
     return out
 
 
@@ -65,9 +65,22 @@ def _spelling(param: Any) -> str:
     return next((f[2:] for f in getattr(param, "opts", ()) if f.startswith("--")), param.name)
 
 
-def _value(param: Any, v: Any) -> Any:
+def _value(path: Path, param: Any, v: Any) -> Any:
     """A YAML value as click takes a default: a mapping for a repeatable key=value option
-    (`engine_arg: {chunked_prefill_size: 8192}`) becomes its `key=value` strings; a list stays a list."""
+    (`engine_arg: {chunked_prefill_size: 8192}`) becomes its `key=value` strings; a list stays a list.
+    click turns a bool or a float default into an integer option's int (`debias-order: true` was K = 1, no
+    debiasing, silently; hostile trial): an integer option takes an integer (or its text) only."""
+    if _takes_int(param) and isinstance(v, bool | float):
+        raise ConfigError(f"--config {path}: {_spelling(param)}: expected an integer, got {v!r}")
     if isinstance(v, dict) and getattr(param, "multiple", False):
         return [f"{k}={json.dumps(x)}" for k, x in v.items()]
     return v
+
+
+def _takes_int(param: Any) -> bool:
+    """An integer option: click's INT or IntRange type, or (typer releases whose options carry no click type)
+    an `int` or `int | None` annotation."""
+    ann = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    return type(getattr(param, "type", None)).__name__ in ("IntParamType", "IntRange") or ann is int or (
+        int in get_args(ann) and str not in get_args(ann)
+    )

@@ -54,3 +54,14 @@ def test_an_unknown_or_repeated_key_in_a_job_file_is_refused_before_the_model_lo
     assert r.returncode == 4 and "must be a mapping of option names to values, got a list" in r.stderr
     r = cli("classify", "--config", tmp_path / "missing.yaml")
     assert r.returncode != 0 and "missing.yaml" in r.stderr
+
+
+def test_a_bool_or_a_fraction_for_an_integer_option_is_refused(tmp_path, tiny_model):
+    """click turned `debias-order: true` into K = 1: no debiasing, exit 0, silently (hostile trial)."""
+    for key, value, shown in (("debias-order", "true", "True"), ("threads", "1.5", "1.5")):
+        job = _job(tmp_path, tiny_model, output=tmp_path / "o.parquet", **{key: value})
+        r = cli("run", "--config", job)
+        assert r.returncode == 4 and not (tmp_path / "o.parquet").exists(), r.stderr
+        assert f"{key}: expected an integer, got {shown}" in r.stderr, r.stderr
+    job = _job(tmp_path, tiny_model, output=tmp_path / "o.parquet", **{"debias-order": "'1'"})  # text: as a flag
+    assert cli("run", "--config", job, "--dry-run").returncode == 0
