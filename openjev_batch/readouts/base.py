@@ -77,10 +77,10 @@ class Readout(ABC):
         BackendError."""
 
     @classmethod
-    def needed_column(cls, options: ReadoutOptions) -> tuple[str, str] | None:
-        """A column some row of the input must have under `options` (checked before the model loads), with
-        the hint a refusal gives; None when no column is needed beyond what every row is parsed for."""
-        return None
+    def needed_columns(cls, options: ReadoutOptions) -> tuple[tuple[str, str], ...]:
+        """The columns some row of the input must have under `options` (checked before the model loads),
+        each with the hint a refusal gives."""
+        return ()
 
     def show(self, rows: list, prompter) -> str:
         """`rows` (parsed rows and RowErrors) as the model gets them, as text (`--show-prompt`). Raises

@@ -66,16 +66,19 @@ def check_input(path: str | Path, keep: tuple[str, ...] = ()) -> Path:
 
 
 def check_has_column(path: str | Path, column: str, hint: str) -> None:
-    """A column the readout needs in some row (`Readout.needed_column`: `run` without --questions reads each
-    row's `questions`): an input where none of the first KEEP_SCAN_ROWS rows has it would load the model and
-    write a file of errors (issue 34.4), so it is a job error (InputFileError) before the model loads. Later
-    rows without it stay row errors."""
+    """A column the readout needs in some row (`Readout.needed_columns`: each row's `state`; `run` without
+    --questions reads each row's `questions`): an input where none of the first KEEP_SCAN_ROWS rows has it
+    would load the model and write a file of errors (issue 34.4; a new-user trial's `body` column), so it is a
+    job error (InputFileError) naming the columns it has, before the model loads. Later rows without it stay
+    row errors."""
     first = next(record_chunks(Path(path), KEEP_SCAN_ROWS), [])
     if not any(isinstance(rec, dict) and rec.get(column) is not None for _, rec in first):
         scope = (
             "no row has" if len(first) < KEEP_SCAN_ROWS else f"none of the first {KEEP_SCAN_ROWS:,} rows has"
         )
-        raise InputFileError(f"{path}: no {column}: {scope} a `{column}` field; {hint}")
+        seen = list(dict.fromkeys(str(k) for _, rec in first if isinstance(rec, dict) for k in rec))
+        has = f" (the rows have: {', '.join(seen[:20])}{', …' if len(seen) > 20 else ''})" if seen else ""
+        raise InputFileError(f"{path}: no {column}: {scope} a `{column}` field{has}; {hint}")
 
 
 def all_columns(cfg: Any) -> tuple[str, ...]:

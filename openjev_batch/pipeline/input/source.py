@@ -41,8 +41,8 @@ class FileSource:
     def check(self) -> None:
         """Whole-file checks, before any model loads. Raises InputFileError."""
         check_input(self.cfg.input, self.cfg.keep)
-        if needed := readout_class(self.cfg.readout).needed_column(self.cfg.readout_options):
-            check_has_column(self.cfg.input, *needed)
+        for column, hint in readout_class(self.cfg.readout).needed_columns(self.cfg.readout_options):
+            check_has_column(self.cfg.input, column, hint)
 
     def count_rows(self) -> int | None:
         return count_rows(self.cfg.input, self.cfg.limit)

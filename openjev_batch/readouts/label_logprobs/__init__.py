@@ -131,13 +131,13 @@ class LabelLogprobs(Readout):
         return out
 
     @classmethod
-    def needed_column(cls, options: LabelLogprobsOptions) -> tuple[str, str] | None:
-        # without shared questions, each row's own: an input with none is refused before the model loads
-        return (
-            None
-            if options.questions is not None
-            else ("questions", "give them in each row or in one file with -q/--questions FILE")
-        )
+    def needed_columns(cls, options: LabelLogprobsOptions) -> tuple[tuple[str, str], ...]:
+        # every row's conversation; without shared questions, each row's own: an input with none of either
+        # is refused before the model loads
+        state = ("state", "each row's conversation or text: a string, a message list or a JSON object")
+        if options.questions is not None:
+            return (state,)
+        return (state, ("questions", "give them in each row or in one file with -q/--questions FILE"))
 
     def show(self, rows: list, prompter) -> str:
         from .show import render_rows  # lazy: keeps --help fast (the readouts load at --help)

@@ -263,6 +263,25 @@ def test_an_input_without_questions_is_refused_before_the_model_loads(tmp_path, 
     assert v.returncode == 4 and "no questions" in v.stderr, v.stderr
 
 
+@pytest.mark.parametrize("kind", ["in.jsonl", "in.parquet"])
+def test_an_input_without_a_state_column_is_refused_naming_its_columns(tmp_path, kind):
+    """A new-user trial: rows whose text was under `body` loaded the model and wrote a file of `state: missing`
+    errors (exit 3). Refused before the model loads, naming the columns the rows have."""
+    inp = tmp_path / kind
+    rows = [{"id": f"r{i}", "body": f"ticket {i}"} for i in range(3)]
+    if kind.endswith(".jsonl"):
+        write_jsonl(inp, rows)
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), inp)
+    (tmp_path / "q.yaml").write_text("u:\n  type: noul\n  instructions: Is it urgent?\n")
+    model = tmp_path / "not-a-model"  # loading it would fail with another error
+    model.mkdir()
+    for r in (cli("run", inp, "-q", tmp_path / "q.yaml", "-m", model, "-b", "hf", "-o", tmp_path / "o.parquet"),
+              cli("validate", inp, "-q", tmp_path / "q.yaml")):  # fmt: skip
+        assert r.returncode == 4 and "no state: no row has a `state` field (the rows have: id, body)" in r.stderr
+    assert not (tmp_path / "o.parquet").exists() and not (tmp_path / "o.parquet.partial").exists()
+
+
 # -- 4. SIGTERM behaves like Ctrl-C (hf) --------------------------------------------------------------------
 @pytest.mark.parametrize(
     "sig,code,word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")]
