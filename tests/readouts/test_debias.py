@@ -86,7 +86,8 @@ def test_debias_order_in_the_plan_the_resume_key_and_row_errors(tiny_model, tmp_
     rows = [json.loads(ln) for ln in out.read_text().splitlines()]
     assert (
         rows[0]["error"]
-        == "row a: questions.two: --debias-order 3 is larger than its 2 options (at most one order per option)"
+        == "row a: questions.two: --debias-order 3 is larger than its 2 options (at most one order per option; "
+        "a question's own `debias: 2` overrides the job's)"
     )
     assert rows[1]["error"] is None and rows[1]["order_spread"] is not None
     manifest = json.loads(out.with_name("o.jsonl.manifest.json").read_text())

@@ -46,7 +46,8 @@ def with_debias(q: QuestionSpec | QuestionError, k: int) -> QuestionSpec | Quest
     if k <= 1 or not isinstance(q, QuestionSpec) or q.type not in ("choice", "score") or q.debias is not None:
         return q
     if k > len(q.options):
-        why = f"--debias-order {k} is larger than its {len(q.options)} options (at most one order per option)"
+        why = (f"--debias-order {k} is larger than its {len(q.options)} options (at most one order per option; "
+               f"a question's own `debias: {len(q.options)}` overrides the job's)")  # fmt: skip
         return QuestionError(q.qid, q.type, f"questions.{q.qid}: {why}")
     return replace(q, debias=k)
 
