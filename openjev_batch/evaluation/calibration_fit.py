@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..readouts.label_logprobs.calibration import CURVE_POINTS, FORMAT, scaled
 from .calibration_multi import fit_multi, gold_labels, multi_lines, p_yes
-from .metrics import fit_temperature
+from .metrics import T_MAX, fit_temperature
 
 MIN_ROWS = 2  # per question: a temperature needs answers to fit on
 
@@ -238,6 +238,9 @@ def curve_table(doc: dict) -> str:
         met = (f"abstain below {e['abstain_below']:.3f}: coverage {e['coverage']:.0%}, selective accuracy "
                f"{sel:.1%}") if e["target_met"] else "target not reached: abstains on every answer"  # fmt: skip
         lines.append(f"{qid}: n={e['n']}, T={e['temperature']:.3f}, accuracy {e['accuracy']:.1%}; {met}")
+        if e["temperature"] >= T_MAX * 0.999:  # the fit's upper end: flattening still lowered the NLL
+            lines.append(f"  T at the fit's upper bound ({T_MAX:g}): these probabilities carry no usable signal "
+                         "for this question (or point the wrong way)")  # fmt: skip
         lines.append("  coverage  " + " ".join(f"{c['coverage']:>5.0%}" for c in e["curve"]))
         lines.append("  accuracy  " + " ".join(f"{c['accuracy']:>5.0%}" for c in e["curve"]))
     return "\n".join(lines) + "\n"

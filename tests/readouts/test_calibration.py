@@ -330,3 +330,14 @@ def test_damaged_labelled_files_are_one_line_errors(tmp_path, content, match):
     f.write_text(content)
     with pytest.raises(ConfigError, match=match):
         read_labelled(f, "label")
+
+
+def test_the_curve_says_when_the_temperature_is_at_the_fits_upper_bound():
+    """A new-user trial read `T=20.000` with no word that the fit stopped at its bound: the probabilities
+    carry no signal. Confident answers right half the time on a 2-way question flatten to uniform."""
+    from openjev_batch.evaluation.calibration_fit import curve_table
+
+    flat = [{**r, "gold": i % 2, "probs": (0.99, 0.01)} for i, r in enumerate(_records(40))]
+    table = curve_table(fit(flat, precision=0.8))
+    assert "T=20.000" in table and "T at the fit's upper bound (20)" in table, table
+    assert "upper bound" not in curve_table(fit(_records(), precision=0.8))
