@@ -43,7 +43,9 @@ def _print_plan(p, command: str = "run") -> None:
     t = Table(title=f"openjev-batch {command} --dry-run", show_header=False)
     for k, v in [
         *([("model", p.model)] if p.model else []),
-        *([("request pattern (sglang)", p.sglang_pattern)] if p.sglang_pattern else []),
+        # the pattern sglang would use: on an hf plan too, said so (a new-user trial read it as this run's)
+        *([(f"request pattern{'' if p.backend == 'sglang' else ', if run on sglang'}", p.sglang_pattern)]
+          if p.sglang_pattern else []),  # fmt: skip
         ("rows", f"{p.rows:,}"),
         ("questions", f"{p.questions:,}"),
         ("row/question errors", f"{p.errors:,}"),

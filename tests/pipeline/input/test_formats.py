@@ -151,6 +151,7 @@ def test_dry_run_needs_no_output_and_names_the_backend(tiny_model):
     text = " ".join(r.stdout.split())
     assert "expected cache hit rate, hf (this run's backend)" in text
     assert "expected cache hit rate, sglang" in text and "identical prefixes only" in text
+    assert "request pattern, if run on sglang" in text  # not read as this hf run's (new-user trial)
     r = cli("run", EXAMPLES / "tickets.jsonl", "-m", tiny_model, "-b", "hf")
     assert r.returncode == 2 and "only --dry-run and --show-prompt run without it" in " ".join(
         r.stderr.split()
