@@ -134,7 +134,8 @@ class LabelLogprobs(Readout):
     def needed_columns(cls, options: LabelLogprobsOptions) -> tuple[tuple[str, str], ...]:
         # every row's conversation; without shared questions, each row's own: an input with none of either
         # is refused before the model loads
-        state = ("state", "each row's conversation or text: a string, a message list or a JSON object")
+        state = ("state", "each row's conversation or text (a string, a message list or a JSON object): rename "
+                          "the column that holds it to 'state' (`classify` reads 'text')")  # fmt: skip
         if options.questions is not None:
             return (state,)
         return (state, ("questions", "give them in each row or in one file with -q/--questions FILE"))

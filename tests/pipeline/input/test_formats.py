@@ -190,12 +190,17 @@ def test_yaml_true_false_keys_and_text_column_hint(tmp_path):
     (refund, answer) = load_questions(qf)
     assert refund.descriptions == ("asks for money back", "anything else")
     assert answer.options == ("yes", "no")  # not True/False
-    p = write_jsonl(tmp_path / "t.jsonl", [{"id": "a", "text": "hello"}])
+    # one row without `state` among others is that row's error, with the hint; no row with one is the job's
+    p = write_jsonl(tmp_path / "t.jsonl", [{"id": "a", "text": "hello"}, {"id": "b", "state": "hi"}])
     r = cli("validate", p, "-q", qf)
     assert r.returncode == 3
     assert "row a: state: missing (the row has a 'text' column: rename it to 'state'" in " ".join(
         r.stderr.split()
     )
+    p = write_jsonl(tmp_path / "t.jsonl", [{"id": "a", "text": "hello"}])
+    r = cli("validate", p, "-q", qf)
+    assert r.returncode == 4 and "(the rows have: id, text)" in r.stderr, r.stderr
+    assert "rename the column that holds it to 'state' (`classify` reads 'text')" in r.stderr
 
 
 def test_job_rows_reads_a_job_and_hashes_what_it_read(tmp_path):
