@@ -245,15 +245,17 @@ def test_an_input_without_rows_is_refused_before_the_model_loads(tmp_path, kind)
     assert not (tmp_path / "o.parquet.partial").exists()
 
 
+def _input(path, rows):
+    if path.suffix == ".jsonl":
+        return write_jsonl(path, rows)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
 @pytest.mark.parametrize("kind", ["in.jsonl", "in.parquet"])
 def test_an_input_without_questions_is_refused_before_the_model_loads(tmp_path, kind):
     """Issue 34.4: rows without `questions` and no -q loaded the model and wrote a file of errors (exit 3)."""
-    inp = tmp_path / kind
-    rows = [{"id": f"r{i}", "state": f"ticket {i}"} for i in range(3)]
-    if kind.endswith(".jsonl"):
-        write_jsonl(inp, rows)
-    else:
-        pq.write_table(pa.Table.from_pylist(rows), inp)
+    inp = _input(tmp_path / kind, [{"id": f"r{i}", "state": f"ticket {i}"} for i in range(3)])
     model = tmp_path / "not-a-model"  # loading it would fail with another error
     model.mkdir()
     r = cli("run", inp, "-m", model, "-b", "hf", "-o", tmp_path / "o.parquet", "--no-progress")
@@ -267,12 +269,7 @@ def test_an_input_without_questions_is_refused_before_the_model_loads(tmp_path, 
 def test_an_input_without_a_state_column_is_refused_naming_its_columns(tmp_path, kind):
     """A new-user trial: rows whose text was under `body` loaded the model and wrote a file of `state: missing`
     errors (exit 3). Refused before the model loads, naming the columns the rows have."""
-    inp = tmp_path / kind
-    rows = [{"id": f"r{i}", "body": f"ticket {i}"} for i in range(3)]
-    if kind.endswith(".jsonl"):
-        write_jsonl(inp, rows)
-    else:
-        pq.write_table(pa.Table.from_pylist(rows), inp)
+    inp = _input(tmp_path / kind, [{"id": f"r{i}", "body": f"ticket {i}"} for i in range(3)])
     (tmp_path / "q.yaml").write_text("u:\n  type: noul\n  instructions: Is it urgent?\n")
     model = tmp_path / "not-a-model"  # loading it would fail with another error
     model.mkdir()
