@@ -12,13 +12,17 @@ from collections.abc import Iterator
 def kill_new_children(before: set[int]) -> None:
     """Kill (with their descendants) the child processes that were not there in `before`: what a failed
     `sglang.Engine(...)` left running. Other children (e.g. another engine of this process) are spared."""
+    kill_children(children_pids() - before)
+
+
+def kill_children(pids: set[int] | frozenset[int]) -> None:
+    """Kill the child processes `pids` of this process, with their descendants, and reap them."""
     try:
         import psutil
     except ImportError:
         return
-    me = psutil.Process()
-    for c in me.children():
-        if c.pid in before:
+    for c in psutil.Process().children():
+        if c.pid not in pids:
             continue
         with contextlib.suppress(psutil.Error):
             for d in c.children(recursive=True):
@@ -45,7 +49,7 @@ def own_children_only(own: frozenset[int] | None) -> Iterator[None]:
     def kill_own(parent_pid, include_parent: bool = True, *args, **kwargs):
         if parent_pid != os.getpid() or include_parent:
             return original(parent_pid, include_parent, *args, **kwargs)
-        kill_new_children(set(children_pids()) - own)  # spare every child that is not this engine's
+        kill_children(own)  # every other child (another engine's) is spared
 
     mod.kill_process_tree = kill_own
     try:
