@@ -96,7 +96,22 @@ def _options(r: dict, key: str) -> tuple[Any, ...]:
     v = r[key]
     if isinstance(v, str) or not isinstance(v, list | tuple):
         raise ValueError(f"{key}: expected a list of options, got {'null' if v is None else type(v).__name__}")
-    return tuple(v)
+    for j, o in enumerate(v):
+        # a null option was shown as the option "None" (issue 42.7); a number is its text (MMLU's "4")
+        if not isinstance(o, str) and (isinstance(o, bool) or not isinstance(o, int | float)):
+            raise ValueError(f"{key}: option {j + 1} is {'null' if o is None else type(o).__name__}, not text")
+    return tuple(o if isinstance(o, str) else str(o) for o in v)
+
+
+def _name(r: dict, key: str) -> str:
+    """Column `key`, a name (a category, a question id): text or a number. A null was the name "None",
+    one category with every other null (issue 42.7). Raises ValueError naming the column."""
+    v = r[key]
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    raise ValueError(f"{key}: expected text, got {'null' if v is None else type(v).__name__}")
 
 
 def _id(r: dict, default: str) -> str:
@@ -109,11 +124,12 @@ def _mmlu_pro(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) ->
         gold = LETTERS.index(str(r["answer"]).strip().upper())
     elif r.get("answer") is not None and LETTERS[int(gold)] != str(r["answer"]).strip().upper():
         raise ValueError(f"answer {r['answer']!r} disagrees with answer_index {gold}")
-    return Item(str(r["question_id"]), _text(r, "question"), _options(r, "options"), int(gold), str(r["category"]))
+    qid, cat = _name(r, "question_id"), _name(r, "category")
+    return Item(qid, _text(r, "question"), _options(r, "options"), int(gold), cat)
 
 
 def _mmlu(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) -> Item:
-    cat = str(r["subject"])
+    cat = _name(r, "subject")
     k = seen[cat] = seen.get(cat, -1) + 1
     return Item(_id(r, f"{cat}-{k:04d}"), _text(r, "question"), _options(r, "choices"), int(r["answer"]), cat)
 

@@ -4,6 +4,7 @@ temperature scaling, and the hand-written MMLU-Pro fixture end to end on the tin
 import hashlib
 import json
 import math
+import re
 
 import numpy as np
 import polars as pl
@@ -442,3 +443,26 @@ def test_committed_eval_results_reproduce(tmp_path):
                        backend="hf", keep=("gold", "category"))  # fmt: skip
     prompts, _ = prompt_texts(job)
     assert [prompts[(i, "answer")] for i in ids] == committed["prompt"].to_list()
+
+
+@pytest.mark.parametrize(
+    "rec, message",
+    [
+        ({"question": "q", "subject": None, "choices": ["x", "y"], "answer": 0}, "subject: expected text, got null"),
+        ({"question": "q", "subject": "a", "choices": ["x", None], "answer": 0}, "choices: option 2 is null, not text"),
+        ({"question": "q", "subject": "a", "choices": ["x", True], "answer": 0}, "choices: option 2 is bool, not text"),
+        ({"question_id": 1, "question": "q", "options": ["a", None], "answer": "A", "category": "c"},
+         "options: option 2 is null, not text"),
+        ({"question_id": 1, "question": "q", "options": ["a", "b"], "answer": "A", "category": None},
+         "category: expected text, got null"),
+        ({"question_id": None, "question": "q", "options": ["a", "b"], "answer": "A", "category": "c"},
+         "question_id: expected text, got null"),
+    ],
+)  # fmt: skip
+def test_a_null_option_or_subject_is_refused_not_named_none(rec, message):
+    """Issue 42.7: `eval` turned a null choice into the option "None" and a null subject into the category
+    "None" (one category for every null). Each is refused naming the column; a number stays its text."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tasks.to_items([rec])
+    items, _ = tasks.to_items([{"question": "q", "subject": "a", "choices": [4, 2.5], "answer": 0}])
+    assert items[0].options == ("4", "2.5")

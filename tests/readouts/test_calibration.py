@@ -467,3 +467,16 @@ def test_an_integer_gold_on_number_named_options_is_read_as_a_name(tmp_path):
     folder.mkdir()
     pq.write_table(pa.Table.from_pylist([{**base, "gold": 1}]), folder / "predictions.parquet")
     assert read_labelled(folder, "gold")[0]["gold"] == 1  # eval's gold: the index of MMLU's option texts
+
+
+def test_a_calibration_file_with_a_question_twice_is_refused(tmp_path):
+    """Issue 42.7: JSON keeps the last of a repeated key, so a file with a question written twice was
+    calibrated by the second entry without a word. It is refused in one line naming the key."""
+    entry = '{"type": "noul", "options": ["true", "false"], "temperature": %s, "abstain_below": 0.5}'
+    f = tmp_path / "c.json"
+    f.write_text('{"format": "openjev-calibration/1", "questions": {"refund": %s, "refund": %s}}'
+                 % (entry % 1.5, entry % 3.0))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"c.json: the key 'refund' is given twice \(a question written twice\?\)"):
+        load_calibration(f)
+    f.write_text('{"format": "openjev-calibration/1", "questions": {"refund": %s}}' % (entry % 1.5))
+    assert load_calibration(f).entries["refund"].temperature == 1.5 and load_calibration(f).path == str(f)

@@ -53,6 +53,7 @@ class Calibration:
     entries: dict[str, Entry]
     unfitted: str  # "error" or "raw"
     sha256: str  # the file's content: the resume key
+    path: str = ""  # where it was read (the summary and the manifest name it; not part of the resume key)
 
     def entry(self, qid: str, qtype: str, options: tuple[str, ...]) -> Entry | None:
         """The entry of question `qid` asked with `options`; None when the file lets it go unfitted. Raises
@@ -114,6 +115,21 @@ def apply(e: Entry, a: Answer) -> tuple[Answer, bool]:
 MAX_FILE_BYTES = 64 << 20  # far above a file for 64 questions a row and thousands of question ids
 
 
+class DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: json keeps the last of a repeated key, so a question written
+    twice was calibrated by its second entry without a word (issue 42.7)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKey(f"the key {k!r} is given twice (a question written twice?): keep one")
+        out[k] = v
+    return out
+
+
 def load_calibration(path: Path) -> Calibration:
     """Read and check a calibration file. Raises ConfigError naming the file and the field."""
     path = Path(path)
@@ -125,9 +141,11 @@ def load_calibration(path: Path) -> Calibration:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise ConfigError(f"--calibration {path}: over {MAX_FILE_BYTES >> 20} MiB: not a calibration file")
         raw = path.read_bytes()
-        doc = json.loads(raw)
+        doc = json.loads(raw, object_pairs_hook=_unique_keys)
     except OSError as e:
         raise ConfigError(f"--calibration {path}: cannot read ({e.strerror})") from None
+    except DuplicateKey as e:
+        raise ConfigError(f"--calibration {path}: {e}") from None
     except (ValueError, RecursionError) as e:
         raise ConfigError(f"--calibration {path}: not JSON ({e})") from None
     where = f"--calibration {path}"
@@ -160,7 +178,7 @@ def load_calibration(path: Path) -> Calibration:
                 f"(multi: threshold) ({e})"
             ) from None
         entries[str(qid)] = Entry(qtype, options, t, tau)
-    return Calibration(entries, unfitted, hashlib.sha256(raw).hexdigest())
+    return Calibration(entries, unfitted, hashlib.sha256(raw).hexdigest(), str(path))
 
 
 # A temperature outside this is no calibration: at T = 1e-320 (a subnormal a hand-edited file held) every
