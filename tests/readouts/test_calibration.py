@@ -472,11 +472,13 @@ def test_an_integer_gold_on_number_named_options_is_read_as_a_name(tmp_path):
 def test_a_calibration_file_with_a_question_twice_is_refused(tmp_path):
     """Issue 42.7: JSON keeps the last of a repeated key, so a file with a question written twice was
     calibrated by the second entry without a word. It is refused in one line naming the key."""
-    entry = '{"type": "noul", "options": ["true", "false"], "temperature": %s, "abstain_below": 0.5}'
+    def entry(t):
+        return json.dumps({"type": "noul", "options": ["true", "false"], "temperature": t, "abstain_below": 0.5})
+
     f = tmp_path / "c.json"
-    f.write_text('{"format": "openjev-calibration/1", "questions": {"refund": %s, "refund": %s}}'
-                 % (entry % 1.5, entry % 3.0))  # fmt: skip
+    head = '{"format": "openjev-calibration/1", "questions": '
+    f.write_text(head + f'{{"refund": {entry(1.5)}, "refund": {entry(3.0)}}}}}')
     with pytest.raises(ConfigError, match=r"c.json: the key 'refund' is given twice \(a question written twice\?\)"):
         load_calibration(f)
-    f.write_text('{"format": "openjev-calibration/1", "questions": {"refund": %s}}' % (entry % 1.5))
+    f.write_text(head + f'{{"refund": {entry(1.5)}}}}}')
     assert load_calibration(f).entries["refund"].temperature == 1.5 and load_calibration(f).path == str(f)
