@@ -89,13 +89,42 @@ def test_calibrate_then_run_with_calibration(tiny_model, tmp_path):
         assert a["probs"] == pytest.approx(scaled(tuple(b["probs"]), T))
         assert isinstance(a["abstain"], bool)
     assert 0 < sum(a["abstain"] for a in t) < len(t)  # half kept, at the fitted threshold
+    # issue 42.1: the summary counts the abstentions (per question and per option) and names the file
+    n_ab = sum(a["abstain"] for a in t)
+    assert re.search(rf"abstained \(sentiment\)\s*│\s*{n_ab} \({n_ab / 20:.1%}\)", r.stderr), r.stderr
+    sha = load_calibration(cal).sha256
+    assert re.search(rf"calibration\s*│\s*{re.escape(str(cal))} \(sha256 {sha[:16]}\)", r.stderr), r.stderr
+    table = r.stderr[r.stderr.index("answers"):]
+    assert re.search(r"option\s*┃\s*rows\s*┃\s*share\s*┃\s*mean confidence\s*┃\s*abstained", table), table
+    for opt in ("negative", "positive"):
+        got = [a for a in t if a["answer"] == opt]
+        assert re.search(rf"{opt}\s*│\s*{len(got)}\s*│.*│\s*{sum(a['abstain'] for a in got)}\s*│", table), table
+    assert ("warning: question" in r.stderr) == (n_ab > 10), r.stderr  # more than half: a warning line
     manifest = json.loads(pq.read_schema(out).metadata[KEY])["manifest"]
-    assert json.dumps(manifest).count(load_calibration(cal).sha256) == 1
+    assert json.dumps(manifest).count(sha) == 1 and manifest["calibration_file"] == str(cal.absolute())
     # another calibration file is another job: --resume refuses to mix them
     other = tmp_path / "other.json"
     other.write_text(json.dumps({**doc, "target": {"coverage": 0.9}}))
     r = cli("run", src, "-q", qs, "-o", out, "--calibration", other, "--resume", *run)
     assert r.returncode == 4 and "calibration" in r.stderr, r.stderr
+    # issue 42.1: a missed target (20 labelled rows, fewer than --min-kept 30) abstains on every row: the run
+    # exits 0 as before, and its summary and a `warning:` line a log grep finds say so
+    missed = tmp_path / "missed.json"
+    r = cli("calibrate", labelled, "--gold", "label", "-o", missed, "--target-precision", "0.9")
+    assert r.returncode == 0 and "warning: calibrate: question 'sentiment': target not met" in r.stderr, r.stderr
+    all_out = tmp_path / "all.parquet"
+    r = cli("run", src, "-q", qs, "-o", all_out, "--calibration", missed, *run)
+    assert r.returncode == 0, r.stderr
+    assert all(a["abstain"] for a in pq.read_table(all_out).to_pylist())
+    assert re.search(r"abstained \(sentiment\)\s*│\s*20 \(100.0%\)", r.stderr), r.stderr
+    assert re.search(rf"^warning: question 'sentiment' abstained on 20 of 20 answered rows \(100%\) under the "
+                     rf"calibration file {re.escape(str(missed))}, abstain_below 1.000: its calibration target was "
+                     "not met", r.stderr, re.M), r.stderr  # fmt: skip
+    # the same file under another path is the same job: --resume finds it finished
+    moved = tmp_path / "moved.json"
+    moved.write_bytes(missed.read_bytes())
+    r = cli("run", src, "-q", qs, "-o", all_out, "--calibration", moved, "--resume", *run)
+    assert r.returncode == 0 and "nothing to do" in r.stderr, r.stderr
     # a file for other questions: refused at start, nothing written
     r = cli("run", src, "-q", EXAMPLES / "ticket_questions.yaml", "-o", tmp_path / "x.parquet",
             "--calibration", cal, *run)  # fmt: skip
@@ -244,6 +273,17 @@ def test_calibrate_then_run_a_multi_question(tiny_model, tmp_path):
     labelled, cal, out = tmp_path / "lab.parquet", tmp_path / "cal.json", tmp_path / "out.parquet"
     r = cli("run", src, "-o", labelled, "--keep", "gold", *run)
     assert r.returncode == 0, r.stderr
+    # issue 42.3: the multi table counts rows ("share" divided by all chosen labels: 60 of 60 rows showed 16 %)
+    # under headers that say what the columns hold
+    table = r.stderr[r.stderr.index("labels chosen (multi questions)"):]
+    assert re.search(r"question\s*┃\s*label\s*┃\s*rows choosing it\s*┃\s*share of rows\s*┃\s*mean P\(yes\) when chosen",
+                     table), table  # fmt: skip
+    lab_rows = pq.read_table(labelled).to_pylist()
+    for label in labels:
+        picked = [r["probs"][r["options"].index(label)] for r in lab_rows if label in r["chosen"]]
+        mean = "–" if not picked else f"{sum(picked) / len(picked):.2f}"
+        assert re.search(rf"{label}\s*│\s*{len(picked)}\s*│\s*{len(picked) / 6:.0%}\s*│\s*{re.escape(mean)}", table), table
+    assert "mean confidence" not in table
     r = cli("calibrate", labelled, "--gold", "gold", "-o", cal, "--target-coverage", "0.5", "--min-kept", "1")
     assert r.returncode == 0, r.stderr
     assert "m: multi, n=6 rows, 7 gold labels" in r.stdout and "recall" in r.stdout

@@ -136,13 +136,16 @@ def partial_job(mpath: Path) -> str | None:
 # Entries known only once the model loaded (the job amends them then): a manifest computed before the load
 # lacks them, so they are compared when both have them (store.OutputStore.amend compares them at the load)
 LATE = ("tokenizer",)
+# Entries that say where something was read, for a person reading the manifest: its content is compared under
+# another key (calibration_sha256), so the same file under another path resumes
+INFO = ("calibration_file",)
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The keys whose values differ between two manifests (`new` compared as JSON keeps it: tuples as
-    lists), sorted; a LATE key that `new` does not have yet is not compared."""
+    lists), sorted; a LATE key that `new` does not have yet is not compared, an INFO key never."""
     new = json.loads(json.dumps(new))
-    keys = {k for k in set(old) | set(new) if k in new or k not in LATE}
+    keys = {k for k in set(old) | set(new) if (k in new or k not in LATE) and k not in INFO}
     return sorted(k for k in keys if old.get(k) != new.get(k))
 
 

@@ -250,6 +250,9 @@ class LabelLogprobs(Readout):
             key["debias_order"] = self.debias_order
         if self.calibration is not None:  # the file's content: a refitted file must not mix answers
             key["calibration_sha256"] = self.calibration.sha256
+            # where it was read, for a person reading the manifest; not compared (output/manifest.INFO): the
+            # same file moved is the same job
+            key["calibration_file"] = str(Path(self.calibration.path).absolute())
         return key
 
     def tokens(self, table: pa.Table) -> dict[str, int]:
@@ -273,16 +276,24 @@ class LabelLogprobs(Readout):
             options[k] = k.split(SEP)[2:]
         keep = pc.is_valid(table.column("answer"))
         ok = table.filter(keep)
-        single = pa.table([key.filter(keep), ok.column("answer"), ok.column("confidence")],
-                          names=["question", "answer", "confidence"])  # fmt: skip
+        # a calibrated answer below its threshold abstains (null: the file let the question go unfitted)
+        abstain = ok.column("abstain") if "abstain" in ok.column_names else pa.nulls(ok.num_rows, pa.bool_())
+        single = pa.table([key.filter(keep), ok.column("answer"), ok.column("confidence"), abstain,
+                           pa.array([1] * ok.num_rows, pa.int64())],
+                          names=["question", "answer", "confidence", "abstain", "row"])  # fmt: skip
         return pa.concat_tables([single, chosen_labels(table, key)]), options
 
     def summary_rows(self, s) -> list[tuple[str, str]]:
+        cal = self.calibration
         return [
             ("rows", f"{s.rows:,}"),
             ("questions", f"{s.questions:,}"),
             ("answered", f"{s.answered:,}"),
+            # answered, but below the calibrated threshold: for a person to route (issue 42.1: a run whose 300
+            # rows all abstained said "answered 300 · errors 0" and nothing else)
+            *((f"abstained ({q})", _share(sum(n), s.answered_rows[q])) for q, n in s.abstained.items()),
             ("errors", f"{s.errors:,}"),
+            *([("calibration", f"{cal.path} (sha256 {cal.sha256[:16]})")] if cal is not None else []),
             ("branch (logical) tokens", f"{s.branch_tokens:,}"),
             ("  of which prefix", f"{s.prefix_tokens:,}"),
             ("computed tokens", f"{s.computed_tokens:,}"),
@@ -291,3 +302,6 @@ class LabelLogprobs(Readout):
             ("output", s.output),
         ]
 
+
+def _share(n: int, of: int) -> str:
+    return f"{n:,} ({n / of:.1%})" if of else f"{n:,}"

@@ -121,15 +121,19 @@ def combine(q: QuestionSpec, values: Sequence[Sequence[float]]) -> Combined:
 
 def chosen_labels(table: pa.Table, key: pa.ChunkedArray) -> pa.Table:
     """multi rows (no single `answer`): one entry per label in `chosen`, its P(yes) as the confidence, so the
-    answers table counts the rows that chose each label (it counted none: new-user trial, 2026-12-05)."""
-    qs, labels, p_chosen = [], [], []
+    answers table counts the rows that chose each label (it counted none: new-user trial, 2026-12-05). `row`
+    is 1 on one entry of each answered row, and a row that chose no label has one entry with a null answer,
+    so the table's share is of rows, not of chosen labels (issue 42.3)."""
+    qs, labels, p_chosen, first = [], [], [], []
     cols = ("type", "options", "probs", "chosen", "error")
     rows = zip(key.to_pylist(), *(table.column(c).to_pylist() for c in cols), strict=True)
     for k, typ, opts, probs, chosen, error in rows:
-        if typ != "multi" or error is not None or not chosen:
+        if typ != "multi" or error is not None or probs is None:
             continue
         p_yes = dict(zip(opts, probs, strict=True))
-        for label in chosen:
-            qs.append(k), labels.append(label), p_chosen.append(p_yes.get(label))
-    return pa.table([pa.array(qs, pa.string()), pa.array(labels, pa.string()), pa.array(p_chosen, pa.float64())],
-                    names=["question", "answer", "confidence"])  # fmt: skip
+        for i, label in enumerate(chosen or [None]):
+            qs.append(k), labels.append(label), p_chosen.append(p_yes.get(label)), first.append(int(i == 0))
+    n = len(qs)
+    return pa.table([pa.array(qs, pa.string()), pa.array(labels, pa.string()), pa.array(p_chosen, pa.float64()),
+                     pa.nulls(n, pa.bool_()), pa.array(first, pa.int64())],
+                    names=["question", "answer", "confidence", "abstain", "row"])  # fmt: skip
