@@ -45,6 +45,11 @@ class InputWarning(UserWarning):
     CLI prints it as one `warning:` line naming the file and line."""
 
 
+class OptionWarning(InputWarning):
+    """An option that runs as given but likely not as meant (`--debias-order K` below a question's option
+    count); the CLI prints it as one `warning:` line."""
+
+
 class LabelError(OpenjevError):
     """The tokenizer cannot provide enough verified single-token labels in the answer context."""
 

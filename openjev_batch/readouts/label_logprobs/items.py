@@ -15,10 +15,14 @@ A branch's id is the question id for the first item (so a plain question's branc
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
+
+from ...errors import OptionWarning
 
 from .answer import Answer, confidence, label_mass, read_out
 from .questions import QuestionError, QuestionSpec
@@ -49,7 +53,21 @@ def with_debias(q: QuestionSpec | QuestionError, k: int) -> QuestionSpec | Quest
         why = (f"--debias-order {k} is larger than its {len(q.options)} options (at most one order per option; "
                f"a question's own `debias: {len(q.options)}` overrides the job's)")  # fmt: skip
         return QuestionError(q.qid, q.type, f"questions.{q.qid}: {why}")
+    if k < len(q.options):
+        _warn_fewer_orders(q.qid, len(q.options), k)
     return replace(q, debias=k)
+
+
+@functools.cache  # once per question id and size: per-row questions come here once per row
+def _warn_fewer_orders(qid: str, n: int, k: int) -> None:
+    """K orders of n > K options leave each option at only K of the n letters, so a model's letter preference
+    stays (MMLU at K = 2: answers piled on A and C, −6 points; evals/README.md): one warning line."""
+    warnings.warn(
+        f"--debias-order {k} is below question {qid!r}'s {n} options: each option is shown at only {k} of the "
+        f"{n} letters, so a letter preference stays; use --debias-order {n} (the option count) to cancel it",
+        OptionWarning,
+        stacklevel=3,
+    )
 
 
 def question_id(bid: str) -> str:
