@@ -23,7 +23,6 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from ...errors import OptionWarning
-
 from .answer import Answer, confidence, label_mass, read_out
 from .questions import QuestionError, QuestionSpec
 
