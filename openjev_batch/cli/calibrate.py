@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from ..errors import ConfigError, OpenjevError
+from ..readouts.label_logprobs.calibration import MIN_KEPT
 from .app import _fail, app, err, out, printable
 
 
@@ -38,7 +39,7 @@ def calibrate(
         None, "--question", help="Fit only this question id (repeatable): the one --gold labels. Default: all."
     ),
     min_kept: int = typer.Option(
-        30,
+        MIN_KEPT,
         "--min-kept",
         min=1,
         help="A target counts as met only on at least this many kept answers (multi: chosen labels), and "

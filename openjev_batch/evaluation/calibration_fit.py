@@ -31,15 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..readouts.label_logprobs.calibration import CURVE_POINTS, FORMAT
+from ..readouts.label_logprobs.calibration import CURVE_POINTS, FORMAT, MIN_KEPT
 from .calibration_multi import fit_multi, gold_labels, holdout_multi, multi_lines, p_yes
 from .metrics import T_MAX, fit_temperature, metrics, scale, wilson
 from .tasks import rank
 
 MIN_ROWS = 2  # per question: a temperature needs answers to fit on
-# A target counts as met only on this many kept answers at least (`--min-kept`): below it the Wilson bound
-# is too wide to promise anything (30: the usual rule of thumb for a normal-approximation interval).
-MIN_KEPT = 30
 HOLDOUT_SEED = 42  # the held-out split ranks sha256("42:calibrate-holdout:<row id>") (tasks.rank)
 
 

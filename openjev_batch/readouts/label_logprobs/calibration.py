@@ -37,6 +37,9 @@ from .questions import QuestionSpec
 FORMAT = "openjev-calibration/1"
 UNFITTED = ("error", "raw")
 CURVE_POINTS = 10  # the selective-accuracy/coverage curve at 10 %, 20 %, … 100 % coverage
+# `calibrate --min-kept`'s default: a target counts as met only on this many kept answers at least (below it
+# the Wilson bound is too wide to promise anything; 30, the usual rule of thumb for a normal approximation)
+MIN_KEPT = 30
 
 
 @dataclass(frozen=True)
