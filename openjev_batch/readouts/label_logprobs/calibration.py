@@ -4,10 +4,17 @@ threshold on labelled rows and writes them to a JSON file; `run --calibration FI
 File (``format: openjev-calibration/1``)::
 
     {"format": "openjev-calibration/1", "unfitted": "error",
-     "target": {"precision": 0.9},
+     "target": {"precision": 0.9, "min_kept": 30},
      "questions": {"<question id>": {"type": "choice", "options": [...], "temperature": 1.7,
-                   "abstain_below": 0.62, "n": 400, "coverage": 0.71, "selective_accuracy": 0.90,
-                   "target_met": true, "curve": [{"coverage": 0.1, "accuracy": 1.0, "threshold": 0.97}, ...]}}}
+                   "abstain_below": 0.62, "n": 400, "kept": 284, "coverage": 0.71, "selective_accuracy": 0.93,
+                   "ci95": [0.90, 0.95], "target_met": true, "accuracy": 0.8, "ece": 0.03, "brier": 0.3,
+                   "raw": {"ece": 0.1, "brier": 0.35},
+                   "curve": [{"coverage": 0.1, "accuracy": 1.0, "threshold": 0.97}, ...]}}}
+
+What `run` reads of an entry is its type, options, temperature and abstain_below (multi: threshold); the rest
+says what the fit promises (evaluation/calibration_fit.py): a missed target has `"target_met": false`,
+abstain_below 1 and a `note`; `calibrate --holdout` adds `holdout`, the same figures on rows left out of the
+fit. A key given twice (a question written twice) is refused: JSON would keep the last one silently.
 
 Applied to one answer: probs ← softmax(ln probs / T) (Guo et al. 2017, the fit of `eval --calibrate`), the
 answer, confidence, p_true and score from those; `abstain` = max(probs) < abstain_below. The raw distribution
