@@ -17,6 +17,7 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from . import loop
 from .dry_run import dry_run
+from .input.formats import may_have_images
 from .input.source import FileSource
 from .output.sink import StoreSink
 from .progress import Progress
@@ -46,9 +47,28 @@ def run_job(
     if cfg.output is None:
         raise ConfigError("an output path (-o) is needed; only --dry-run runs without one")
     runner = for_job(backend, ray)  # the one choice of local or Ray (Ray's refusals before the input is read)
+    if backend is None and cfg.backend == "sglang" and cfg.images is None:
+        # the engine starts for this job: multimodal when its input has images. A missing or unreadable input
+        # is its own error first (the loop checks again: cheap)
+        FileSource(cfg).check()
+        cfg, _ = choose_images(cfg)
     source = FileSource(cfg)
     s, _ = loop.run(cfg, source, StoreSink(cfg, source), runner, progress=progress, on_progress=on_progress)
     return s
+
+
+def choose_images(cfg: RunConfig) -> tuple[RunConfig, str]:
+    """Whether the job's input has image rows (`input.formats.may_have_images`: a column, a nested field or a
+    JSON key naming an image, over the whole input), read before the engine starts: an sglang engine for a
+    vision-language model then starts multimodal and answers them (backends/sglang/images.py
+    `starts_multimodal`), a text-only job keeps the text-only engine (and a Qwen3.5/3.6 hybrid its GDN fork).
+    Returns the config with `images` set and the choice in words ('' when there are none, or it was set)."""
+    if cfg.images is not None or cfg.backend != "sglang":
+        return cfg, ""
+    has = may_have_images(cfg.input)
+    cfg = cfg.model_copy(update={"images": has})
+    return cfg, ("the input has image rows: a vision-language model's sglang engine starts multimodal "
+                 "(no multi-item scoring)" if has else "")  # fmt: skip
 
 
 def choose_request_pattern(cfg: RunConfig) -> tuple[RunConfig, str]:
@@ -57,10 +77,13 @@ def choose_request_pattern(cfg: RunConfig) -> tuple[RunConfig, str]:
     job's first chunk, before the engine starts (multi-item is fixed when it starts). Multi-item runs without the
     radix cache, so a long block shared by different rows (a few-shot prefix) is computed in every pack:
     prefix-first when that makes multi-item compute more than `MAX_MULTI_ITEM_RECOMPUTE` × the unique tokens.
-    Returns the config (with the pattern set when prefix-first is chosen) and the choice in words ('' when the
-    job is not such a job)."""
-    if cfg.backend != "sglang" or cfg.sglang.request_pattern != "auto":
+    Returns the config (with the pattern set when prefix-first is chosen, and `images` by `choose_images`: a job
+    with images runs no multi-item) and the choice in words ('' when the job is not such a job)."""
+    if cfg.backend != "sglang":
         return cfg, ""
+    cfg, why = choose_images(cfg)
+    if cfg.images or cfg.sglang.request_pattern != "auto":  # with images the engine runs no multi-item
+        return cfg, why
 
     if not needs_fork({"architectures": [model_info(cfg.model).architecture]}):
         return cfg, ""
