@@ -50,3 +50,28 @@ def test_only_an_auto_job_on_a_forked_hybrid_on_sglang_is_chosen_for(tmp_path, q
     assert choose_request_pattern(plain) == (plain, "")
     hf = build_config(input=tmp_path / "in.jsonl", model=str(model), backend="hf", progress=False)
     assert choose_request_pattern(hf) == (hf, "")
+
+
+def test_an_input_with_images_starts_the_engine_multimodal_and_runs_no_multi_item(tmp_path, qwen3_tok_dir):
+    """Issue 41: the input is read before the engine starts; an image column (or an image part of a message)
+    sets `images`, which the backend options carry to the engine (multimodal, no GDN fork: images.py), and
+    the hybrid's multi-item planning is skipped (such an engine runs none). A text-only input keeps both."""
+    from openjev_batch.pipeline.job import choose_images
+
+    model = hybrid_folder(tmp_path, qwen3_tok_dir)
+    rows = [{"id": f"t{i}", "state": f"ticket {i}", "questions": Q} for i in range(3)]
+    text, why = choose_images(cfg(tmp_path, model, rows))
+    assert text.images is False and why == "" and text.backend_options(str(model)).images is False
+    c, why = choose_request_pattern(cfg(tmp_path, model, rows))
+    assert c.images is False and "request pattern auto →" in why
+    pics = [*rows, {"id": "p", "state": "a photo", "image": "p.png", "questions": Q}]
+    c, why = choose_request_pattern(cfg(tmp_path, model, pics))
+    assert c.images is True and c.sglang.request_pattern == "auto" and "starts multimodal" in why
+    assert "multi-item" not in why.split("(")[0] and c.backend_options(str(model)).images is True
+    parts = [{"id": "m", "questions": Q, "state": [{"role": "user", "content": [
+        {"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "p.png"}}]}]}]  # fmt: skip
+    assert choose_images(cfg(tmp_path, model, parts))[0].images is True
+    given = cfg(tmp_path, model, rows, images=True)  # set already (the Python API): kept
+    assert choose_images(given) == (given, "")
+    hf = build_config(input=tmp_path / "in.jsonl", model=str(model), backend="hf", progress=False)
+    assert choose_images(hf) == (hf, "") and hf.images is None

@@ -272,7 +272,10 @@ class SGLangBackend(Backend):
             mis_tokens, unique = patterns.multi_item_recompute([window])
             self.job_tokens = [self.job_tokens[0] + mis_tokens, self.job_tokens[1] + unique]
         if any(r.images for r in window.rows):
-            return images.prefill_window(self, window, lambda w: self._pattern().prefill(self, w))
+            try:
+                return images.prefill_window(self, window, lambda w: self._pattern().prefill(self, w))
+            except BackendError as e:
+                raise BackendError(f"{e}; {images.died_on_images(self.vision_attention)}") from e
         return self._pattern().prefill(self, window)
 
     def check_alive(self) -> None:

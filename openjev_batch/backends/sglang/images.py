@@ -291,6 +291,18 @@ def multimodal_kwargs(opts: Any, kw: dict[str, Any]) -> str:
     return words
 
 
+def died_on_images(vision_attention: str) -> str:
+    """What a job error adds when the engine failed on a window with image rows: where sglang fails with images
+    and what to try (the scheduler's own last line comes before it)."""
+    return (
+        f"it failed on a window with image rows ({vision_attention or 'multimodal engine'}). sglang fails there "
+        "when its vision tower's features do not match what its model splits over the image tokens (a device-side "
+        "assertion in embed_mm_inputs' scatter: e.g. deepstack layers the tower lacks, issue 41) or when the "
+        "vision attention kernel is missing (--engine-arg mm_attention_backend=triton_attn); "
+        "--engine-arg log_level=info shows sglang's traceback, --backend hf answers image rows"
+    )
+
+
 def for_engine(opts: Any, kw: dict[str, Any], vision: bool) -> tuple[ImageInputs | None, str | None]:
     """(the image inputs of an engine started with `kw` for `opts.model`, or None and why it takes none).
     `vision`: the checkpoint is a vision-language one (`hf.vision.is_vision_checkpoint`)."""
