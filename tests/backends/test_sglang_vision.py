@@ -322,3 +322,44 @@ def test_closing_one_engine_leaves_another_engine_of_the_process_running(sglang_
     assert not any(_alive(p) for p in mine)
     assert all(_alive(p) for p in session)
     sglang_backend.check_alive()  # a one-token request on the session's engine
+
+
+@pytest.mark.sglang
+def test_deepstack_layers_the_tower_lacks_are_a_job_error_before_the_engine_starts(tiny_qwen3_vl, pictures, tmp_path):
+    """The real command: an input with images starts the engine multimodal (images.py), and a user's override
+    naming deepstack layers the one-layer tower lacks, which would kill the engine at the first image with a
+    device-side assertion (issue 41), is the job's error (exit 4) naming the cause, before any engine starts."""
+    import os
+
+    from conftest import cli
+
+    os.environ.update(sglang_cpu_env())
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "red.png").write_bytes((pictures / "red.png").read_bytes())
+    inp = write_jsonl(folder / "rows.jsonl", [{**ROWS[0], "questions": json.dumps(QUESTIONS)}])
+    over = 'json_model_override_args={"vision_config": {"deepstack_visual_indexes": [8]}}'
+    r = cli("run", inp, "-m", tiny_qwen3_vl, "-b", "sglang", "--device", "cpu", "--no-progress",
+            "--engine-arg", over, "-o", tmp_path / "o.jsonl")  # fmt: skip
+    assert r.returncode == 4, r.stderr[-2000:]
+    assert "deepstack_visual_indexes=[8]" in r.stderr and "device-side assertion" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
+def test_a_qwen3_5_classifier_engine_starts_text_only_unless_the_job_has_images(tiny_vl):
+    """classify on sglang (issue 41): the Qwen3.5 classifier's engine arguments are text only
+    (`enable_multimodal=False`, no image processor loaded) unless it is to take images, then sglang's own
+    multimodal start with the `architectures` override kept beside the deepstack one."""
+    pytest.importorskip("sglang")
+    from openjev_batch.backends.sglang.classifier import engine_kwargs
+    from openjev_batch.checkpoint.classifier import Checkpoint
+
+    arch = "Qwen3_5ForSequenceClassification"
+    ckpt = Checkpoint(str(tiny_vl), ("entailment", "neutral", "contradiction"), arch, {})
+    opts = BackendOptions(model=str(tiny_vl), device="cpu")
+    assert engine_kwargs(opts, ckpt)["enable_multimodal"] is False
+    kw = engine_kwargs(opts, ckpt, multimodal=True)
+    assert "enable_multimodal" not in kw
+    assert sg_images.multimodal_kwargs(opts, kw) == "vision attention: sglang's default for this device"
+    assert json.loads(kw["json_model_override_args"]) == {
+        "architectures": ["Qwen3_5ForConditionalGeneration"], "vision_config": {"deepstack_visual_indexes": []}}  # fmt: skip
