@@ -249,6 +249,14 @@ def test_image_rows_match_hf_and_reuse_the_image_prefix(sglang_vl, hf_vl3, pictu
 
 
 @pytest.mark.sglang
+def test_the_start_up_line_names_the_multimodal_engine_and_its_vision_attention(sglang_vl):
+    """The run summary's start-up says the engine takes images and which vision attention it runs (issue 41:
+    on a GPU FA3 or triton_attn, from the installed kernels; the CPU engine keeps sglang's own)."""
+    assert "; multimodal, vision attention: sglang's default for this device" in sglang_vl.startup
+    assert sglang_vl.images is not None and sglang_vl.multi_item is False
+
+
+@pytest.mark.sglang
 def test_a_changed_image_is_that_rows_error_and_the_rest_run(sglang_vl, pictures, tmp_path):
     """An image file that changed after its row was read is that row's error (the backend reads it again);
     the window's other rows, image and text, are answered."""
