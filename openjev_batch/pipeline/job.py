@@ -17,8 +17,8 @@ from ..config import RunConfig
 from ..errors import ConfigError
 from . import loop
 from .dry_run import dry_run
-from .input.formats import may_have_images
 from .input.source import FileSource
+from .job_images import choose_images
 from .output.sink import StoreSink
 from .progress import Progress
 from .runners import for_job
@@ -55,20 +55,6 @@ def run_job(
     source = FileSource(cfg)
     s, _ = loop.run(cfg, source, StoreSink(cfg, source), runner, progress=progress, on_progress=on_progress)
     return s
-
-
-def choose_images(cfg: RunConfig) -> tuple[RunConfig, str]:
-    """Whether the job's input has image rows (`input.formats.may_have_images`: a column, a nested field or a
-    JSON key naming an image, over the whole input), read before the engine starts: an sglang engine for a
-    vision-language model then starts multimodal and answers them (backends/sglang/images.py
-    `starts_multimodal`), a text-only job keeps the text-only engine (and a Qwen3.5/3.6 hybrid its GDN fork).
-    Returns the config with `images` set and the choice in words ('' when there are none, or it was set)."""
-    if cfg.images is not None or cfg.backend != "sglang":
-        return cfg, ""
-    has = may_have_images(cfg.input)
-    cfg = cfg.model_copy(update={"images": has})
-    return cfg, ("the input has image rows: a vision-language model's sglang engine starts multimodal "
-                 "(no multi-item scoring)" if has else "")  # fmt: skip
 
 
 def choose_request_pattern(cfg: RunConfig) -> tuple[RunConfig, str]:
