@@ -169,11 +169,13 @@ def summary_lines(text: str) -> list[str]:
     """The run summary's lines that say how the engine ran: its start-up (multimodal, the vision attention),
     the request pattern, the throughput, the error count."""
     keys = ("start-up", "pattern", "branches/s", "errors", "multimodal", "the input has image rows")
-    return [" ".join(ln.replace("│", " ").split()) for ln in text.splitlines() if any(k in ln for k in keys)][:12]
+    lines = [ln for ln in text.splitlines() if any(k in ln for k in keys) and not ln.startswith("[20")]  # no logs
+    return [" ".join(ln.replace("│", " ").split()) for ln in lines][:12]
 
 
 def machine() -> dict:
-    """The card and the sglang release the results were measured with."""
+    """The card and the sglang release the results were measured with (`sglang_release`: "sglang" names the
+    parity run)."""
     from importlib.metadata import PackageNotFoundError, version
 
     import torch
@@ -182,7 +184,7 @@ def machine() -> dict:
         sg = version("sglang")
     except PackageNotFoundError:
         sg = None
-    return {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "sglang": sg}
+    return {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "sglang_release": sg}
 
 
 def main() -> None:
