@@ -126,6 +126,8 @@ class SGLangClassifier(Backend):
                 raise BackendError(f"{e} ({why})") from e
             raise
         self.images, self.no_images = sg_images.for_engine(opts, kw, vision) if vision else (None, None)
+        # the run summary's start-up line: the engine takes images, and with which vision attention
+        self.startup = f"multimodal, {self.vision_attention}" if self.vision_attention else ""
         self._capacity = int(info.get("max_total_num_tokens") or 0) or None
         self.context_length = int(info.get("max_req_input_len") or 0) or opts.context_length
 
