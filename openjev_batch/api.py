@@ -50,6 +50,11 @@ class Classifier:
     instead of the default instructions, as `run --system-prompt` (tokenized as text; the same limits).
     `calibration` (label-logprobs): a file `openjev-batch calibrate` wrote, applied as `run --calibration`;
     `debias_order`: as `run --debias-order` (choice/score options shown in K cyclic orders, averaged).
+    `images` (sglang): the rule of a held-open engine, decided here, at construction, since the engine starts
+    once: True starts it multimodal, so image rows are answered (a Qwen3.5/3.6 hybrid then runs without its
+    multi-item fork); False starts it text only (image rows are then row errors saying so); None (default):
+    a dense vision-language model starts multimodal, a Qwen3.5/3.6 hybrid text only. The command line decides
+    the same from its input file (an image column or part starts it multimodal).
     The other keywords are the CLI's engine options (device, dtype, tp_size, dp_size, mem_fraction_static,
     attention_backend, context_length, engine_args, batch_tokens, …) and the job options `max_branches`
     (most branches — classifier-head: rows — per window) and `chunk_rows` (rows per chunk), whose defaults
@@ -71,6 +76,7 @@ class Classifier:
         system_prompt: str | None = None,
         calibration: str | os.PathLike | None = None,
         debias_order: int | None = None,
+        images: bool | None = None,
         **engine_options: Any,
     ):
         if threads is not None:
@@ -84,7 +90,7 @@ class Classifier:
         self._options = dict(
             input=Path("<data>"), model=model, backend=backend or default_backend(), readout=readout,
             system_prompt=system_prompt, progress=False, calibration=_path(calibration),
-            debias_order=debias_order, **engine_options,
+            debias_order=debias_order, images=images, **engine_options,
         )  # fmt: skip
         if max_branches is not None:  # else the config's default, the CLI's
             self._options["max_branches"] = max_branches

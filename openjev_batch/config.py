@@ -141,6 +141,9 @@ class RunConfig(EngineOptions, JobOptions):  # type: ignore[misc, valid-type]
     readout_options: SerializeAsAny[ReadoutOptions] = Field(default_factory=ReadoutOptions)
     keep: tuple[str, ...] = ()  # the CLI's --keep is comma-separated text (job_options.JOB_OPTIONS)
     kv_budget_tokens: int | None = Field(None, gt=0)
+    # whether the input has image rows, read before the engine starts (pipeline.job.choose_images; None: not
+    # read yet): the sglang engine then starts multimodal (backends/sglang/images.py)
+    images: bool | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -212,7 +212,7 @@ class EngineOptions(_Shared):
 
     def backend_options(self, model: str) -> BackendOptions:
         """The options the backend is started with (single machine, Ray actors, classify and eval alike)."""
-        return BackendOptions(model=model, **self.engine_values())
+        return BackendOptions(model=model, images=getattr(self, "images", None), **self.engine_values())
 
     def resume_key(self) -> dict[str, Any]:
         """The options that change the numbers, as the `--resume` manifest holds them."""
@@ -259,6 +259,9 @@ for _o in ENGINE_OPTIONS:  # `opts.tp_size`: read through to `opts.sglang.tp_siz
 
 
 class BackendOptions(EngineOptions):
-    """What a backend needs to start: the model and the engine options."""
+    """What a backend needs to start: the model and the engine options; `images`: whether the job's input has
+    image rows, read before the engine starts (pipeline.job.choose_images; None: not known). The sglang backend
+    starts its engine multimodal for them (backends/sglang/images.py `starts_multimodal`)."""
 
     model: str
+    images: bool | None = None

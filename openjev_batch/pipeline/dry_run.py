@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..config import RunConfig
 from . import loop
 from .input.source import FileSource
+from .job_images import choose_images
 from .output.sink import NullSink
 from .runners.plan_only import PlanOnlyRunner
 
@@ -52,6 +53,7 @@ def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
     Raises the same job-level errors as `run_job` for bad input or an unloadable tokenizer."""
     import resource
 
+    cfg, _ = choose_images(cfg)  # the pattern an engine for this input would run: none multi-item with images
     s, _ = loop.run(cfg, FileSource(cfg), NullSink(), PlanOnlyRunner(tokenizer))
     p = s.counted
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB → MiB

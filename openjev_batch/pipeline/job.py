@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from . import loop
 from .dry_run import dry_run
 from .input.source import FileSource
+from .job_images import choose_images
 from .output.sink import StoreSink
 from .progress import Progress
 from .runners import for_job
@@ -46,6 +47,11 @@ def run_job(
     if cfg.output is None:
         raise ConfigError("an output path (-o) is needed; only --dry-run runs without one")
     runner = for_job(backend, ray)  # the one choice of local or Ray (Ray's refusals before the input is read)
+    if backend is None and cfg.backend == "sglang" and cfg.images is None:
+        # the engine starts for this job: multimodal when its input has images. A missing or unreadable input
+        # is its own error first (the loop checks again: cheap)
+        FileSource(cfg).check()
+        cfg, _ = choose_images(cfg)
     source = FileSource(cfg)
     s, _ = loop.run(cfg, source, StoreSink(cfg, source), runner, progress=progress, on_progress=on_progress)
     return s
@@ -57,10 +63,13 @@ def choose_request_pattern(cfg: RunConfig) -> tuple[RunConfig, str]:
     job's first chunk, before the engine starts (multi-item is fixed when it starts). Multi-item runs without the
     radix cache, so a long block shared by different rows (a few-shot prefix) is computed in every pack:
     prefix-first when that makes multi-item compute more than `MAX_MULTI_ITEM_RECOMPUTE` × the unique tokens.
-    Returns the config (with the pattern set when prefix-first is chosen) and the choice in words ('' when the
-    job is not such a job)."""
-    if cfg.backend != "sglang" or cfg.sglang.request_pattern != "auto":
+    Returns the config (with the pattern set when prefix-first is chosen, and `images` by `choose_images`: a job
+    with images runs no multi-item) and the choice in words ('' when the job is not such a job)."""
+    if cfg.backend != "sglang":
         return cfg, ""
+    cfg, why = choose_images(cfg)
+    if cfg.images or cfg.sglang.request_pattern != "auto":  # with images the engine runs no multi-item
+        return cfg, why
 
     if not needs_fork({"architectures": [model_info(cfg.model).architecture]}):
         return cfg, ""

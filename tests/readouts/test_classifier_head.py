@@ -295,9 +295,10 @@ def test_sglang_warms_each_shared_prefix_once(sglang_cls, monkeypatch):
     calls = []
     real = sglang_cls._encode
 
-    def spy(ids):
+    def spy(ids, items=None):  # items: each request's images (None: a text row)
         calls.append(ids)
-        return real(ids)
+        assert items is None or not any(items)
+        return real(ids, items)
 
     monkeypatch.setattr(sglang_cls, "_encode", spy)
     rows = many_hypotheses(read_jsonl(NLI / "rte_sample.jsonl"), n_premises=3, k=3)

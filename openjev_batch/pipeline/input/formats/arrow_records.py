@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ....errors import InputFileError
 from ....values import InvalidText, no_duplicate_keys, read_at_most
+from .base import IMAGE_KEY_PATTERN, IMAGE_KEYS
 
 META_BYTES = 1 << 20  # a datasets folder's state.json / dataset_dict.json (a few hundred bytes as written)
 DATASETS = "a datasets folder"  # the format's name in messages
@@ -145,3 +147,32 @@ def hf_kept_types(path: Path, keep: tuple[str, ...]) -> dict[str, pa.DataType]:
                 f"{path}: --keep column {k!r} has different types in the folder's Arrow files ({kinds})"
             ) from None
     return types
+
+
+def _field_names(t: pa.DataType) -> Iterator[str]:
+    """The names of the fields nested in an Arrow type (structs, lists, maps), at any depth."""
+    if pa.types.is_struct(t):
+        for f in t:
+            yield f.name
+            yield from _field_names(f.type)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        yield from _field_names(t.value_type)
+    elif pa.types.is_map(t):
+        yield from _field_names(t.key_type)
+        yield from _field_names(t.item_type)
+
+
+def arrow_may_have_images(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> bool:
+    """Whether an Arrow input's rows may carry an image: a column or a nested field named `image`, `images` or
+    `image_url` (messages as structs), or a text column holding such a JSON key (messages as JSON text),
+    scanned batch by batch."""
+    if any(f.name in IMAGE_KEYS or IMAGE_KEYS.intersection(_field_names(f.type)) for f in schema):
+        return True
+    text = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    if not text:
+        return False
+    for batch in batches:
+        for name in text:
+            if pc.any(pc.match_substring_regex(batch.column(name), IMAGE_KEY_PATTERN)).as_py():
+                return True
+    return False
