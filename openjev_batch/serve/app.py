@@ -58,7 +58,9 @@ class Stop:
         return EXIT_TERMINATED if self.signum == signal.SIGTERM else EXIT_INTERRUPTED
 
 
-def make_app(service: Service, readouts: Readouts, limits: Limits, models: dict[str, Any], draining: Callable[[], bool]):
+def make_app(
+    service: Service, readouts: Readouts, limits: Limits, models: dict[str, Any], draining: Callable[[], bool]
+):
     """The ASGI app over `service`."""
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -74,12 +76,16 @@ def make_app(service: Service, readouts: Readouts, limits: Limits, models: dict[
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-            raise HTTPError(413, f"body: {int(declared):,} bytes, this server takes at most {limits.max_body_bytes:,}")
+            raise HTTPError(
+                413, f"body: {int(declared):,} bytes, this server takes at most {limits.max_body_bytes:,}"
+            )
         parts, n = [], 0
         async for chunk in request.stream():
             n += len(chunk)
             if n > limits.max_body_bytes:
-                raise HTTPError(413, f"body: over {limits.max_body_bytes:,} bytes, the most this server takes")
+                raise HTTPError(
+                    413, f"body: over {limits.max_body_bytes:,} bytes, the most this server takes"
+                )
             parts.append(chunk)
         return b"".join(parts)
 
@@ -136,14 +142,18 @@ def make_app(service: Service, readouts: Readouts, limits: Limits, models: dict[
         if failed:  # limits and questions were checked before: what fails now is the engine
             body["error"] = {"status": 502, "field": None, "message": failed[0]}
         content = json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
-        return Response(content, status_code=502 if failed else 200, headers=headers, media_type="application/json")
+        return Response(
+            content, status_code=502 if failed else 200, headers=headers, media_type="application/json"
+        )
 
     async def health(request: Request) -> Response:
         if service.dead is not None:
             return JSONResponse({"status": "dead", "why": service.dead}, status_code=503)
         if draining():
             return JSONResponse({"status": "draining"}, status_code=503)
-        return JSONResponse({"status": "ok", "model": model_name, "in_flight": busy["n"], "batches": service.batches})
+        return JSONResponse(
+            {"status": "ok", "model": model_name, "in_flight": busy["n"], "batches": service.batches}
+        )
 
     async def list_models(request: Request) -> Response:
         return JSONResponse(models)
@@ -198,7 +208,9 @@ def serve(clf: Any, cfg: Any, readouts: Readouts, limits: Limits, host: str, por
         time.sleep(0.02)
     if not server.started:
         raise ConfigError(f"cannot listen on {host}:{port} (in use, or not an address of this machine?)")
-    say(f"serving {name} ({clf.backend_name}) on http://{host}:{port}  POST /v1/systemone · GET /health · GET /v1/models")
+    say(
+        f"serving {name} ({clf.backend_name}) on http://{host}:{port}  POST /v1/systemone · GET /health · GET /v1/models"
+    )
     try:
         service.serve_until(lambda: not http.is_alive())
     except BackendError:

@@ -59,8 +59,10 @@ def row_error(text: str, row_id: str | None) -> HTTPError:
     """A 422 from a readout's row or question error (`row T7: questions.q1.criteria: why`): the field is the
     part after the row id up to its first colon."""
     rest = text
-    if row_id is not None and text.startswith(f"row {row_id}: "):
-        rest = text[len(f"row {row_id}: ") :]
+    for head in (f"row {row_id}: ", "row at index 0: "):  # an unusable id: the row by its position
+        if text.startswith(head):
+            rest = text[len(head) :]
+            break
     field = rest.split(": ", 1)[0] if ": " in rest else None
     if field is not None and field.split(".")[0].split("[")[0] not in FIELDS:
         field = None  # a cause, not a field path

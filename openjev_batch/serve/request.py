@@ -53,7 +53,9 @@ def parse_request(body: dict[str, Any], readouts: Readouts, limits: Limits) -> R
     """The request's row (pos 0: a missing id is `0`, as the first row of an input file). Raises HTTPError 422
     for a body `run` would make a row error of, or one over a count limit."""
     if unknown := [k for k in body if k not in FIELDS]:
-        raise HTTPError(422, f"{unknown[0]}: unknown field; a request has {', '.join(FIELDS)}", str(unknown[0]))
+        raise HTTPError(
+            422, f"{unknown[0]}: unknown field; a request has {', '.join(FIELDS)}", str(unknown[0])
+        )
     if "state" in body and "messages" in body:
         raise HTTPError(422, "messages: give `state` or `messages`, not both", "messages")
     rec: dict[str, Any] = {k: body[k] for k in ("id", "state") if k in body}
@@ -107,7 +109,9 @@ def _questions(body: dict, rec: dict, readouts: Readouts, limits: Limits) -> Lab
                         "questions")  # fmt: skip
     for i, q in enumerate(qs):
         if not isinstance(q, str) or q not in known:
-            what = "no -q questions file" if readouts.shared is None else f"its -q file has {', '.join(known)}"
+            what = (
+                "no -q questions file" if readouts.shared is None else f"its -q file has {', '.join(known)}"
+            )
             shown = json.dumps(q)[:80] if value_problem(q) is None else "a value"
             raise HTTPError(422, f"questions[{i}]: {shown} is no question of this server ({what})",
                             f"questions[{i}]")  # fmt: skip
