@@ -100,11 +100,11 @@ class Service:
         return fut
 
     # -- host thread: the prompt stage ------------------------------------------------------------------
-    def _gather(self, q: queue.Queue, first: Any) -> list:
-        """`first` and everything else waiting in `q`, after letting `batch_wait_ms` pass for more when the
-        queue was empty (requests sent together arrive a few hundred microseconds apart)."""
+    def _gather(self, q: queue.Queue, first: Any, wait_ms: float = 0.0) -> list:
+        """`first` and everything else waiting in `q`, after letting `wait_ms` pass for more (requests sent
+        together arrive a few hundred microseconds apart)."""
         batch = [first]
-        deadline = time.perf_counter() + self.limits.batch_wait_ms / 1000
+        deadline = time.perf_counter() + wait_ms / 1000
         while True:
             try:
                 item = q.get_nowait()
@@ -177,12 +177,10 @@ class Service:
                         return
                     _idle_check(self.backend)
                     continue
-                while True:  # every prompted request waiting joins the batch
-                    try:
-                        batch = batch + self._score_q.get_nowait()
-                    except queue.Empty:
-                        break
-                self._score(batch)
+                # every prompted request waiting joins the batch, and those that come within batch_wait_ms
+                # (the prompt stage answers the ones over a limit at once: it does not wait)
+                parts = self._gather(self._score_q, batch, self.limits.batch_wait_ms)
+                self._score([p for part in parts for p in part])
         except BackendError as e:
             self._fail_all(str(e))
             raise
