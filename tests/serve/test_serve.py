@@ -273,7 +273,11 @@ def test_limits_are_options_529_and_504(tiny_model, tmp_path):
             ({"state": "x", "questions": {"c": choice}}, 422, "questions.c.criteria"),
             ({"state": "x " * 3000, "questions": {"a": q}}, 413, None),
             ({"state": "word " * 200, "questions": {"a": q}}, 422, "questions.a"),
-            ({"state": "word " * 10, "questions": {"a": q, "b": q}}, 422, "state"),  # 91-token branches, 126 in all
+            (
+                {"state": "word " * 10, "questions": {"a": q, "b": q}},
+                422,
+                "state",
+            ),  # 91-token branches, 126 in all
         ]
         for body, status, field in cases:
             r = s.post(body)
