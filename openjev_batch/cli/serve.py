@@ -27,25 +27,53 @@ _D = Limits()  # the limits' defaults, shown by --help
 @app.command(short_help="Answer one row per HTTP request (POST /v1/systemone) from one engine held open.")
 @_engine_options("run")
 def serve(
-    model: str = typer.Option(..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
+    ),
     backend: str = BACKEND,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on."),
     questions: Path = typer.Option(
-        None, "--questions", "-q",
+        None,
+        "--questions",
+        "-q",
         help="JSON/YAML question map: a request may ask these by id (or, without `questions`, all of them).",
     ),
     system_prompt: str = SYSTEM_PROMPT,
     calibration: Path = CALIBRATION,
     debias_order: int = DEBIAS_ORDER,
-    max_questions: int = typer.Option(_D.max_questions, "--max-questions", help="Most questions a request asks (422 past it)."),
-    max_options: int = typer.Option(_D.max_options, "--max-options", help="Most options a question has (422 past it)."),
-    max_body_bytes: int = typer.Option(_D.max_body_bytes, "--max-body-bytes", help="Largest request body (413 past it)."),
-    max_branch_tokens: int = typer.Option(_D.max_branch_tokens, "--max-branch-tokens", help="Most tokens a branch (prefix + one question) holds (422 past it)."),
-    max_request_tokens: int = typer.Option(_D.max_request_tokens, "--max-request-tokens", help="Most input tokens a request holds, prefix and every suffix (422 past it)."),
-    max_concurrent: int = typer.Option(_D.max_concurrent, "--max-concurrent", help="Most requests evaluated at once (529 with Retry-After past it)."),
-    timeout: float = typer.Option(_D.timeout_s, "--timeout", help="Seconds a request waits for the engine (504 past it)."),
-    batch_wait_ms: float = typer.Option(_D.batch_wait_ms, "--batch-wait-ms", help="How long an idle engine waits for more requests to join a batch."),
+    max_questions: int = typer.Option(
+        _D.max_questions, "--max-questions", help="Most questions a request asks (422 past it)."
+    ),
+    max_options: int = typer.Option(
+        _D.max_options, "--max-options", help="Most options a question has (422 past it)."
+    ),
+    max_body_bytes: int = typer.Option(
+        _D.max_body_bytes, "--max-body-bytes", help="Largest request body (413 past it)."
+    ),
+    max_branch_tokens: int = typer.Option(
+        _D.max_branch_tokens,
+        "--max-branch-tokens",
+        help="Most tokens a branch (prefix + one question) holds (422 past it).",
+    ),
+    max_request_tokens: int = typer.Option(
+        _D.max_request_tokens,
+        "--max-request-tokens",
+        help="Most input tokens a request holds, prefix and every suffix (422 past it).",
+    ),
+    max_concurrent: int = typer.Option(
+        _D.max_concurrent,
+        "--max-concurrent",
+        help="Most requests evaluated at once (529 with Retry-After past it).",
+    ),
+    timeout: float = typer.Option(
+        _D.timeout_s, "--timeout", help="Seconds a request waits for the engine (504 past it)."
+    ),
+    batch_wait_ms: float = typer.Option(
+        _D.batch_wait_ms,
+        "--batch-wait-ms",
+        help="How long an idle engine waits for more requests to join a batch.",
+    ),
     max_branches: int = job_flag("max_branches", "run"),
     threads: int = job_flag("threads", "run"),
     engine: dict = ENGINE,
@@ -71,7 +99,9 @@ def serve(
             system_prompt = _text_or_file(system_prompt, "--system-prompt")
         clf = Classifier(_resolve(model), backend, system_prompt=system_prompt, calibration=calibration,
                          debias_order=debias_order, max_branches=max_branches, **engine)  # fmt: skip
-        cfg, shared = clf._job(questions, None, (), None, None)  # the server's -q questions, checked as `run`'s
+        cfg, shared = clf._job(
+            questions, None, (), None, None
+        )  # the server's -q questions, checked as `run`'s
         own = replace(shared, questions=None, questions_sha256=None)
         readouts = Readouts(own, shared if questions is not None else None)
         code = serve_forever(clf, cfg, readouts, limits, host, port, model, stop,
@@ -88,5 +118,8 @@ def serve(
         raise typer.Exit(stop.code or EXIT_FAILED) from None
     clf.close()
     if code:
-        err.print(f"stopped ({'SIGTERM' if code == 143 else 'SIGINT'}): the requests in flight were answered", markup=False)
+        err.print(
+            f"stopped ({'SIGTERM' if code == 143 else 'SIGINT'}): the requests in flight were answered",
+            markup=False,
+        )
     raise typer.Exit(code)
