@@ -370,3 +370,14 @@ def test_sglang_engine_behind_the_server_and_its_death(tiny_model, tmp_path):
     assert code == 4, s.log
     errors = [ln for ln in s.log.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "sglang" in errors[0], s.log
+
+
+def test_readme_names_every_serve_option():
+    """The README's CLI reference stays in step with `serve --help`."""
+    import re
+
+    r = cli("serve", "--help")
+    assert r.returncode == 0
+    options = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", r.stdout)) - {"--help"}
+    readme = (ROOT / "README.md").read_text()
+    assert options and not sorted(o for o in options if o not in readme)
