@@ -143,6 +143,7 @@ def main() -> None:
            "--port", str(port), "--max-concurrent", str(max(a.concurrency)), "--batch-wait-ms",
            str(a.batch_wait_ms), *serve_args(opts)]  # fmt: skip
     log(" ".join(cmd))
+    OUT.mkdir(parents=True, exist_ok=True)
     errlog = open(OUT / "serve_stderr.log", "w")
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errlog, cwd=common.ROOT, env=os.environ)
