@@ -6,7 +6,7 @@
                          x-openjev-prefix-tokens, x-openjev-cached-tokens and Server-Timing
     GET  /health         200 while the engine serves, 503 once it has stopped or the server drains
     GET  /v1/models      the model, its manifest hashes (the `--resume` key's: model content, engine
-                         settings, questions, system prompt, calibration) and the sglang release
+                         settings, questions, system prompt, calibration) and the releases (sglang's)
 
 Starlette rather than FastAPI: the body is read and parsed by the product's own rules (request.py), so
 FastAPI's validation layer would run for nothing. SIGTERM (and Ctrl-C) drains: uvicorn stops accepting, the
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._version import __version__
+from ..backends import NAMES as BACKEND_NAMES
 from ..errors import BackendError, ConfigError
 from .limits import HTTPError, Limits
 from .request import Readouts, parse_body, parse_request
@@ -170,20 +171,26 @@ def make_app(
 def models_info(name: str, clf: Any, cfg: Any, readout: Any) -> dict[str, Any]:
     """GET /v1/models: the model as named and as loaded, the manifest hashes a `run` output of this model and
     these settings carries, and the releases."""
-    from importlib.metadata import PackageNotFoundError, version
-
     from ..checkpoint.weights import model_fingerprint  # lazy: reads the checkpoint's files
 
-    try:
-        sglang = version("sglang")
-    except PackageNotFoundError:
-        sglang = None
     manifest = {"model content": model_fingerprint(cfg.model), "backend": cfg.backend, **cfg.resume_key(),
                 **readout.manifest()}  # fmt: skip
     entry = {"id": name, "object": "model", "owned_by": "openjev-batch", "path": str(clf.model),
-             "backend": clf.backend_name, "manifest": manifest, "sglang": sglang,
-             "openjev_batch": __version__}  # fmt: skip
+             "backend": clf.backend_name, "manifest": manifest, "releases": releases()}  # fmt: skip
     return {"object": "list", "data": [entry]}
+
+
+def releases() -> dict[str, str]:
+    """openjev-batch's release and that of each backend's package installed here (the engine's: sglang's)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"openjev-batch": __version__}
+    for name in BACKEND_NAMES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:  # hf runs on transformers, named in the manifest's model content
+            pass
+    return out
 
 
 def serve(clf: Any, cfg: Any, readouts: Readouts, limits: Limits, host: str, port: int, name: str,

@@ -9,7 +9,7 @@ functions, as the local runner and the Ray actors run a chunk (pipeline/stages.p
     share its radix cache and request pattern) ──▶ each request's records, in its questions' order.
 
 The prefill runs in the main thread, as in `run`: the sglang backend's engine-death signal (SIGQUIT →
-EngineDied) is raised where the main thread waits on the engine. One FailureTracker spans the server's life,
+EngineDied) is raised where the main thread waits on the engine, and an idle engine is checked every IDLE_CHECK_S. One FailureTracker spans the server's life,
 as one spans a job: a backend that fails the same way on three requests alone is broken, and the server ends.
 """
 
@@ -24,7 +24,6 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..backends.sglang import signals as sglang_signals
 from ..core import RowPrompt
 from ..errors import BackendError
 from ..pipeline.prefill import FailureTracker
@@ -33,6 +32,9 @@ from ..readouts.label_logprobs.rows import Row
 from .limits import HTTPError, Limits, row_error
 
 STOP = object()  # ends the host thread
+# An idle engine is asked whether it lives this often (`Backend.check_alive`: sglang's sees a failed engine
+# process, else sends a one-token request; hf's runs in this process and has nothing to check).
+IDLE_CHECK_S = 2.0
 
 
 @dataclass
@@ -84,6 +86,7 @@ class Service:
         self._prompt_q: queue.Queue = queue.Queue()
         self._score_q: queue.Queue = queue.Queue()
         self._host = threading.Thread(target=self._host_loop, name="openjev-serve-host", daemon=True)
+        self._checked = time.perf_counter()
         self.batches = 0  # batches scored (GET /health reports it)
         self.dead: str | None = None  # why the engine stopped serving
 
@@ -175,7 +178,9 @@ class Service:
                 except queue.Empty:
                     if done() and self._prompt_q.empty():
                         return
-                    _idle_check(self.backend)
+                    if time.perf_counter() - self._checked >= IDLE_CHECK_S:
+                        self.backend.check_alive()  # an idle engine's death ends the server without a request
+                        self._checked = time.perf_counter()
                     continue
                 # every prompted request waiting joins the batch, and those that come within batch_wait_ms
                 # (the prompt stage answers the ones over a limit at once: it does not wait)
@@ -203,7 +208,8 @@ class Service:
                 p.answer(HTTPError(500, f"{type(e).__name__}: {e}"))
             return
         self.batches += 1
-        engine = time.perf_counter() - t0
+        self._checked = time.perf_counter()  # the engine just answered
+        engine = self._checked - t0
         shared = _prefix_share(prompts)
         at = 0
         for p in batch:
@@ -225,14 +231,6 @@ class Service:
                 for p in item if isinstance(item, list) else [item]:
                     if isinstance(p, Pending):
                         p.answer(HTTPError(503, f"the engine has stopped: {why}"))
-
-
-def _idle_check(backend: Any) -> None:
-    """An idle engine's death, seen without a request: the sglang backend records a failed engine process
-    (its SIGQUIT) in signals.cause(); its `check_alive` would send a request every poll. The hf backend runs in
-    this process: nothing to check. Raises BackendError."""
-    if backend.name == "sglang" and (why := sglang_signals.cause()):
-        raise BackendError(f"the sglang engine died: {why}")
 
 
 def _prefix_share(prompts: list[RowPrompt]) -> float:

@@ -249,7 +249,7 @@ def test_hostile_bodies_are_one_line_4xx(server, body, status, field):
 
 def test_models_and_health(server, tiny_model):
     m = httpx.get(server.url + "/v1/models").json()["data"][0]
-    assert m["id"] == str(tiny_model) and m["backend"] == "hf" and "sglang" in m
+    assert m["id"] == str(tiny_model) and m["backend"] == "hf" and m["releases"]["openjev-batch"]
     man = m["manifest"]
     assert man["model content"]["files"]["config.json"] and man["questions_sha256"] and man["readout"]
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
@@ -357,7 +357,7 @@ def test_sglang_engine_behind_the_server_and_its_death(tiny_model, tmp_path):
                 assert all(
                     math.isclose(x, y, abs_tol=1e-5) for x, y in zip(a["probs"], w["probs"], strict=True)
                 )
-        assert httpx.get(s.url + "/v1/models").json()["data"][0]["sglang"]
+        assert httpx.get(s.url + "/v1/models").json()["data"][0]["releases"]["sglang"]
         kids = psutil.Process(s.proc.pid).children(recursive=True)
         sched = [
             p for p in kids if "scheduler" in " ".join(p.cmdline()).lower() or "sglang" in p.name().lower()
