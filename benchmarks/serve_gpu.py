@@ -136,6 +136,7 @@ def main() -> None:
     finally:
         clf.close()
     log(key, "run", res["run"])
+    save({key: res}, "serve_results.json")  # kept if the serve rounds do not finish
 
     # serve: the real command, the same model and engine options
     port = free_port()
@@ -168,6 +169,7 @@ def main() -> None:
             r["vs_run"] = round(r["rows_per_s"] / res["run"]["rows_per_s"], 3)
             res[f"c{c}"] = r
             log(key, f"c{c}", r)
+            save({key: res}, "serve_results.json")
     finally:
         proc.send_signal(signal.SIGTERM)
         res["serve_exit"] = proc.wait(120)
