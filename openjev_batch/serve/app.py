@@ -64,7 +64,7 @@ def make_app(
 ):
     """The ASGI app over `service`."""
     from starlette.applications import Starlette
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
@@ -91,7 +91,16 @@ def make_app(
         return b"".join(parts)
 
     def parse(raw: bytes):
-        return parse_request(parse_body(raw), readouts, limits)
+        try:
+            return parse_request(parse_body(raw), readouts, limits)
+        except HTTPError:
+            raise
+        except RecursionError:
+            raise HTTPError(422, "body: nested too deeply") from None
+        except Exception as e:  # noqa: BLE001 - a body the readers did not foresee: its one line, not a traceback
+            raise HTTPError(
+                422, f"body: cannot be read as a row: {type(e).__name__}: {str(e)[:300]}"
+            ) from None
 
     async def systemone(request: Request) -> Response:
         t0 = time.perf_counter()
@@ -118,6 +127,8 @@ def make_app(
             return answer(row.id, got, t_parse)
         except HTTPError as e:
             return error(e)
+        except ClientDisconnect:  # the client left before its body arrived: nobody to answer
+            return Response(status_code=400)
         finally:
             busy["n"] -= 1
 
