@@ -24,7 +24,7 @@ from .options import (
 _D = Limits()  # the limits' defaults, shown by --help
 
 
-@app.command(short_help="Answer one row per HTTP request (POST /v1/systemone) from one engine held open.")
+@app.command(short_help="Serve the systemone HTTP API from one engine held open.")
 @_engine_options("run")
 def serve(
     model: str = typer.Option(
