@@ -84,7 +84,9 @@ def connect(backend: Any, opts: Any) -> None:
         engine = RemoteEngine(url)
         info = engine.get_server_info()
     except Exception as e:  # noqa: BLE001 - any failure to reach it is one message
-        raise BackendError(f"--connect {url}: cannot reach an sglang server there: {type(e).__name__}: {e}") from None
+        raise BackendError(
+            f"--connect {url}: cannot reach an sglang server there: {type(e).__name__}: {e}"
+        ) from None
     backend.engine = engine
     if info.get("enable_mis") or info.get("enable_multi_item_scoring"):
         backend.close()
