@@ -10,6 +10,7 @@ $OUT/serve_results.json.
 
     bash benchmarks/gpu.sh benchmarks/serve_gpu.py                       # Qwen3-0.6B shape, bf16 weights
     bash benchmarks/gpu.sh benchmarks/serve_gpu.py --requests 2000 --concurrency 16 64
+    bash benchmarks/gpu.sh benchmarks/serve_gpu.py --max-batch 32     # batches below the clients in flight
     PYTHONPATH=tests/shims SGLANG_USE_CPU_ENGINE=1 python benchmarks/serve_gpu.py --smoke   # CPU plumbing
 """
 
@@ -104,6 +105,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--batch-wait-ms", type=float, default=2.0)
+    ap.add_argument("--max-batch", type=int, default=0, help="serve --max-batch (0: every request waiting)")
     ap.add_argument("--smoke", action="store_true", help="the plumbing on a CPU (tiny model, few requests)")
     a = ap.parse_args()
     import workloads as wl
@@ -123,7 +125,7 @@ def main() -> None:
     if not (warm_dir / "w1.jsonl").exists():
         wl.w1(tok, warm_dir, rows=8 if a.smoke else 64, seed=1, **({"prefix_tokens": 120} if a.smoke else {}))
     opts = engine_options(a.smoke)
-    key = f"serve/{shape}/{n}"
+    key = f"serve/{shape}/{n}" + (f"/max-batch-{a.max_batch}" if a.max_batch else "")
     res: dict = {"options": opts}
 
     # run: the rows as one job on a held-open Classifier (the engine start excluded)
@@ -142,7 +144,7 @@ def main() -> None:
     port = free_port()
     cmd = [sys.executable, "-m", "openjev_batch", "serve", "-m", str(model), "-b", "sglang", "-q", str(qfile),
            "--port", str(port), "--max-concurrent", str(max(a.concurrency)), "--batch-wait-ms",
-           str(a.batch_wait_ms), *serve_args(opts)]  # fmt: skip
+           str(a.batch_wait_ms), "--max-batch", str(a.max_batch), *serve_args(opts)]  # fmt: skip
     log(" ".join(cmd))
     OUT.mkdir(parents=True, exist_ok=True)
     errlog = open(OUT / "serve_stderr.log", "w")

@@ -74,6 +74,9 @@ def serve(
         "--batch-wait-ms",
         help="How long an idle engine waits for more requests to join a batch.",
     ),
+    max_batch: int = typer.Option(
+        _D.max_batch, "--max-batch", help="Most requests in one engine batch (0: every request waiting)."
+    ),
     max_branches: int = job_flag("max_branches", "run"),
     threads: int = job_flag("threads", "run"),
     engine: dict = ENGINE,
@@ -87,7 +90,7 @@ def serve(
 
     try:
         limits = Limits(max_questions, max_options, max_body_bytes, max_branch_tokens, max_request_tokens,
-                        max_concurrent, timeout, batch_wait_ms)  # fmt: skip
+                        max_concurrent, timeout, batch_wait_ms, max_batch)  # fmt: skip
     except ValueError as e:
         _fail(ConfigError(f"invalid options: {e}"))
     stop = Stop()

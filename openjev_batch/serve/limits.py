@@ -26,6 +26,9 @@ class Limits:
     max_concurrent: int = 16
     timeout_s: float = 120.0
     batch_wait_ms: float = 2.0  # how long an idle engine waits for more requests to join a batch
+    # most requests in one engine batch (0: every request waiting). Below the clients in flight, the next batch is
+    # tokenized and the last one answered while the engine runs one (not measured on a GPU yet)
+    max_batch: int = 0
     retry_after_s: int = 1
 
     def __post_init__(self) -> None:
@@ -41,6 +44,8 @@ class Limits:
                 raise ValueError(f"--{name.replace('_', '-').removesuffix('-s')} must be positive")
         if self.batch_wait_ms < 0:
             raise ValueError("--batch-wait-ms must be 0 or more")
+        if self.max_batch < 0:
+            raise ValueError("--max-batch must be 0 (every request waiting) or more")
 
 
 class HTTPError(Exception):

@@ -87,6 +87,7 @@ class Service:
         self._score_q: queue.Queue = queue.Queue()
         self._host = threading.Thread(target=self._host_loop, name="openjev-serve-host", daemon=True)
         self._checked = time.perf_counter()
+        self._ready: list[Pending] = []  # prompted, not yet in a batch (past --max-batch)
         self.batches = 0  # batches scored (GET /health reports it)
         self.dead: str | None = None  # why the engine stopped serving
 
@@ -173,19 +174,25 @@ class Service:
         BackendError when the engine dies or the backend is broken (the requests waiting are answered 503)."""
         try:
             while True:
-                try:
-                    batch = self._score_q.get(timeout=0.5)
-                except queue.Empty:
-                    if done() and self._prompt_q.empty():
-                        return
-                    if time.perf_counter() - self._checked >= IDLE_CHECK_S:
-                        self.backend.check_alive()  # an idle engine's death ends the server without a request
-                        self._checked = time.perf_counter()
-                    continue
-                # every prompted request waiting joins the batch, and those that come within batch_wait_ms
-                # (the prompt stage answers the ones over a limit at once: it does not wait)
-                parts = self._gather(self._score_q, batch, self.limits.batch_wait_ms)
-                self._score([p for part in parts for p in part])
+                if not self._ready:
+                    try:
+                        first = self._score_q.get(timeout=0.5)
+                    except queue.Empty:
+                        if done() and self._prompt_q.empty():
+                            return
+                        if time.perf_counter() - self._checked >= IDLE_CHECK_S:
+                            self.backend.check_alive()  # an idle engine's death ends the server, no request needed
+                            self._checked = time.perf_counter()
+                        continue
+                    # every prompted request waiting joins the batch, and those that come within batch_wait_ms
+                    # (the prompt stage answers the ones over a limit at once: it does not wait)
+                    parts = self._gather(self._score_q, first, self.limits.batch_wait_ms)
+                else:  # left from the last batch (--max-batch): with whatever came meanwhile, no wait
+                    parts = self._gather(self._score_q, [])
+                self._ready += [p for part in parts for p in part]
+                n = self.limits.max_batch or len(self._ready)
+                batch, self._ready = self._ready[:n], self._ready[n:]
+                self._score(batch)
         except BackendError as e:
             self._fail_all(str(e))
             raise
@@ -222,6 +229,9 @@ class Service:
 
     def _fail_all(self, why: str) -> None:
         self.dead = why
+        for p in self._ready:
+            p.answer(HTTPError(503, f"the engine has stopped: {why}"))
+        self._ready = []
         for q in (self._prompt_q, self._score_q):
             while True:
                 try:
