@@ -28,6 +28,7 @@ from ..core import RowPrompt
 from ..errors import BackendError
 from ..pipeline.prefill import FailureTracker
 from ..pipeline.stages import Prompted, prompt_chunk, score_chunk
+from ..readouts.label_logprobs.items import question_id
 from ..readouts.label_logprobs.rows import Row
 from .limits import HTTPError, Limits, row_error
 
@@ -158,7 +159,7 @@ class Service:
         lim = self.limits
         for b in rp.branches:
             if (n := len(rp.prefix) + len(b.suffix)) > lim.max_branch_tokens:
-                qid = b.qid.split("\x1f")[0]
+                qid = question_id(b.qid)  # a multi or debiased question's branches carry their item
                 return HTTPError(422, f"row {row.id}: questions.{qid}: branch has {n} tokens, this server takes at "
                                  f"most {lim.max_branch_tokens}", f"questions.{qid}")  # fmt: skip
         total = len(rp.prefix) + sum(len(b.suffix) for b in rp.branches)
@@ -169,8 +170,8 @@ class Service:
 
     # -- main thread: plan → prefill → read out ------------------------------------------------------------
     def serve_until(self, done) -> None:
-        """Score batches until `done()` says the HTTP side has stopped and nothing is queued. Between batches an
-        idle engine is checked every half second, so a dead one ends the server without a request. Raises
+        """Score batches until `done()` says the HTTP side has stopped and nothing is queued. An idle engine is
+        checked every IDLE_CHECK_S, so a dead one ends the server without a request. Raises
         BackendError when the engine dies or the backend is broken (the requests waiting are answered 503)."""
         try:
             while True:
@@ -200,6 +201,9 @@ class Service:
             self._prompt_q.put(STOP)
 
     def _score(self, batch: list[Pending]) -> None:
+        batch = [p for p in batch if not p.future.done()]  # a request its handler gave up on (504) is not run
+        if not batch:
+            return
         rows = [p.row for p in batch]
         prompts = [p.prompt for p in batch]
         t0 = time.perf_counter()
