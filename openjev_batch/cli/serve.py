@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -11,17 +10,23 @@ from ..errors import ConfigError, OpenjevError
 from ..serve.limits import Limits
 from .app import EXIT_FAILED, _fail, app, err
 from .job_options import ENGINE, _engine_options, job_flag
-from .options import (
-    BACKEND,
-    CALIBRATION,
-    DEBIAS_ORDER,
-    SYSTEM_PROMPT,
-    _resolve,
-    _text_or_file,
-    apply_threads_option,
-)
+from .options import BACKEND, _resolve, _text_or_file, apply_threads_option
 
 _D = Limits()  # the limits' defaults, shown by --help
+# `run`'s readout options, as `serve` takes them (issue 39 generates every command's from the readout's `Options`;
+# declared here until `serve` takes them from there)
+SYSTEM_PROMPT = typer.Option(
+    None, "--system-prompt",
+    help="The system message, replacing the default instructions; @FILE reads it from a file; @@TEXT is the "
+    "literal text @TEXT.",
+)  # fmt: skip
+CALIBRATION = typer.Option(
+    None, "--calibration", help="A file `calibrate` wrote: calibrated probs, raw_probs and an abstain column."
+)
+DEBIAS_ORDER = typer.Option(
+    1, "--debias-order", min=1, max=64,
+    help="Show choice/score options in K cyclic orders (one more suffix each), average by option; order_spread.",
+)  # fmt: skip
 
 
 @app.command(short_help="Serve the systemone HTTP API from one engine held open.")
@@ -86,7 +91,7 @@ def serve(
     from ..api import Classifier  # lazy: keeps --help fast (torch, the backend)
     from ..serve.app import Stop  # lazy: keeps --help fast
     from ..serve.app import serve as serve_forever  # lazy: keeps --help fast (starlette, uvicorn)
-    from ..serve.request import Readouts  # lazy: keeps --help fast
+    from ..serve.request import held_readouts  # lazy: keeps --help fast
 
     try:
         limits = Limits(max_questions, max_options, max_body_bytes, max_branch_tokens, max_request_tokens,
@@ -102,11 +107,7 @@ def serve(
             system_prompt = _text_or_file(system_prompt, "--system-prompt")
         clf = Classifier(_resolve(model), backend, system_prompt=system_prompt, calibration=calibration,
                          debias_order=debias_order, max_branches=max_branches, **engine)  # fmt: skip
-        cfg, shared = clf._job(
-            questions, None, (), None, None
-        )  # the server's -q questions, checked as `run`'s
-        own = replace(shared, questions=None, questions_sha256=None)
-        readouts = Readouts(own, shared if questions is not None else None)
+        cfg, readouts = held_readouts(clf, questions)  # the -q questions checked as `run` checks them
         code = serve_forever(clf, cfg, readouts, limits, host, port, model, stop,
                              lambda s: err.print(s, markup=False, highlight=False))  # fmt: skip
     except OpenjevError as e:

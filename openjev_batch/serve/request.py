@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from ..config import build_config
+from ..readouts import build
 from ..readouts.label_logprobs import LabelLogprobs
 from ..readouts.label_logprobs.questions import QuestionError, QuestionSpec
 from ..readouts.label_logprobs.rows import Row, parse_state
@@ -30,6 +33,16 @@ class Readouts:
 
     def questions_by_id(self) -> dict[str, QuestionSpec]:
         return {} if self.shared is None else {q.qid: q for q in self.shared.questions or ()}
+
+
+def held_readouts(clf: Any, questions: Path | None) -> tuple[Any, Readouts]:
+    """The job config and the readouts of a server on the Classifier `clf` held open: its options (the CLI's
+    door, `build_config`) with the `-q` file's questions, checked as `run` checks them (ConfigError), built by
+    the readout registry with the started backend's labels."""
+    cfg = build_config(**{**clf._options, "questions": questions})
+    shared = build(cfg.readout, cfg, clf.backend.labels)
+    own = replace(shared, questions=None, questions_sha256=None)  # a request's own question map
+    return cfg, Readouts(own, shared if questions is not None else None)
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:

@@ -260,7 +260,7 @@ def test_limits_are_options_529_and_504(tiny_model, tmp_path):
     (the engine here waits --batch-wait-ms for more requests, longer than the timeout)."""
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "--max-questions", "2", "--max-options", "3",
                "--max-body-bytes", "5000", "--max-branch-tokens", "100", "--max-request-tokens", "120",
-               "--max-concurrent", "1", "--timeout", "1", "--batch-wait-ms", "3000")  # fmt: skip
+               "--max-concurrent", "1", "--timeout", "3", "--batch-wait-ms", "6000")  # fmt: skip
     try:
         q = {"type": "noul", "instructions": "Is it urgent?"}
         choice = {
@@ -288,7 +288,7 @@ def test_limits_are_options_529_and_504(tiny_model, tmp_path):
             target=lambda: results.update(a=s.post({"state": "hello", "questions": {"a": q}}))
         )
         t.start()
-        time.sleep(0.5)
+        time.sleep(1)  # the first request is in flight (it waits past its timeout)
         busy = s.post({"state": "hello", "questions": {"a": q}})
         assert busy.status_code == 529 and busy.headers["retry-after"] == "1", busy.text
         t.join()
@@ -309,11 +309,11 @@ def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
     }}))  # fmt: skip
     want = run_rows(tiny_model, tmp_path, tickets(2), "-q", QUESTIONS, "--calibration", cal)
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "-q", str(QUESTIONS), "--calibration", str(cal),
-               "--batch-wait-ms", "2000")  # fmt: skip
+               "--batch-wait-ms", "4000")  # fmt: skip
     got = {}
     t = threading.Thread(target=lambda: got.update(r=s.post(tickets(2)[1])))
     t.start()
-    time.sleep(0.7)  # the request waits in the batch window
+    time.sleep(1.5)  # the request waits in the batch window
     s.proc.send_signal(signal.SIGTERM)
     t.join()
     assert s.proc.wait(120) == 143, s.log
