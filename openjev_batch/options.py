@@ -139,6 +139,11 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
                  owner="sglang", commands=("run", "eval"), constraints={"gt": 0}),
     EngineOption("pipeline_depth", int, 2, "sglang: groups in flight at once (first-branch, multi-item; prefix-first: request steps in flight).",
                  owner="sglang", commands=("run", "eval"), constraints={"gt": 0}),
+    # An sglang server already running (`python -m sglang.launch_server`), driven over HTTP with the same request
+    # patterns (backends/sglang/remote.py); `-m` still names the model, for its tokenizer and the resume key.
+    EngineOption("connect", str | None, None,
+                 "sglang: drive the sglang server already running at this URL over HTTP instead of starting an "
+                 "engine (it must serve -m's model).", owner="sglang", commands=("run", "eval")),
     EngineOption("skip_prefix_warmup", bool, False,
                  "sglang classify: no warm-up request per shared prefix (a benchmark baseline).",
                  owner="sglang", commands=("classify",)),

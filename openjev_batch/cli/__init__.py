@@ -26,7 +26,7 @@ from .app import EXIT_FAILED, _quiet_exit, app, printable
 __all__ = ["app", "main", "printable"]
 
 # The commands register themselves on `app` when their modules load (this order is `--help`'s).
-from . import run, validate, evaluate, calibrate, models  # noqa: E402, F401, I001
+from . import run, validate, evaluate, calibrate, models, serve  # noqa: E402, F401, I001
 
 
 def main() -> None:  # pragma: no cover - entry point for `python -m openjev_batch`

@@ -19,7 +19,7 @@ from ...checkpoint.info import ModelInfo, model_info
 from ...core import Window
 from ...errors import BackendError
 from ..base import Backend, BackendOptions, BranchResult, load_tokenizer
-from . import hybrid, images, mis, moe_configs, patterns, requests
+from . import hybrid, images, mis, moe_configs, patterns, remote, requests
 from . import signals as sglang_signals
 from .kwargs import _version_tuple, choose_multi_item, engine_kwargs, import_sglang, text_only
 from .patterns import first_branch, multi_item, prefix_first
@@ -36,6 +36,9 @@ class SGLangBackend(Backend):
 
     def __init__(self, opts: BackendOptions):
         opts.check_backend("sglang")  # ConfigError naming an hf option given here
+        if opts.sglang.connect:  # a server already running: driven over HTTP, the same patterns (remote.py)
+            remote.connect(self, opts)
+            return
         sglang = import_sglang()
         self.model_info: ModelInfo = model_info(opts.model)
         kw = engine_kwargs(opts, recurrent=self.model_info.recurrent)
