@@ -672,3 +672,61 @@ def test_eval_with_undecodable_benchmark_text_is_a_row_error_not_a_traceback(tin
     r = cli("eval", bench, "-o", out, "-m", tiny_model, "-b", "hf", "--no-progress")
     assert "Traceback" not in r.stderr and r.returncode in (0, 3), r.stderr[-2000:]
     assert not list(out.glob("*.tmp")) and (out / "report.json").exists()
+
+
+# -- issue 42's attack trial ------------------------------------------------------------------------------
+
+
+def _image_rows(folder):
+    from tiny import make_pictures
+
+    make_pictures(folder)
+    q = json.dumps({"red": {"type": "noul", "instructions": "Is it red?"}})
+    rows = [{"id": f"r{i}", "state": "A photo.", "image": "red.png", "questions": q} for i in range(2)]
+    return write_jsonl(folder / "rows.jsonl", rows)
+
+
+def _repaint(path) -> None:
+    from PIL import Image
+
+    Image.new("RGB", (96, 64), (20, 20, 220)).save(path)
+
+
+def test_resume_keys_cover_the_image_files_the_rows_name(tiny_vl, tmp_path):
+    """Attack trial (issue 42): `--resume` after an image file changed mixed old and new answers (exit 0),
+    and on a finished output said "nothing to do": the resume key hashed the input file only. Now each chunk's
+    key also covers the images its rows name, so both a partial and a finished output are refused, saying
+    that an image changed."""
+    from openjev_batch import readouts
+    from openjev_batch.config import RunConfig
+    from openjev_batch.pipeline.input.source import FileSource
+    from openjev_batch.pipeline.output.ledger import Ledger
+
+    inp = _image_rows(tmp_path)
+    cfg = RunConfig(input=inp, model=str(tiny_vl), backend="hf", chunk_rows=1)
+    readout = readouts.build(cfg.readout, cfg)
+    before = [key for _, key in FileSource(cfg).chunks(readout)]
+    ledger = Ledger(tmp_path)
+    for i, key in enumerate(before):
+        ledger.begin(i, 1, 1, key)
+    _repaint(tmp_path / "red.png")
+    after = [key for _, key in FileSource(cfg).chunks(readout)]
+    assert [a.split("+")[0] for a in after] == [b.split("+")[0] for b in before] and after != before
+    with pytest.raises(Exception, match=r"--resume: an image file the rows name changed at input chunk 0"):
+        Ledger.read(tmp_path).begin(0, 1, 1, after[0])
+
+    # the finished output: refused, not "nothing to do"
+    (tmp_path / "chunks.jsonl").unlink()
+    make = ("run", inp, "-m", tiny_vl, "-b", "hf", "--device", "cpu", "--no-progress", "-o", tmp_path / "o.jsonl")
+    r = cli(*make)
+    assert r.returncode == 0, r.stderr[-2000:]
+    side = json.loads((tmp_path / "o.jsonl.manifest.json").read_text())
+    assert len(side["input_sha256"]) == 64 and len(side["images_sha256"]) == 64
+    r = cli(*make, "--resume")
+    assert r.returncode == 0 and "nothing to do" in r.stdout + r.stderr, r.stderr[-2000:]
+    from tiny import make_pictures
+
+    make_pictures(tmp_path)  # red.png red again (the run read it blue)
+    r = cli(*make, "--resume")
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "an image file the rows name changed" in r.stderr and "rerun without --resume" in r.stderr
