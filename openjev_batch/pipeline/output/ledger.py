@@ -19,15 +19,15 @@ from ...errors import ConfigError
 LEDGER = "chunks.jsonl"
 
 
-def changed(then: str | None, now: str | None, chunk: int | None = None) -> str:
+def changed(then: str | None, now: str | None, since: str, chunk: int | None = None) -> str:
     """What differs between two resume keys (core.input_key), in words: the input's content, or the content
-    of the image files its rows name (the input itself unchanged)."""
+    of the image files its rows name (the input itself unchanged). `since`: what was written then."""
     (sha_then, img_then), (sha_now, img_now) = split_input_key(then), split_input_key(now)
-    at = f" at input chunk {chunk} or before" if chunk is not None else ""
+    what, then, now = "the input", sha_then, sha_now
     if sha_then == sha_now:
-        return (f"an image file the rows name changed{at} (images sha256 {str(img_then)[:12]}… then, "
-                f"{str(img_now)[:12]}… now)")  # fmt: skip
-    return f"the input changed{at} (sha256 {str(sha_then)[:12]}… then, {str(sha_now)[:12]}… now)"
+        what, then, now = "an image file the rows name", img_then, img_now
+    at = f"its content differs at input chunk {chunk} or before: " if chunk is not None else ""
+    return f"{what} changed since {since} was written ({at}sha256 {str(then)[:12]}… then, {str(now)[:12]}… now)"
 
 
 class Ledger:
@@ -61,8 +61,10 @@ class Ledger:
         if old == entry:
             return
         if old is not None:
-            raise ConfigError(f"--resume: {changed(old['input_sha256'], input_sha256, chunk)} since "
-                              f"{self.partial} was written; delete it or rerun without --resume")  # fmt: skip
+            raise ConfigError(
+                f"--resume: {changed(old['input_sha256'], input_sha256, str(self.partial), chunk)}; delete it or "
+                "rerun without --resume"
+            )
         self.entries[chunk] = entry
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # never through a link
         with os.fdopen(os.open(self.partial / LEDGER, flags, 0o644), "a") as f:

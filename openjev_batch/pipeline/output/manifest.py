@@ -169,7 +169,7 @@ def confirm_finished(output: Path, manifest: dict[str, Any], digests: Iterable[s
     then = input_key(then, doc.get("images_sha256")) if isinstance(then, str) else then
     if digest != then:
         raise ConfigError(
-            f"--resume: {changed(then, digest)} since {output} was written; rerun without --resume to replace it"
+            f"--resume: {changed(then, digest, str(output))}; rerun without --resume to replace it"
         )
     where = "its Parquet metadata" if sidecar_path(output) is None else sidecar_path(output).name
     raise OutputFinished(
