@@ -5,7 +5,10 @@ field), never raised past a row."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,12 +164,54 @@ def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return d
 
 
+_PIPES_READ: dict[str, bytes] = {}  # a named pipe's content, by its real path: a pipe can be read only once
+
+
+class NoWriter(OSError):
+    """A named pipe that nothing writes to (any more): reading it would wait for ever."""
+
+
 def read_at_most(path: str | Path, limit: int) -> bytes:
     """At most `limit` + 1 bytes of `path`: more than `limit` means the file is over it, which the caller
     reports in its own terms. Every small file is read this way: `-q /dev/zero` was read to its end before
-    any size check (issue 25)."""
-    with open(path, "rb") as f:
-        return f.read(limit + 1)
+    any size check (issue 25).
+
+    A named pipe (`-q <(…)`, a FIFO) is opened without waiting for a writer and read once: its content is
+    kept for the rest of the command, which reads an option's file more than once (`-q`, `--config` and
+    `--system-prompt @…` on a FIFO hung in the second open, waiting for a writer that had gone: issue 42).
+    One with no writer raises NoWriter at once. Raises OSError."""
+    key = os.path.realpath(path)
+    if key in _PIPES_READ:
+        return _PIPES_READ[key][: limit + 1]
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+            return f.read(limit + 1)
+        # a pipe or device: reads wait for data from here on (a writer still writing is waited for; a pipe with
+        # no writer reads as its end at once)
+        os.set_blocking(fd, True)
+        data = f.read(limit + 1)
+    if stat.S_ISFIFO(mode):
+        if not data:
+            raise NoWriter(errno.EPIPE, "a named pipe with nothing written to it; give a file or write to the pipe")
+        _PIPES_READ[key] = data
+    return data
+
+
+def special_file_problem(path: str | Path) -> str | None:
+    """Why `path` cannot be read as a file read whole or more than once (a benchmark, a run output): it names
+    a pipe, device or socket (found by stat, which never waits: a FIFO there hung waiting for its writer,
+    issue 42; `/dev/zero` never ends). None for a file, a folder or a missing path (the reader names it)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    device = stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+    kind = "a named pipe" if stat.S_ISFIFO(mode) else "a device" if device else "a socket"
+    return f"{path}: {kind}, not a regular file; write it to a file first"
 
 
 def yaml_alias_problem(node: Any) -> str | None:

@@ -5,6 +5,7 @@ error with exit 4), never a traceback; `validate` reports what `run` rejects."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pyarrow as pa
@@ -730,3 +731,105 @@ def test_resume_keys_cover_the_image_files_the_rows_name(tiny_vl, tmp_path):
     r = cli(*make, "--resume")
     assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "an image file the rows name changed" in r.stderr and "rerun without --resume" in r.stderr
+
+
+def _one_line_error(r, msg: str) -> None:
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    text = " ".join(r.stderr.split())
+    assert text.startswith("error:") and r.stderr.count("error:") == 1 and msg in text, r.stderr[-2000:]
+
+
+def test_a_named_pipe_is_never_waited_on(tmp_path):
+    """Attack trial (issue 42): a named pipe as `-q`, `--config`, `--system-prompt @…` or eval's benchmark hung,
+    waiting for a writer that had gone (the earlier fix covered the input only). A pipe with no writer is now a
+    one-line job error at once (the timeout is the test's bound on a hang); eval and calibrate, which read their
+    file whole and more than once, refuse a pipe."""
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}])
+    qf = tmp_path / "q.json"
+    qf.write_text(QJ)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    nowriter = "cannot read: a named pipe with nothing written to it"
+    _one_line_error(cli("validate", src, "-q", fifo, timeout=60), f"--questions {fifo}: {nowriter}")
+    run = ("run", src, "-m", "M", "-b", "hf", "-o", tmp_path / "o.jsonl")
+    _one_line_error(cli(*run, "--config", fifo, timeout=60), f"--config {fifo}: {nowriter}")
+    r = cli(*run, "-q", qf, "--system-prompt", f"@{fifo}", timeout=60)
+    _one_line_error(r, f"--system-prompt @{fifo}: {nowriter}")
+    _one_line_error(cli("validate", fifo, "-q", qf, timeout=60), f"{fifo}: the pipe is empty")
+    special = f"{fifo}: a named pipe, not a regular file; write it to a file first"
+    _one_line_error(cli("eval", fifo, "-m", "M", "-b", "hf", "-o", tmp_path / "ev", timeout=60), special)
+    _one_line_error(cli("calibrate", fifo, "--gold", "g", "-o", tmp_path / "c.json", timeout=60), special)
+
+
+def test_an_option_file_on_a_named_pipe_is_read_once(tmp_path):
+    """`-q <(…)`: the command reads the questions file twice (its questions, then its sha256 for --resume);
+    the second open hung on the pipe whose writer had written and gone. The pipe is read once."""
+    import subprocess
+
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}])
+    (tmp_path / "q.json").write_text(QJ)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"cat '{tmp_path / 'q.json'}' > '{fifo}'"])
+    try:
+        r = cli("validate", src, "-q", fifo, timeout=60)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert r.returncode == 0 and "1 row, 1 question, 0 errors" in r.stderr + r.stdout, r.stderr[-2000:]
+
+
+def test_a_device_input_is_refused_before_it_is_copied(tmp_path):
+    """Attack trial (issue 42): naming `/dev/zero` as the input wrote 29 GB to TMPDIR before the disk check
+    refused it; a device input, named or on standard input, is refused before a byte is copied."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    _one_line_error(cli("validate", "/dev/zero", "-q", "q.json", timeout=60), "/dev/zero: a device, not a file")
+    with open("/dev/zero", "rb") as zero:
+        r = subprocess.run(
+            [sys.executable, "-m", "openjev_batch", "validate", "-", "-q", "q.json"],
+            stdin=zero, capture_output=True, text=True, timeout=60, cwd=ROOT,
+            env={**os.environ, "TMPDIR": str(tmp)},
+        )  # fmt: skip
+    _one_line_error(r, "standard input: a device, not a file or a pipe")
+    assert not list(tmp.iterdir())
+
+
+def test_sigterm_during_the_stdin_copy_removes_the_copy(tmp_path):
+    """Attack trial (issue 42): SIGTERM while `validate -` copied standard input left the copy in TMPDIR
+    (0.4 GB on tmpfs, once 10.4 GB on disk): validate had no handler, so the default action skipped the
+    cleanup. It now stops as `run` does: the copy removed, exit 143."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    feed = subprocess.Popen(["yes", '{"id": "a", "state": "x"}'], stdout=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "openjev_batch", "validate", "-", "-q", "q.json"],
+        stdin=feed.stdout, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )  # fmt: skip
+    feed.stdout.close()
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file()) < 1 << 20:
+            time.sleep(0.2)
+        assert list(tmp.iterdir()), "the copy never began"
+        p.send_signal(signal.SIGTERM)
+        _, stderr = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        feed.kill()
+        feed.wait()
+    assert p.returncode == 143 and "terminated (SIGTERM)" in stderr and "Traceback" not in stderr, stderr
+    assert not list(tmp.iterdir())

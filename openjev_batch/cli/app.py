@@ -188,7 +188,8 @@ def _stopped(e: KeyboardInterrupt, partial) -> None:
     term = isinstance(e, JobInterrupted) and e.signum == signal.SIGTERM
     code = EXIT_TERMINATED if term else EXIT_INTERRUPTED  # decided before printing: the exit must not
     try:  # depend on whether anyone still reads stderr (issue 34.1)
-        kept = Path(partial).is_dir()  # a job stopped before its first part leaves none
+        # a job stopped before its first part leaves none; a command that writes nothing has none (None)
+        kept = partial is not None and Path(partial).is_dir()
         err.print(
             f"{'terminated (SIGTERM)' if term else 'interrupted'}: "
             + (f"finished chunks are kept in {partial}; rerun with --resume" if kept else "nothing written"),

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS
+from ..values import special_file_problem
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MULTIPLE_CHOICE, YES_NO, CLASSIFICATION = "multiple choice", "yes/no", "classification"
@@ -200,6 +201,8 @@ FORMATS = tuple(TASKS)
 def read_records(path: str | Path) -> list[dict]:
     """Parquet (.parquet/.pq) or JSONL (.jsonl/.ndjson) → list of dicts. Raises ValueError otherwise."""
     path = Path(path)
+    if problem := special_file_problem(path):  # eval reads it more than once (rows, then its sha256)
+        raise ValueError(problem)
     if path.suffix.lower() in (".parquet", ".pq"):
         import pyarrow.parquet as pq
 

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from ...core import RowError, unidentified_row_error
 from ...errors import ConfigError
+from ...values import read_at_most
 from .. import LABEL_LOGPROBS, register
 from ..base import Readout, RowFailures, RowResults
 from .calibration import Calibration, apply, load_calibration
@@ -27,7 +28,7 @@ from .items import chosen_labels, combine, items, with_debias
 from .options import LabelLogprobsOptions
 from .prompt import INSTRUCTIONS, Prompter
 from .prompt_variants import Variants
-from .questions import QuestionError, QuestionSpec, load_questions
+from .questions import MAX_QUESTIONS_FILE_BYTES, QuestionError, QuestionSpec, load_questions
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
 from .rows_images import image_key, input_has_image_column
 
@@ -118,7 +119,8 @@ class LabelLogprobs(Readout):
         else:
             parsed = load_questions(opts.questions)  # raises ConfigError for a missing or bad file
             # the questions' content, not their path: an edited file must not mix old and new answers
-            sha = hashlib.sha256(opts.questions.read_bytes()).hexdigest()
+            # (read as load_questions read it: a named pipe's content is kept, a second open hung, issue 42)
+            sha = hashlib.sha256(read_at_most(opts.questions, MAX_QUESTIONS_FILE_BYTES)).hexdigest()
             out = cls(parsed, keep, sha, **own)
         if opts.debias_order > 1 and out.questions is not None:
             # shared questions: one with fewer options than the orders is refused at start
