@@ -833,3 +833,33 @@ def test_sigterm_during_the_stdin_copy_removes_the_copy(tmp_path):
         feed.wait()
     assert p.returncode == 143 and "terminated (SIGTERM)" in stderr and "Traceback" not in stderr, stderr
     assert not list(tmp.iterdir())
+
+
+def test_unreadable_leading_rows_are_row_errors(tmp_path, tiny_model):
+    """Attack trial (issue 42): when the first 1,000 rows were unreadable the job was refused with a false "no
+    row has a `state` field … rename", and the good rows after them went unanswered; small all-bad files
+    (UTF-16, a repeated key, a ragged CSV line) got it too. Each unreadable row is now its row's error."""
+    src = tmp_path / "lead.jsonl"
+    src.write_text("{bad\n" * 1200 + json.dumps({"id": "g", "state": "good"}) + "\n")
+    qf = tmp_path / "q.json"
+    qf.write_text(QJ)
+    out = tmp_path / "o.jsonl"
+    r = cli("run", src, "-q", qf, "-m", tiny_model, "-b", "hf", "--no-progress", "-o", out)
+    assert r.returncode == 3 and "Traceback" not in r.stderr and "rename" not in r.stderr, r.stderr[-2000:]
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(recs) == 1201 and [x["error"] for x in recs if x["id"] == "g"] == [None]
+    assert recs[0]["error"].startswith("row at index 0: line 1: malformed JSON")
+
+    small = {
+        "u16.jsonl": (
+            '{"id": "a", "state": "hi"}\n{"id": "b", "state": "yo"}\n'.encode("utf-16"),
+            "line 1: NUL bytes, so not UTF-8 text (UTF-16? save the file as UTF-8)",
+        ),
+        "dup.jsonl": (b'{"id": "a", "state": "hi", "state": "x"}\n', "line 1: duplicate key 'state'"),
+        "rag.csv": (b"id,state\na,hi,extra\n", "line 2: 3 fields, the header has 2"),
+    }
+    for name, (data, error) in small.items():
+        (tmp_path / name).write_bytes(data)
+        r = cli("validate", tmp_path / name, "-q", qf)
+        assert "Traceback" not in r.stderr and "no row has" not in r.stderr, (name, r.stderr)
+        assert r.returncode == 3 and error in r.stderr, (name, r.stderr)

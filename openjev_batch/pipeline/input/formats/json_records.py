@@ -30,6 +30,8 @@ def _skip_long_line(f, hasher) -> None:
 
 def _parse_line(raw: bytes, lineno: int) -> dict[str, Any] | str:
     """One JSONL line → its record, or the row's error text naming the line."""
+    if b"\x00" in raw:  # UTF-16 (a Windows "Unicode" save): every line said "malformed JSON (Expecting value…)"
+        return f"line {lineno}: NUL bytes, so not UTF-8 text (UTF-16? save the file as UTF-8)"
     try:
         rec = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicate_keys)
         if not isinstance(rec, dict):
