@@ -77,6 +77,32 @@ class InvalidText:
     why: str
 
 
+class StructValue(dict):
+    """An Arrow struct cell (Parquet, a datasets folder, an Arrow table) as the dict it reads as. A struct type
+    holds every field of every row, so a row that lacks a key holds null there: a `state` rendered as text
+    leaves those out (`given_fields`), so the record that a JSONL row without the key gives reads the same
+    (issue 42: Parquet added `key: null` lines)."""
+
+
+def as_struct_values(value: Any) -> Any:
+    """`value` (a struct column's cell, nested structs and lists of them too) with each dict a StructValue."""
+    if isinstance(value, dict):
+        return StructValue((k, as_struct_values(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [as_struct_values(v) for v in value]
+    return value
+
+
+def given_fields(value: Any) -> Any:
+    """`value` with the null fields of its struct values left out (at any depth), as plain dicts and lists.
+    Iterative over a bounded depth: a struct's nesting is bounded by its Arrow type."""
+    if isinstance(value, StructValue):
+        return {k: given_fields(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list) and any(isinstance(v, StructValue | list) for v in value):
+        return [given_fields(v) for v in value]
+    return value
+
+
 def value_problem(value: Any, ints: bool = False) -> str | None:
     """Why `value` cannot be carried as text/Arrow data, or None: a lone surrogate in a string (JSON `\\ud800`
     escapes; not encodable as UTF-8), an undecodable cell, nesting deeper than MAX_DEPTH, and with `ints` an
