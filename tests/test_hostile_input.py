@@ -863,3 +863,20 @@ def test_unreadable_leading_rows_are_row_errors(tmp_path, tiny_model):
         r = cli("validate", tmp_path / name, "-q", qf)
         assert "Traceback" not in r.stderr and "no row has" not in r.stderr, (name, r.stderr)
         assert r.returncode == 3 and error in r.stderr, (name, r.stderr)
+
+
+def test_no_row_with_a_question_is_refused_before_the_model_loads(tmp_path, tiny_model):
+    """Issue 42: every row's `questions` being `{}` loaded the model and exited 3 with every row an error,
+    while a missing field exited 4 before the load. Now both are the job's error before the model loads."""
+    src = write_jsonl(
+        tmp_path / "in.jsonl",
+        [{"id": "a", "state": "hi", "questions": {}}, {"id": "b", "state": "yo", "questions": "{}"}],
+    )
+    out = tmp_path / "o.jsonl"
+    msg = "no questions: every row's `questions` is empty; give them in each row or in one file with -q"
+    _one_line_error(cli("run", src, "-m", tiny_model, "-b", "hf", "--no-progress", "-o", out), msg)
+    _one_line_error(cli("validate", src), msg)
+    assert not out.exists()
+    # one row with a question is enough: the others are row errors, as before
+    write_jsonl(src, [{"id": "a", "state": "hi", "questions": {}}, {"id": "b", "state": "yo", "questions": Q}])
+    assert cli("validate", src).returncode == 3
