@@ -363,9 +363,32 @@ def test_api_table_from_an_invalid_utf8_parquet_gives_error_cells(clf, tmp_path)
             lambda ob, m: ob.run([{"state": "x"}], m.parent, model=m, backend="hf"),
             "cannot read: Is a directory",
         ),
+        # issue 42: two options (or two questions) of one name once written as text, and a line break in a
+        # question id or option name (it added lines to the reports), are refused
+        (
+            lambda ob, m: ob.run([{"state": "x"}], {"q": {"type": "choice", "instructions": "Which?",
+                                 "criteria": {1: "one", "1": "uno"}}}, model=m, backend="hf"),
+            "questions.q.criteria: option name '1' given twice (as 1 and '1')",
+        ),
+        (
+            lambda ob, m: ob.run([{"state": "x"}], {1: {"type": "noul", "instructions": "A?"},
+                                 "1": {"type": "noul", "instructions": "B?"}}, model=m, backend="hf"),
+            "question id '1' given twice (as 1 and '1')",
+        ),
+        (
+            lambda ob, m: ob.run([{"state": "x"}], {"a\nb": {"type": "noul", "instructions": "A?"}}, model=m,
+                                 backend="hf"),
+            "question id 'a\\nb': holds a control character ('\\n'); ids and option names are one line of text",
+        ),
+        (
+            lambda ob, m: ob.run([{"state": "x"}], {"q": {"type": "choice", "instructions": "Which?",
+                                 "criteria": {"red\nblue": "a", "green": "b"}}}, model=m, backend="hf"),
+            "questions.q.criteria: option 'red\\nblue': holds a control character",
+        ),
     ],
-    ids=["model-None", "system-prompt-surrogate", "questions-folder"],
-)
+    ids=["model-None", "system-prompt-surrogate", "questions-folder", "criteria-collision", "qid-collision",
+         "qid-newline", "label-newline"],
+)  # fmt: skip
 def test_api_bad_arguments_are_config_errors(tiny_model, call, message):
     """Classifier(None) and a surrogate system prompt raised TypeError, questions=<a folder>
     IsADirectoryError; each is a ConfigError naming the argument."""
