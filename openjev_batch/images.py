@@ -153,6 +153,9 @@ def check_image(data: bytes, source: str, path: str | None = None) -> ImageRef:
             im = Image.open(io.BytesIO(data))
         with im:
             fmt, (w, h) = im.format or "?", im.size
+            # a phone's JPEG with a second picture (Multi-Picture Format: a depth map, a preview) opens as MPO;
+            # its first picture is a JPEG, which is what every reader decodes (refused as "MPO": issue 42)
+            fmt = "JPEG" if fmt == "MPO" else fmt
             if fmt not in FORMATS:
                 raise ImageProblem(f"{source}: unsupported format {fmt}; expected one of {', '.join(FORMATS)}")
             if w * h > MAX_IMAGE_PIXELS:  # from the header: refused before a byte is decoded
@@ -167,7 +170,7 @@ def check_image(data: bytes, source: str, path: str | None = None) -> ImageRef:
     except Image.DecompressionBombError as e:  # Pillow's own header check, past twice its warning size
         raise ImageProblem(f"{source}: over the limit of {MAX_IMAGE_PIXELS:,} pixels ({e})") from None
     except Exception as e:  # noqa: BLE001 - Pillow raises OSError, SyntaxError, ValueError … for bad files
-        raise ImageProblem(f"{source}: corrupt image ({type(e).__name__}: {e})") from None
+        raise ImageProblem(f"{source}: corrupt image ({e or 'cannot be decoded'})") from None
     return ImageRef(hashlib.sha256(data).hexdigest(), w, h, fmt, source, path, None if path else data)
 
 

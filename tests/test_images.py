@@ -157,3 +157,15 @@ def test_the_readmes_vision_model_recipe_runs_images_on_a_cpu(tmp_path):
     assert len(t) == 6 and all(x["error"] is None and x["prefix_tokens"] > 20 for x in t)
     rows = [json.loads(x) for x in (example / "rows.jsonl").read_text().splitlines()]
     assert {"image", "images"} <= {k for x in rows for k in x} and any(isinstance(x["state"], list) for x in rows)
+
+
+def test_a_phones_mpo_jpeg_is_accepted_as_a_jpeg(folder):
+    """Attack trial (issue 42): a JPEG with a second picture (Multi-Picture Format, as phones write them) opens
+    in Pillow as MPO and was refused as an unsupported format. It is read as the JPEG it starts with."""
+    Image.new("RGB", (32, 24), (200, 0, 0)).save(
+        folder / "phone.jpg", "MPO", save_all=True, append_images=[Image.new("RGB", (32, 24), (0, 0, 200))]
+    )
+    assert Image.open(folder / "phone.jpg").format == "MPO"
+    ref = image_ref("phone.jpg", str(folder))
+    assert (ref.width, ref.height, ref.format) == (32, 24, "JPEG")
+    assert ref.load().getpixel((0, 0))[0] > 150  # the first picture, the red one
