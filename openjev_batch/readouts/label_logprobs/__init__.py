@@ -25,6 +25,7 @@ from ..base import Readout, RowFailures, RowResults
 from .calibration import Calibration, apply, load_calibration
 from .image_prompt import check_model_takes_images
 from .items import chosen_labels, combine, items, with_debias
+from .leads import lead_problem
 from .options import LabelLogprobsOptions
 from .prompt import INSTRUCTIONS, Prompter
 from .prompt_variants import Variants
@@ -187,6 +188,12 @@ class LabelLogprobs(Readout):
         )
         if self.image_input:
             base.images.check()  # ConfigError at start for a text-only model
+        for q in self.questions or ():  # shared questions: a lead holding this model's control token is the
+            # job's error now (`--dry-run` included), not every row's once the model runs (issue 42)
+            if isinstance(q, QuestionSpec) and q.answer_lead and (
+                why := lead_problem(q.answer_lead, base.text.control_pattern)
+            ):
+                raise ConfigError(f"questions.{q.qid}.answer_lead: {why}")
         return Variants(base)
 
     def records(self, row: Row, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
