@@ -903,3 +903,39 @@ def test_no_row_with_a_question_is_refused_before_the_model_loads(tmp_path, tiny
     # one row with a question is enough: the others are row errors, as before
     write_jsonl(src, [{"id": "a", "state": "hi", "questions": {}}, {"id": "b", "state": "yo", "questions": Q}])
     assert cli("validate", src).returncode == 3
+
+
+def test_out_of_memory_at_import_is_one_line(tmp_path):
+    """Attack trial (issue 42): `python -m openjev_batch` under a low address-space limit (`ulimit -v 300000`
+    and below) ended in a traceback from an import (a shared library "failed to map segment", a MemoryError)
+    before the command's own out-of-memory handler: now one line, exit 4. (OpenBLAS, loaded with numpy, may
+    abort from C with its own one line first: no Python handler runs then.)"""
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from openjev_batch.errors import OUT_OF_MEMORY
+
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}])
+    qf = tmp_path / "q.json"
+    qf.write_text(QJ)
+    said = set()
+    for kib in (60_000, 100_000, 150_000, 300_000):
+
+        def limit(kib=kib):
+            resource.setrlimit(resource.RLIMIT_AS, (kib * 1024, kib * 1024))
+
+        r = subprocess.run(
+            [sys.executable, "-m", "openjev_batch", "validate", src, "-q", qf],
+            capture_output=True, text=True, cwd=ROOT, preexec_fn=limit, timeout=300,
+        )  # fmt: skip
+        lines = r.stderr.strip().splitlines()
+        assert "Traceback" not in r.stderr and len(lines) <= 2, (kib, r.stderr[-3000:])
+        if r.returncode == 4:
+            said.add(kib)
+            assert lines == [f"error: {OUT_OF_MEMORY}"], (kib, r.stderr)
+        else:
+            assert r.returncode == 0 or lines[0].startswith("OpenBLAS error"), (kib, r.stderr)
+    assert 60_000 in said  # a library cannot even be mapped there: the import's own failure, said in one line
