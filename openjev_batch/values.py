@@ -25,6 +25,27 @@ MAX_STATE_BYTES = 2 * 2**20
 MAX_LINE_BYTES = 8 * MAX_STATE_BYTES
 
 
+def kind_of(v: Any) -> str:
+    """What a value is, in the words of the JSON or YAML a user wrote (`text`, `a number (5)`, `a list`), for
+    "expected …, got …" messages: Python's type names (`got str`, `got NoneType`) are no user's words (issue
+    42)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return f"a number ({v!r:.20})"
+    if isinstance(v, str):
+        return "text"
+    if isinstance(v, bytes | bytearray | memoryview):
+        return "bytes"
+    if isinstance(v, list | tuple):
+        return "a list"
+    if isinstance(v, dict):
+        return "an object"
+    return f"a {type(v).__name__} value"
+
+
 def no_symlink_loop(v: Path) -> Path:
     """`v`, unless it (or a folder on its way) is a symbolic link that leads back to itself: every later
     `resolve()` raised RuntimeError, a traceback (hostile trial, issue 34). Raises ValueError."""
@@ -171,7 +192,7 @@ def text_field(rec: dict[str, Any], name: str) -> str:
     if (problem := value_problem(v)) is not None:
         raise ValueError(f"{name}: {problem}")
     if not isinstance(v, str):
-        raise ValueError(f"{name}: expected a string, got {type(v).__name__}")
+        raise ValueError(f"{name}: expected text, got {kind_of(v)}")
     if (n := text_bytes(v)) > MAX_STATE_BYTES:  # refused before the tokenizer: 3 MB took 1.2 GB there
         raise ValueError(f"{name}: {n:,} bytes of text, limit {MAX_STATE_BYTES:,}")
     if not v.strip():

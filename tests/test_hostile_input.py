@@ -253,7 +253,7 @@ CLS_HOSTILE = [  # (record, the row's error: None when the row is unidentified a
     ({"id": "i\ud800", "text": "fine"}, r"row at index 4: id: not valid Unicode text \(lone surrogate"),
     ({"id": "k1", "text": "fine", "gold": "\ud800"}, r"row k1: gold: not valid Unicode text"),
     ({"id": "k2", "text": "fine", "gold": 2**70}, r"row k2: gold: integer 1180591620717411303424 is outside int64"),
-    ({"id": "n5", "text": 5}, r"row n5: text: expected a string, got int"),
+    ({"id": "n5", "text": 5}, r"row n5: text: expected text, got a number \(5\)"),
     ({"id": "big", "text": "x" * (MAX_STATE_BYTES + 1)}, rf"row big: text: {MAX_STATE_BYTES + 1:,} bytes of text, limit {MAX_STATE_BYTES:,}"),
     ({"id": "pair", "premise": "p" * 2**20, "hypothesis": "h" * 2**20}, r"row pair: premise \+ hypothesis: 2,097,1\d\d bytes of text, limit"),
 ]  # fmt: skip
@@ -939,3 +939,28 @@ def test_out_of_memory_at_import_is_one_line(tmp_path):
         else:
             assert r.returncode == 0 or lines[0].startswith("OpenBLAS error"), (kib, r.stderr)
     assert 60_000 in said  # a library cannot even be mapped there: the import's own failure, said in one line
+
+
+def test_path_failures_are_user_messages_not_python_internals(tmp_path, tiny_model):
+    """Attack trial (issue 42): messages quoted Python: a 300-character name was a traceback ending in
+    `OSError: [Errno 36] File name too long`, eval's missing benchmark `[Errno 2] No such file or directory`,
+    a `--calibration` symlink loop `RuntimeError: Symlink loop`. Each is one line in words."""
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}])
+    qf = tmp_path / "q.json"
+    qf.write_text(QJ)
+    long = tmp_path / ("a" * 300 + ".jsonl")
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    run = ("run", src, "-q", qf, "-m", tiny_model, "-b", "hf", "--no-progress")
+    cases = [
+        (cli(*run[:-1], "-o", long), "characters): file name too long"),
+        (cli("validate", long, "-q", qf), "characters): file name too long"),
+        (cli("eval", long, "-m", tiny_model, "-o", tmp_path / "ev"), "characters): file name too long"),
+        (cli("eval", tmp_path / "nope.jsonl", "-m", tiny_model, "-o", tmp_path / "ev"),
+         f"eval: {tmp_path / 'nope.jsonl'}: no such file or directory"),
+        (cli(*run, "-o", tmp_path / "o.jsonl", "--calibration", tmp_path / "loop1"),
+         "loop1: a symbolic link loop (a link that leads back to itself)"),
+    ]  # fmt: skip
+    for r, msg in cases:
+        assert r.returncode == 4 and "Traceback" not in r.stderr and "Errno" not in r.stderr, r.stderr[-2000:]
+        assert len(r.stderr.strip().splitlines()) == 1 and msg in r.stderr, r.stderr[-2000:]

@@ -107,7 +107,7 @@ def test_the_bad_image_table(folder, tmp_path):
     assert "URLs are not fetched" in problem("file:///etc/passwd", folder)
     assert "relative path needs an input file" in problem("ok.png", None)
     assert "invalid base64" in problem("data:image/png;base64,@@@", None)
-    assert "got int" in problem(7, folder)
+    assert "got a number" in problem(7, folder)
 
 
 def test_an_absolute_path_into_the_folder_keeps_the_symlink_rule(folder, tmp_path):

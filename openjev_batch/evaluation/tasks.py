@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS
-from ..values import special_file_problem
+from ..values import kind_of, special_file_problem
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MULTIPLE_CHOICE, YES_NO, CLASSIFICATION = "multiple choice", "yes/no", "classification"
@@ -88,7 +88,7 @@ def _text(r: dict, key: str) -> str:
     AttributeError traceback (issue 34.17). Raises ValueError naming the column."""
     v = r[key]
     if not isinstance(v, str):
-        raise ValueError(f"{key}: expected text, got {'null' if v is None else type(v).__name__}")
+        raise ValueError(f"{key}: expected text, got {kind_of(v)}")
     return v
 
 
@@ -96,7 +96,7 @@ def _options(r: dict, key: str) -> tuple[Any, ...]:
     """Column `key`, the options: a list (a string "ab" was read as the two options a and b, issue 34.18)."""
     v = r[key]
     if isinstance(v, str) or not isinstance(v, list | tuple):
-        raise ValueError(f"{key}: expected a list of options, got {'null' if v is None else type(v).__name__}")
+        raise ValueError(f"{key}: expected a list of options, got {kind_of(v)}")
     return tuple(v)
 
 
@@ -242,8 +242,10 @@ def to_items(
     for i, r in enumerate(records):
         try:
             it = task.item(r, i, seen, model_labels)
-        except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise ValueError(f"row {i} ({fmt}): {type(e).__name__}: {e}") from None
+        except KeyError as e:  # was `KeyError: 'subject'` (issue 42)
+            raise ValueError(f"row {i} ({fmt}): no {e.args[0]!r} field (format {fmt} needs it)") from None
+        except (TypeError, ValueError, IndexError) as e:
+            raise ValueError(f"row {i} ({fmt}): {e}") from None
         if not 0 <= it.gold < len(it.options):
             raise ValueError(f"row {i}: gold index {it.gold} outside {len(it.options)} options")
         items.append(it)

@@ -191,7 +191,7 @@ def test_show_prompt_names_a_bad_row_once(tiny_model, tmp_path):
     bad = [line for line in r.stdout.splitlines() if line.startswith("═══ row") and "prefix" not in line]
     assert bad == [
         "═══ row b: state: empty conversation",
-        "═══ row at index 2: line 3: expected a JSON object, got list",
+        "═══ row at index 2: line 3: expected a JSON object, got a list",
     ]
 
 

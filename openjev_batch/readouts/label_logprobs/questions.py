@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from ...core import MAX_ID_CHARS
 from ...errors import ConfigError
-from ...values import no_duplicate_keys, text_bytes, value_problem
+from ...values import kind_of, no_duplicate_keys, text_bytes, value_problem
 from .question_schema import QUESTION_TYPES, _Question
 
 MAX_QUESTIONS = 64
@@ -65,7 +65,7 @@ def _pairs_to_dict(v: Any, what: str) -> dict:
             raise ValueError(f"duplicate keys in {what}")
         v = dict(v)
     if not isinstance(v, dict):
-        raise ValueError(f"expected an object mapping question_id → question, got {type(v).__name__}")
+        raise ValueError(f"expected an object mapping question_id → question, got {kind_of(v)}")
     return v
 
 

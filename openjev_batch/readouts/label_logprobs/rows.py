@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core import RowError, checked_row_id, unidentified_row_error
-from ...values import MAX_STATE_BYTES, given_fields, kept_values, no_duplicate_keys, text_bytes, value_problem
+from ...values import (
+    MAX_STATE_BYTES,
+    given_fields,
+    kept_values,
+    kind_of,
+    no_duplicate_keys,
+    text_bytes,
+    value_problem,
+)
 from .questions import QuestionError, QuestionSpec, parse_questions
 from .rows_images import content_parts, resolve_images
 
@@ -78,7 +86,7 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
     if not isinstance(raw, list):
         raise ValueError(
             "expected a string, a list of messages, {'messages': [...]}, or a JSON object or list "
-            f"(rendered as text), got {type(raw).__name__}"
+            f"(rendered as text), got {kind_of(raw)}"
         )
     return _messages(raw), False
 
