@@ -116,7 +116,7 @@ def as_struct_values(value: Any) -> Any:
 
 def given_fields(value: Any) -> Any:
     """`value` with the null fields of its struct values left out (at any depth), as plain dicts and lists.
-    Iterative over a bounded depth: a struct's nesting is bounded by its Arrow type."""
+    Recursive: a struct's nesting is bounded by its Arrow type (and MAX_DEPTH is checked before)."""
     if isinstance(value, StructValue):
         return {k: given_fields(v) for k, v in value.items() if v is not None}
     if isinstance(value, list) and any(isinstance(v, StructValue | list) for v in value):
@@ -231,9 +231,12 @@ def read_at_most(path: str | Path, limit: int) -> bytes:
     if key in _PIPES_READ:
         return _PIPES_READ[key][: limit + 1]
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+        os.close(fd)
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        if stat.S_ISREG(mode):
             return f.read(limit + 1)
         # a pipe or device: reads wait for data from here on (a writer still writing is waited for; a pipe with
         # no writer reads as its end at once)

@@ -823,10 +823,11 @@ def test_a_device_input_is_refused_before_it_is_copied(tmp_path):
     assert not list(tmp.iterdir())
 
 
-def test_sigterm_during_the_stdin_copy_removes_the_copy(tmp_path):
+@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_sigterm_during_the_stdin_copy_removes_the_copy(tmp_path, signame, code):
     """Attack trial (issue 42): SIGTERM while `validate -` copied standard input left the copy in TMPDIR
     (0.4 GB on tmpfs, once 10.4 GB on disk): validate had no handler, so the default action skipped the
-    cleanup. It now stops as `run` does: the copy removed, exit 143."""
+    cleanup. It now stops as `run` does: the copy removed, exit 143; a closed terminal's SIGHUP too (129)."""
     import signal
     import subprocess
     import sys
@@ -848,13 +849,13 @@ def test_sigterm_during_the_stdin_copy_removes_the_copy(tmp_path):
         while time.time() < deadline and sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file()) < 1 << 20:
             time.sleep(0.2)
         assert list(tmp.iterdir()), "the copy never began"
-        p.send_signal(signal.SIGTERM)
+        p.send_signal(getattr(signal, signame))
         _, stderr = p.communicate(timeout=60)
     finally:
         p.kill()
         feed.kill()
         feed.wait()
-    assert p.returncode == 143 and "terminated (SIGTERM)" in stderr and "Traceback" not in stderr, stderr
+    assert p.returncode == code and f"terminated ({signame})" in stderr and "Traceback" not in stderr, stderr
     assert not list(tmp.iterdir())
 
 
