@@ -92,6 +92,7 @@ def check_not_input(output: Path, input: Path | None, what: str = "the input fil
     file)."""
     if input is None:
         return
+    no_symlink_loop(Path(input))  # resolve() below raised RuntimeError on a loop (`--calibration`, issue 42)
     out = Path(output)
     beside = (out.with_name(out.name + s) for s in (".partial", ".lock", ".manifest.json"))
     for path in (out, *beside):

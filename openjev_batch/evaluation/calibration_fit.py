@@ -32,6 +32,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..readouts.label_logprobs.calibration import CURVE_POINTS, FORMAT, MIN_KEPT
+from ..values import special_file_problem
 from .calibration_multi import fit_multi, gold_labels, holdout_multi, multi_lines, p_yes
 from .metrics import T_MAX, fit_temperature, metrics, scale, wilson
 from .tasks import rank
@@ -52,6 +53,8 @@ def read_labelled(path: Path, gold: str, questions: tuple[str, ...] = ()) -> lis
         path = path / "predictions.parquet"
     if not path.exists():
         raise ConfigError(f"calibrate: {path}: no such file (a run output, or an eval folder)")
+    if problem := special_file_problem(path):  # a FIFO hung waiting for its writer (issue 42)
+        raise ConfigError(f"calibrate: {problem}")
     name = path.name.lower()
     try:
         if name.endswith(".parquet"):

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS
+from ..values import kind_of, special_file_problem
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MULTIPLE_CHOICE, YES_NO, CLASSIFICATION = "multiple choice", "yes/no", "classification"
@@ -87,7 +88,7 @@ def _text(r: dict, key: str) -> str:
     AttributeError traceback (issue 34.17). Raises ValueError naming the column."""
     v = r[key]
     if not isinstance(v, str):
-        raise ValueError(f"{key}: expected text, got {'null' if v is None else type(v).__name__}")
+        raise ValueError(f"{key}: expected text, got {kind_of(v)}")
     return v
 
 
@@ -95,11 +96,11 @@ def _options(r: dict, key: str) -> tuple[Any, ...]:
     """Column `key`, the options: a list (a string "ab" was read as the two options a and b, issue 34.18)."""
     v = r[key]
     if isinstance(v, str) or not isinstance(v, list | tuple):
-        raise ValueError(f"{key}: expected a list of options, got {'null' if v is None else type(v).__name__}")
+        raise ValueError(f"{key}: expected a list of options, got {kind_of(v)}")
     for j, o in enumerate(v):
         # a null option was shown as the option "None" (issue 42.7); a number is its text (MMLU's "4")
         if not isinstance(o, str) and (isinstance(o, bool) or not isinstance(o, int | float)):
-            raise ValueError(f"{key}: option {j + 1} is {'null' if o is None else type(o).__name__}, not text")
+            raise ValueError(f"{key}: option {j + 1} is {kind_of(o)}, not text")
     return tuple(o if isinstance(o, str) else str(o) for o in v)
 
 
@@ -111,7 +112,7 @@ def _name(r: dict, key: str) -> str:
         return v
     if isinstance(v, int) and not isinstance(v, bool):
         return str(v)
-    raise ValueError(f"{key}: expected text, got {'null' if v is None else type(v).__name__}")
+    raise ValueError(f"{key}: expected text, got {kind_of(v)}")
 
 
 def _id(r: dict, default: str) -> str:
@@ -216,6 +217,8 @@ FORMATS = tuple(TASKS)
 def read_records(path: str | Path) -> list[dict]:
     """Parquet (.parquet/.pq) or JSONL (.jsonl/.ndjson) → list of dicts. Raises ValueError otherwise."""
     path = Path(path)
+    if problem := special_file_problem(path):  # eval reads it more than once (rows, then its sha256)
+        raise ValueError(problem)
     if path.suffix.lower() in (".parquet", ".pq"):
         import pyarrow.parquet as pq
 
@@ -255,8 +258,10 @@ def to_items(
     for i, r in enumerate(records):
         try:
             it = task.item(r, i, seen, model_labels)
-        except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise ValueError(f"row {i} ({fmt}): {type(e).__name__}: {e}") from None
+        except KeyError as e:  # was `KeyError: 'subject'` (issue 42)
+            raise ValueError(f"row {i} ({fmt}): no {e.args[0]!r} field (format {fmt} needs it)") from None
+        except (TypeError, ValueError, IndexError) as e:
+            raise ValueError(f"row {i} ({fmt}): {e}") from None
         if not 0 <= it.gold < len(it.options):
             raise ValueError(f"row {i}: gold index {it.gold} outside {len(it.options)} options")
         items.append(it)

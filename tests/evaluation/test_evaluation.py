@@ -126,12 +126,12 @@ def test_mmlu_and_boolq_formats():
 @pytest.mark.parametrize(
     "rec, message",
     [
-        ({"question": None, "passage": "Water.", "answer": True}, "row 0 (boolq): ValueError: question: expected text, got null"),
-        ({"question": "is it", "passage": 7, "answer": True}, "row 0 (boolq): ValueError: passage: expected text, got int"),
-        ({"question": 3, "subject": "a", "choices": ["x", "y"], "answer": 0}, "row 0 (mmlu): ValueError: question: expected text, got int"),
-        ({"question": "q", "subject": "a", "choices": "ab", "answer": 0}, "row 0 (mmlu): ValueError: choices: expected a list of options, got str"),
+        ({"question": None, "passage": "Water.", "answer": True}, "row 0 (boolq): question: expected text, got null"),
+        ({"question": "is it", "passage": 7, "answer": True}, "row 0 (boolq): passage: expected text, got a number (7)"),
+        ({"question": 3, "subject": "a", "choices": ["x", "y"], "answer": 0}, "row 0 (mmlu): question: expected text, got a number (3)"),
+        ({"question": "q", "subject": "a", "choices": "ab", "answer": 0}, "row 0 (mmlu): choices: expected a list of options, got text"),
         ({"question_id": 1, "question": None, "options": ["a", "b"], "answer": "A", "category": "c"},
-         "row 0 (mmlu-pro): ValueError: question: expected text, got null"),
+         "row 0 (mmlu-pro): question: expected text, got null"),
     ],
 )  # fmt: skip
 def test_a_benchmark_row_with_a_null_or_mistyped_field_is_a_one_line_error(tmp_path, tiny_model, rec, message):
@@ -142,6 +142,14 @@ def test_a_benchmark_row_with_a_null_or_mistyped_field_is_a_one_line_error(tmp_p
     r = cli("eval", path, "-o", tmp_path / "ev", "-m", tiny_model, "-b", "hf", "--no-progress")
     assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
     assert message in " ".join(r.stderr.split()), r.stderr
+
+
+def test_a_benchmark_row_missing_a_column_names_it_in_words():
+    """Issue 42: a later row without MMLU's `subject` was `row 1 (mmlu): KeyError: 'subject'`."""
+    ok = {"question": "q", "subject": "s", "choices": ["x", "y"], "answer": 0}
+    with pytest.raises(ValueError) as e:
+        tasks.to_items([ok, {k: v for k, v in ok.items() if k != "subject"}])
+    assert str(e.value) == "row 1 (mmlu): no 'subject' field (format mmlu needs it)"
 
 
 def test_sample_is_seeded_nested_and_in_file_order():

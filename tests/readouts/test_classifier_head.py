@@ -157,9 +157,9 @@ def test_parse_rows():
         ),
         ({"id": "b", "premise": "p"}, "row b: hypothesis: missing"),
         ({"id": "c", "premise": "p", "hypothesis": "  "}, "row c: hypothesis: empty"),
-        ({"id": "d", "premise": 5, "hypothesis": "h"}, "row d: premise: expected a string, got int"),
+        ({"id": "d", "premise": 5, "hypothesis": "h"}, "row d: premise: expected text, got a number (5)"),
         ({"id": "e"}, "row e: text: missing (give text, or premise + hypothesis)"),
-        ({"id": "f", "text": ["a"]}, "row f: text: expected a string, got list"),
+        ({"id": "f", "text": ["a"]}, "row f: text: expected text, got a list"),
     ]
     for rec, msg in cases:
         got = parse_cls_row(1, rec, t, ("gold",))

@@ -19,15 +19,17 @@ import pyarrow.compute as pc
 
 from ...core import RowError, unidentified_row_error
 from ...errors import ConfigError
+from ...values import read_at_most
 from .. import LABEL_LOGPROBS, register
 from ..base import Readout, RowFailures, RowResults
 from .calibration import Calibration, apply, load_calibration
 from .image_prompt import check_model_takes_images
 from .items import chosen_labels, combine, items, with_debias
+from .leads import lead_problem
 from .options import LabelLogprobsOptions
 from .prompt import INSTRUCTIONS, Prompter
 from .prompt_variants import Variants
-from .questions import QuestionError, QuestionSpec, load_questions
+from .questions import MAX_QUESTIONS_FILE_BYTES, QuestionError, QuestionSpec, load_questions
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
 from .rows_images import image_key, input_has_image_column
 
@@ -118,7 +120,8 @@ class LabelLogprobs(Readout):
         else:
             parsed = load_questions(opts.questions)  # raises ConfigError for a missing or bad file
             # the questions' content, not their path: an edited file must not mix old and new answers
-            sha = hashlib.sha256(opts.questions.read_bytes()).hexdigest()
+            # (read as load_questions read it: a named pipe's content is kept, a second open hung, issue 42)
+            sha = hashlib.sha256(read_at_most(opts.questions, MAX_QUESTIONS_FILE_BYTES)).hexdigest()
             out = cls(parsed, keep, sha, **own)
         if opts.debias_order > 1 and out.questions is not None:
             # shared questions: one with fewer options than the orders is refused at start
@@ -185,6 +188,12 @@ class LabelLogprobs(Readout):
         )
         if self.image_input:
             base.images.check()  # ConfigError at start for a text-only model
+        for q in self.questions or ():  # shared questions: a lead holding this model's control token is the
+            # job's error now (`--dry-run` included), not every row's once the model runs (issue 42)
+            if isinstance(q, QuestionSpec) and q.answer_lead and (
+                why := lead_problem(q.answer_lead, base.text.control_pattern)
+            ):
+                raise ConfigError(f"questions.{q.qid}.answer_lead: {why}")
         return Variants(base)
 
     def records(self, row: Row, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ....errors import InputFileError
-from ....values import InvalidText, no_duplicate_keys, read_at_most
+from ....values import InvalidText, as_struct_values, no_duplicate_keys, read_at_most
 from .base import IMAGE_KEY_PATTERN, IMAGE_KEYS
 
 META_BYTES = 1 << 20  # a datasets folder's state.json / dataset_dict.json (a few hundred bytes as written)
@@ -102,11 +102,29 @@ def rechunk(
 
 def batch_records(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     """A record batch (Parquet, CSV, datasets, a DataFrame) as row dicts; an undecodable cell becomes an
-    `InvalidText` (see the module doc)."""
+    `InvalidText` (see the module doc); a struct cell's dicts are StructValues (values.py: a state rendered as
+    text leaves out the fields the row does not have)."""
+    structs = [n for n, t in zip(batch.schema.names, batch.schema.types, strict=True) if _has_struct(t)]
     try:
-        return batch.to_pylist()
+        recs = batch.to_pylist()
     except UnicodeDecodeError:
-        pass
+        recs = _records_cell_by_cell(batch)
+    for rec in recs if structs else ():
+        for name in structs:
+            if isinstance(rec.get(name), dict | list):
+                rec[name] = as_struct_values(rec[name])
+    return recs
+
+
+def _has_struct(t: pa.DataType) -> bool:
+    if pa.types.is_struct(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_struct(t.value_type)
+    return False
+
+
+def _records_cell_by_cell(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     cols: dict[str, list[Any]] = {}
     for name, col in zip(batch.schema.names, batch.columns, strict=True):
         try:
