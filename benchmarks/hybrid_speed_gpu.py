@@ -99,9 +99,15 @@ def main() -> None:
             if skip:
                 continue
             k = key.format(wl_name)
-            r: dict = {"start_s": start_s, "options": opts, "moe_config_dir": os.environ.get("SGLANG_MOE_CONFIG_DIR")}
+            r: dict = {
+                "start_s": start_s,
+                "options": opts,
+                "moe_config_dir": os.environ.get("SGLANG_MOE_CONFIG_DIR"),
+            }
             try:
-                r.update(job(clf, files, warm_file(tok, wl_name, a.smoke), f"{wl_name}-{a.variant}.parquet", shape))
+                r.update(
+                    job(clf, files, warm_file(tok, wl_name, a.smoke), f"{wl_name}-{a.variant}.parquet", shape)
+                )
                 r["summary_pattern"] = r["product"].get("pattern")
             except Exception as e:  # noqa: BLE001 - recorded; W1 still runs after a failed W3
                 r["error"] = f"{type(e).__name__}: {e}"[:2000]

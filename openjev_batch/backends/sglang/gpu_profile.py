@@ -146,7 +146,9 @@ def install_from_env() -> bool:
         prof = state.pop("prof")
         prof.__exit__(None, None, None)
         summary = summarize(_gpu_events(prof), steps=steps)
-        summary.update(host_wall_ms=round(wall * 1000, 2), first_batch=start, device=torch.cuda.get_device_name())
+        summary.update(
+            host_wall_ms=round(wall * 1000, 2), first_batch=start, device=torch.cuda.get_device_name()
+        )
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / f"gpu-profile-{os.getpid()}.json").write_text(json.dumps(summary, indent=1))
         log.warning("openjev-batch GPU profile written to %s", out_dir)
