@@ -47,6 +47,9 @@ class Need:
     methods: tuple[str, ...] = ()
     why: str = ""
     gpu_only: bool = False  # sglang imports it only on a GPU platform: elsewhere its source is read instead
+    accepts: tuple[
+        str, ...
+    ] = ()  # keywords the fork passes that a `**kwargs` may take (the CUDA conv ignores one)
 
 
 SPEC: tuple[Need, ...] = (
@@ -59,12 +62,14 @@ SPEC: tuple[Need, ...] = (
             "has_initial_state",
             "cache_indices",
             "query_start_loc",
-            "seq_lens_cpu",
             "activation",
             "bias",
         ),
+        # on CUDA sglang binds the name to layers/attention/mamba/causal_conv1d.causal_conv1d_fn, which takes
+        # seq_lens_cpu through **kwargs (the Triton one names it): the first H200 call of issue 38 found it
+        accepts=("seq_lens_cpu",),
         why="pass A/B conv over varlen segments",
-    ),  # fmt: skip
+    ),
     Need(GDN, "fused_qkv_split_gdn_prefill", why="q/k/v split of the conv output", gpu_only=True),
     Need(GDN, "fused_gdn_gating", why="g, beta"),
     Need(GDN, "MAX_FUSED_QKV_SPLIT_DIM", why="which split the stock path takes"),
@@ -197,10 +202,16 @@ def _assigned_self(tree: ast.AST) -> set[str]:
 
 
 def _params(fn: Any) -> set[str] | None:
+    """Parameter names, plus "**" when it takes **kwargs."""
     try:
-        return set(inspect.signature(fn).parameters)
+        ps = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return None
+    return {p.name for p in ps} | ({"**"} if any(p.kind is p.VAR_KEYWORD for p in ps) else set())
+
+
+def _missing(n: Need, got: set[str]) -> list[str]:
+    return [p for p in n.params if p not in got] + [p for p in n.accepts if p not in got and "**" not in got]
 
 
 def problems_installed(spec: tuple[Need, ...] = SPEC) -> list[str]:
@@ -224,9 +235,9 @@ def problems_installed(spec: tuple[Need, ...] = SPEC) -> list[str]:
             else:
                 out.append(f"{where}: missing")
             continue
-        if n.params:
+        if n.params or n.accepts:
             got = _params(obj)
-            if got is not None and (miss := [p for p in n.params if p not in got]):
+            if got is not None and (miss := _missing(n, got)):
                 out.append(f"{where}: no parameter(s) {', '.join(miss)}")
         if n.methods and (miss := [m for m in n.methods if not callable(getattr(obj, m, None))]):
             out.append(f"{where}: no method(s) {', '.join(miss)}")
@@ -294,6 +305,18 @@ class _Source:
                 tg = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if any(isinstance(t, ast.Name) and t.id == name for t in tg):
                     out.append((node.lineno, (module, node)))
+        for node in ast.walk(
+            tree
+        ):  # `name = other` inside if/try blocks (a platform's binding): follow `other`
+            if (
+                isinstance(node, ast.Assign)
+                and node not in tree.body
+                and isinstance(node.value, ast.Name)
+                and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+                and node.value.id != name
+                and not _in_function(tree, node)
+            ):
+                out += [(node.lineno, hit) for hit in self.lookup_all(module, node.value.id, depth + 1)]
         for node in ast.walk(tree):  # imports anywhere at module level, also inside try/if blocks
             if isinstance(node, ast.ImportFrom) and node.module and not _in_function(tree, node):
                 src = node.module if node.level == 0 else _relative(module, node.module, node.level, True)
@@ -378,7 +401,7 @@ def _fn_params(node: ast.AST) -> set[str] | None:
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
     a = node.args
-    return {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+    return {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]} | ({"**"} if a.kwarg else set())
 
 
 def problems_source(root: Path, spec: tuple[Need, ...] = SPEC) -> list[str]:
@@ -406,12 +429,12 @@ def problems_source(root: Path, spec: tuple[Need, ...] = SPEC) -> list[str]:
 def _node_problems(src: _Source, n: Need, where: str, mod: str, node: ast.AST) -> list[str]:
     out = []
     if True:
-        if n.params:
+        if n.params or n.accepts:
             target = node
             if isinstance(node, ast.ClassDef):
                 target = (src.class_member(mod, node, "__init__") or (None, None))[1]
             got = _fn_params(target) if target is not None else None
-            if got is not None and (miss := [p for p in n.params if p not in got]):
+            if got is not None and (miss := _missing(n, got)):
                 out.append(f"{where}: no parameter(s) {', '.join(miss)}")
         if isinstance(node, ast.ClassDef) and (n.attrs or n.methods):
             have = src.class_attrs(mod, node)
