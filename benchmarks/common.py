@@ -53,8 +53,32 @@ def log(*a) -> None:
     print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
 
 
+def env_info() -> dict:
+    """The card and the sglang release a result was measured on (issue 38: numbers from an H100 and an H200
+    were compared without saying which was which)."""
+    import importlib.metadata
+
+    try:
+        import torch
+
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        device = "unknown"
+    try:
+        sglang = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        sglang = None
+    return {"device": device, "sglang": sglang}
+
+
 def save(results: dict, name: str = "results.json") -> None:
-    """Merge `results` into WORK/<name> (kept across calls on a warm machine) and copy it to OUT."""
+    """Merge `results` into WORK/<name> (kept across calls on a warm machine) and copy it to OUT. Every entry
+    that is a dict records `device` and `sglang` (`env_info`) unless it says them already."""
+    info = env_info()
+    for v in results.values():
+        if isinstance(v, dict):
+            for k, x in info.items():
+                v.setdefault(k, x)
     WORK.mkdir(parents=True, exist_ok=True)
     p = WORK / name
     old = json.loads(p.read_text()) if p.exists() else {}

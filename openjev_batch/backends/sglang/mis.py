@@ -49,9 +49,38 @@ EXACT_ARCHITECTURES = frozenset(
 )
 
 
-# sglang releases the Qwen3.5/3.6 fork (backends/sglang/hybrid) is written against: it calls GDN internals whose
-# signatures change by 0.5.20 (shared/research/hybrid-multi-item.md §7).
-FORK_SGLANG = ("0.5.17",)
+# sglang releases the Qwen3.5/3.6 fork (backends/sglang/hybrid) serves. It calls sglang internals; each name and
+# signature it touches is checked when the override loads (hybrid/check.py, which refuses a release that moved one),
+# and was read in every release below (issue 38: `python -m openjev_batch.backends.sglang.hybrid.check` on each
+# wheel's source: all fit; the MIS engine settings (radix cache and chunked prefill off, flashinfer's per-item
+# positions) and the in-place default of the GDN extend kernel are the same). Exactness was measured on a GPU on
+# 0.5.17 only (benchmarks/hybrid_mis_exact_gpu.py); the others are load-checked. The package's `sglang` extra
+# installs 0.5.18-0.5.23.
+FORK_SGLANG = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+FORK_GPU_VERIFIED = ("0.5.17",)
+
+
+def fork_note(sglang_version: str | None) -> str:
+    """One line on how far the fork is verified on this sglang release (run summary, --dry-run)."""
+    if sglang_version in FORK_GPU_VERIFIED:
+        return f"sglang {sglang_version}: exactness measured on a GPU"
+    note = (
+        f"sglang {sglang_version}: the fork's sglang names are load-checked; exactness is measured on a GPU on "
+        f"{', '.join(FORK_GPU_VERIFIED)} only"
+    )
+    if sglang_version and _release(sglang_version) >= (0, 5, 20):
+        # 0.5.20+ `GDNAttnBackend.init_forward_metadata` builds its own multi-item metadata (PR #33922), which
+        # the fork does not use: host work per forward, not a different answer
+        note += "; this release also builds sglang's own (unused) GDN multi-item plan every forward"
+    return note
+
+
+def _release(v: str) -> tuple[int, ...]:
+    out = []
+    for part in v.split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        out.append(int(digits or 0))
+    return tuple(out)
 
 
 def exactness(config: Any, sglang_version: str | None = None) -> str | None:
@@ -68,7 +97,7 @@ def exactness(config: Any, sglang_version: str | None = None) -> str | None:
     if archs and all(a in FORK_ARCHITECTURES for a in archs):
         if sglang_version is not None and sglang_version not in FORK_SGLANG:
             return (
-                f"the state fork for {archs[0]} is written for sglang {', '.join(FORK_SGLANG)}, not {sglang_version} "
+                f"the state fork for {archs[0]} serves sglang {FORK_SGLANG[0]}-{FORK_SGLANG[-1]}, not {sglang_version} "
                 "(sglang's own multi-item scoring is not exact on these models: sgl-project/sglang#31969)"
             )
         return None

@@ -25,17 +25,23 @@ import os
 from typing import Any
 
 import torch
-from sglang.srt.layers.attention.linear import gdn_backend as _gdn
-from sglang.srt.layers.radix_linear_attention import RadixLinearAttention
-from sglang.srt.model_executor.forward_context import get_attn_backend
-from sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph import (
+
+from .check import check_installed
+
+# Before the sglang names below are bound: a release that moved one fails here, naming each (hybrid/check.py)
+check_installed()
+
+from sglang.srt.layers.attention.linear import gdn_backend as _gdn  # noqa: E402
+from sglang.srt.layers.radix_linear_attention import RadixLinearAttention  # noqa: E402
+from sglang.srt.model_executor.forward_context import get_attn_backend  # noqa: E402
+from sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph import (  # noqa: E402
     get_tc_piecewise_forward_context,
 )
-from sglang.srt.models import qwen3_5 as _mm
-from sglang.srt.models import qwen3_5_text as _text
+from sglang.srt.models import qwen3_5 as _mm  # noqa: E402
+from sglang.srt.models import qwen3_5_text as _text  # noqa: E402
 
-from .. import mis
-from . import CONTROL_ENV, FORK_VERSION, MARKER
+from .. import mis  # noqa: E402
+from . import CONTROL_ENV, FORK_VERSION, MARKER  # noqa: E402
 
 _PLAN_ATTR = "_openjev_fork_plan"
 

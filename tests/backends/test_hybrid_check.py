@@ -1,0 +1,95 @@
+"""The load-time check of the sglang names the Qwen3.5/3.6 fork touches (backends/sglang/hybrid/check.py), under the
+CI's real sglang (the CPU build, 0.5.19): the override module imports and its check passes; a name removed from or
+re-signed on a real sglang object makes the check fail naming it; the source reader finds the same on a copy of the
+installed sglang's own files with one name edited out."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("sglang")
+
+from openjev_batch.backends.sglang import mis  # noqa: E402
+from openjev_batch.backends.sglang.hybrid import check  # noqa: E402
+
+
+def test_the_override_module_imports_and_its_check_passes_under_the_installed_sglang():
+    import importlib.metadata
+
+    import openjev_batch.backends.sglang.hybrid.qwen3_5_mis as fork
+
+    assert [c.__name__ for c in fork.EntryClass] == sorted(
+        mis.FORK_ARCHITECTURES, key=[c.__name__ for c in fork.EntryClass].index
+    )
+    assert check.problems_installed() == []
+    assert importlib.metadata.version("sglang") in mis.FORK_SGLANG  # CI runs a release the fork serves
+
+
+def test_a_missing_name_on_a_real_sglang_object_fails_the_check(monkeypatch):
+    from sglang.srt.layers import radix_linear_attention as rla
+    from sglang.srt.layers.attention.linear import gdn_backend
+
+    monkeypatch.delattr(gdn_backend, "fused_gdn_gating")
+    monkeypatch.delattr(rla.RadixLinearAttention, "forward")
+    with pytest.raises(check.SglangMismatch) as e:
+        check.check_installed()
+    msg = str(e.value)
+    assert "gdn_backend.fused_gdn_gating: missing" in msg
+    # nn.Module's placeholder forward is left: the check sees the parameters gone
+    assert "RadixLinearAttention.forward: no parameter(s) forward_batch, mixed_qkv, a, b" in msg
+    assert "prefix-first" in msg  # the way out
+
+
+def test_a_moved_parameter_fails_the_check(monkeypatch):
+    from sglang.srt.layers.attention.linear import gdn_backend
+
+    real = gdn_backend.causal_conv1d_fn
+
+    def causal_conv1d_fn(x, weight, bias=None, conv_state=None, query_start_loc=None, **kwargs):  # renamed
+        return real(x, weight, bias, **kwargs)
+
+    monkeypatch.setattr(gdn_backend, "causal_conv1d_fn", causal_conv1d_fn)
+    found = check.problems_installed()
+    assert any("causal_conv1d_fn: no parameter(s) conv_states" in f for f in found), found
+
+
+def test_a_method_gone_from_a_real_class_fails_the_check(monkeypatch):
+    from sglang.srt.model_executor import forward_batch_info as fbi
+
+    monkeypatch.delattr(fbi.ForwardBatch, "contains_image_inputs")
+    found = check.problems_installed()
+    assert any("ForwardBatch: no method(s) contains_image_inputs" in f for f in found), found
+
+
+def test_the_source_reader_on_the_installed_tree_and_on_an_edited_copy(tmp_path):
+    import sglang
+
+    root = Path(sglang.__file__).parents[1]
+    assert check.problems_source(root) == []
+    copy = tmp_path / "sglang"
+    shutil.copytree(root / "sglang", copy, ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.json"))
+    f = copy / "srt" / "layers" / "radix_linear_attention.py"
+    f.write_text(f.read_text().replace("self.dt_bias =", "self.dt_bias_moved ="))
+    k = copy / "srt" / "layers" / "attention" / "linear" / "gdn_backend.py"
+    k.write_text(
+        k.read_text().replace(
+            "query_start_loc: torch.Tensor,\n        **kwargs", "qsl: torch.Tensor,\n        **kwargs"
+        )
+    )
+    found = check.problems_source(tmp_path)
+    assert any("RadixLinearAttention: no dt_bias" in x for x in found), found
+    assert any("GDNKernelDispatcher.extend: no parameter(s) query_start_loc" in x for x in found), found
+    assert check.main([str(tmp_path)]) == 1
+
+
+def test_fork_releases_and_the_verification_note():
+    cfg = {"architectures": ["Qwen3_5MoeForConditionalGeneration"]}
+    for v in mis.FORK_SGLANG:
+        assert mis.exactness(cfg, v) is None
+    assert "serves sglang 0.5.17-0.5.23, not 0.5.24" in mis.exactness(cfg, "0.5.24")
+    assert mis.fork_note("0.5.17") == "sglang 0.5.17: exactness measured on a GPU"
+    assert "load-checked" in mis.fork_note("0.5.19") and "unused" not in mis.fork_note("0.5.19")
+    assert "unused" in mis.fork_note("0.5.21")
