@@ -4,9 +4,9 @@ jobs share its start-up. Each result records the card and the sglang release (`c
 
 Variants (documented options only):
 - `default`: the product as it is now;
-- `today`: the product's default before issue 38: `--sglang-patches no-alloc` (no state-slot allocation patch) and
-  sglang's own fused-MoE configs only (`SGLANG_MOE_CONFIG_DIR`, sglang's documented variable, pointed at sglang's
-  own folder: no H100 file);
+- `alloc`: `--sglang-patches with-alloc` (the state-slot allocation patch, opt-in until measured);
+- `today`: sglang's own fused-MoE configs only (`SGLANG_MOE_CONFIG_DIR`, sglang's documented variable, pointed at
+  sglang's own folder);
 - `prefix-first`: `--request-pattern prefix-first`;
 - `dense`: the Qwen3-0.6B shape (saved random bf16 weights), product default, so the dense rows stay current.
 
@@ -31,7 +31,8 @@ from common import HYBRID, OUT, WORK, log, make_model, roofline_s, save
 
 VARIANTS = {
     "default": {},
-    "today": {"sglang_patches": "no-alloc"},
+    "alloc": {"sglang_patches": "with-alloc"},
+    "today": {},
     "prefix-first": {"request_pattern": "prefix-first"},
     "dense": {},
 }

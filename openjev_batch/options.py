@@ -121,9 +121,9 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
     # Benchmarks switch the product's scheduler workarounds off to measure them (scheduler_patch.PATCH_SETS).
     EngineOption("sglang_patches", str, "all",
                  "sglang: the scheduler workarounds installed: all | gather (label gather, sglang#39642) | "
-                 "readback (multi-item logprobs) | no-alloc (all but the state-slot allocation patch) | none.",
+                 "readback (multi-item logprobs) | with-alloc (all and the state-slot allocation patch, unmeasured) | none.",
                  owner="sglang", commands=("run", "eval"),
-                 constraints={"pattern": "^(all|gather|readback|no-alloc|none)$"}),
+                 constraints={"pattern": "^(all|with-alloc|gather|readback|none)$"}),
     EngineOption("batch_tokens", int | None, None,
                  "hf: most padded tokens per forward pass [default: 256 on a CPU, 16384 on a GPU].",
                  owner="hf", commands=("classify",), constraints={"gt": 0}),

@@ -458,7 +458,7 @@ def test_committed_eval_results_reproduce(tmp_path):
     [
         ({"question": "q", "subject": None, "choices": ["x", "y"], "answer": 0}, "subject: expected text, got null"),
         ({"question": "q", "subject": "a", "choices": ["x", None], "answer": 0}, "choices: option 2 is null, not text"),
-        ({"question": "q", "subject": "a", "choices": ["x", True], "answer": 0}, "choices: option 2 is bool, not text"),
+        ({"question": "q", "subject": "a", "choices": ["x", True], "answer": 0}, "choices: option 2 is true, not text"),
         ({"question_id": 1, "question": "q", "options": ["a", None], "answer": "A", "category": "c"},
          "options: option 2 is null, not text"),
         ({"question_id": 1, "question": "q", "options": ["a", "b"], "answer": "A", "category": None},

@@ -8,10 +8,7 @@ tiling. sglang 0.5.17 has none for E=256, N=512 on the H200 (Qwen3.5 / Qwen3.6-3
 here are sglang's own, tuned on the H200 with its `benchmark/kernels/fused_moe_triton` tuner and added
 upstream after 0.5.17 (sgl-project/sglang#35374, `configs/triton_3_6_0/`). The block-fp8 pair
 (`dtype=fp8_w8a8,block_shape=[128, 128]`, for the released FP8 checkpoints' 128 x 128 blocks) is byte-for-byte
-sglang 0.5.20's (PyPI wheel). No sglang release up to 0.5.23 has an E=256, N=512 file for the H100
-(`NVIDIA_H100_80GB_HBM3`, where 0.5.17 logged "Using default MoE kernel config", issue 38): the H100 pair here is
-the H200 bf16 pair under the H100's name (same SM 9.0 chip and shared memory, slower memory), not tuned on an
-H100; docs/benchmarks.md says what it measured. The bf16 pair's effect is measured in docs/benchmarks.md; the fp8 pair's is not
+sglang 0.5.20's (PyPI wheel). The bf16 pair's effect is measured in docs/benchmarks.md; the fp8 pair's is not
 yet (issue 30: no device time left in that session).
 
 `config_dir()` builds, once per sglang version, a folder that holds links to every config of the installed
