@@ -122,8 +122,11 @@ def test_exactness():
     assert "sliding" in exactness({"architectures": ["LlamaForCausalLM"], "sliding_window": 4096})
     # the Qwen3.5/3.6 hybrids (GDN + M-RoPE) are exact only through the product's state fork, on its sglang
     for arch in ("Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"):
-        assert exactness({"architectures": [arch]}, "0.5.17") is None and mis.needs_fork({"architectures": [arch]})
-        assert "0.5.17" in exactness({"architectures": [arch]}, "0.5.20")
+        for release in mis.FORK_SGLANG:  # every release the extra installs
+            assert exactness({"architectures": [arch]}, release) is None
+        assert mis.needs_fork({"architectures": [arch]})
+        for outside in ("0.5.16", "0.5.24"):
+            assert "0.5.17-0.5.23" in exactness({"architectures": [arch]}, outside)
     assert not mis.needs_fork(qwen3)
     assert "not a 1-D RoPE" in exactness({"architectures": ["Qwen3NextForCausalLM"]})  # another hybrid: no fork
     assert "not a 1-D RoPE" in exactness({"architectures": ["MistralForCausalLM"]})
