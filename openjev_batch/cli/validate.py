@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from ..errors import OpenjevError
+from ..options import BACKENDS
 from ..readouts import LABEL_LOGPROBS, build
 from .app import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
 from .job_options import job_flag
@@ -82,7 +83,7 @@ def _job(input: Path, name: str, questions, template, keep: tuple[str, ...]):
     from ..config import build_config  # lazy: keeps --help fast
 
     opts = dict(
-        input=input, model="", backend="hf", readout=name, questions=questions or None,
+        input=input, model="", backend=BACKENDS[0], readout=name, questions=questions or None,
         template=unescape(template) if template else None,
     )  # fmt: skip
     cfg = build_config(**opts, keep=() if keep == ("all",) else keep)

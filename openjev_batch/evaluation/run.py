@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import Field, ValidationError, model_validator
 
 from .._version import __version__
+from ..backends import SPECS
 from ..checkpoint.classifier import read_checkpoint
 from ..config import build_config, validation_message
 from ..errors import BackendError, ConfigError
@@ -236,9 +237,7 @@ def _run_record(
     """What ran: model, backend, device, dtype, hardware, date, wall times, version, commit, the prompt's
     tokenization (a result reproduces only under the same one), tokens."""
     if device == "auto":
-        import torch
-
-        device = "cuda" if job.backend == "sglang" or torch.cuda.is_available() else "cpu"
+        device = SPECS[job.backend].device(job)
     return {
         "model": cfg.model_name or job.model,
         "model_path": job.model,

@@ -9,10 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..backends import Backend
-from ..backends.sglang.mis import needs_fork
-from ..backends.sglang.patterns import MAX_MULTI_ITEM_RECOMPUTE, advice
-from ..checkpoint.info import model_info
+from ..backends import SPECS, Backend
 from ..config import RunConfig
 from ..errors import ConfigError
 from . import loop
@@ -52,29 +49,15 @@ def run_job(
 
 
 def choose_request_pattern(cfg: RunConfig) -> tuple[RunConfig, str]:
-    """`--request-pattern auto` for a job on a Qwen3.5/3.6 hybrid on sglang, where multi-item scoring (one request
-    per ticket, the state fork) and prefix-first are both exact: chosen from the planner's own counts over the
-    job's first chunk, before the engine starts (multi-item is fixed when it starts). Multi-item runs without the
-    radix cache, so a long block shared by different rows (a few-shot prefix) is computed in every pack:
-    prefix-first when that makes multi-item compute more than `MAX_MULTI_ITEM_RECOMPUTE` × the unique tokens.
-    Returns the config (with the pattern set when prefix-first is chosen) and the choice in words ('' when the
-    job is not such a job)."""
-    if cfg.backend != "sglang" or cfg.sglang.request_pattern != "auto":
-        return cfg, ""
+    """The choices the job's backend makes before its engine starts (its spec's `prepare`: on sglang,
+    `--request-pattern auto` on a Qwen3.5/3.6 hybrid, multi-item or prefix-first from the planner's counts over
+    the job's first chunk). Returns the config the job runs and the choice in words ('' when none was made)."""
 
-    if not needs_fork({"architectures": [model_info(cfg.model).architecture]}):
-        return cfg, ""
+    def first_plan(c: RunConfig):
+        n = min(c.chunk_rows, c.limit or c.chunk_rows)
+        return dry_run(c.model_copy(update={"limit": n, "output": None, "resume": False, "progress": False}))
 
-    n = min(cfg.chunk_rows, cfg.limit or cfg.chunk_rows)
-    p = dry_run(cfg.model_copy(update={"limit": n, "output": None, "resume": False, "progress": False}))
-    if p.unique_tokens and p.multi_item_tokens / p.unique_tokens > MAX_MULTI_ITEM_RECOMPUTE:
-        why = f"request pattern auto → prefix-first: on the first {p.rows:,} rows " + advice(
-            p.multi_item_tokens, p.unique_tokens
-        ).split(":")[0]
-        return cfg.model_copy(update={"request_pattern": "prefix-first"}), why
-    return cfg, f"request pattern auto → multi-item where the engine runs it: on the first {p.rows:,} rows " + advice(
-        p.multi_item_tokens, p.unique_tokens
-    )
+    return SPECS[cfg.backend].prepare(cfg, first_plan)
 
 
 def run_job_ray(

@@ -7,8 +7,7 @@ import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ...backends import Backend, load_backend
-from ...backends.tokenizer import tokenizer_name
+from ...backends import Backend, load_backend, tokenizer_name
 from ...checkpoint.info import model_info
 from ...readouts.base import Readout
 from ..prefill import FailureTracker

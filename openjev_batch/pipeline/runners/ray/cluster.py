@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .... import errors
+from ....backends import SPECS
 from ....config import RunConfig
 from ....errors import BackendError, ConfigError, OpenjevError
 from ....readouts.base import Readout
@@ -66,7 +67,7 @@ def _gpus(ray, cfg: RunConfig, opts: RayOptions) -> float:
     elif cfg.device == "cpu" or not ray.cluster_resources().get("GPU", 0):
         g = 0
     else:
-        g = cfg.tp_size * cfg.dp_size if cfg.backend == "sglang" else 1
+        g = SPECS[cfg.backend].gpus_per_worker(cfg)
     if g < 0:
         raise ConfigError("--gpus-per-worker must be ≥ 0")
     have = ray.cluster_resources().get("GPU", 0)
@@ -75,11 +76,8 @@ def _gpus(ray, cfg: RunConfig, opts: RayOptions) -> float:
             f"--workers {opts.workers} × --gpus-per-worker {g:g} needs {opts.workers * g:g} GPUs; "
             f"the Ray cluster has {have:g}"
         )
-    if g and cfg.backend == "sglang" and cfg.tp_size * cfg.dp_size > g:
-        raise ConfigError(
-            f"sglang with tp_size {cfg.tp_size} × dp_size {cfg.dp_size} needs "
-            f"{cfg.tp_size * cfg.dp_size} GPUs per worker; --gpus-per-worker is {g:g}"
-        )
+    if g:
+        SPECS[cfg.backend].check_gpus(cfg, g)
     if not g and cfg.device == "cuda":
         raise ConfigError(
             "--device cuda with 0 GPUs per worker (the Ray cluster has none, or --gpus-per-worker 0)"

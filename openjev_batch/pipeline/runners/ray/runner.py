@@ -33,8 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ....backends import tokenizer_name
 from ....backends.base import load_tokenizer
-from ....backends.tokenizer import tokenizer_name
 from ....errors import ConfigError, OpenjevError
 from ....readouts.base import Readout
 from ...prefill import FailureTracker
