@@ -61,16 +61,17 @@ def _connect(ray, opts: RayOptions, render_workers: int) -> bool:
     return True
 
 
-def _gpus(ray, cfg: RunConfig, opts: RayOptions) -> float:
+def _gpus(have: float, cfg: RunConfig, opts: RayOptions) -> float:
+    """The GPUs each engine actor takes on a cluster of `have` GPUs: `--gpus-per-worker`, else the backend's
+    own (its spec), 0 on a CPU cluster or with --device cpu. Raises ConfigError for what cannot be served."""
     if opts.gpus_per_worker is not None:
         g = opts.gpus_per_worker
-    elif cfg.device == "cpu" or not ray.cluster_resources().get("GPU", 0):
+    elif cfg.device == "cpu" or not have:
         g = 0
     else:
         g = SPECS[cfg.backend].gpus_per_worker(cfg)
     if g < 0:
         raise ConfigError("--gpus-per-worker must be ≥ 0")
-    have = ray.cluster_resources().get("GPU", 0)
     if g and opts.workers * g > have:
         raise ConfigError(
             f"--workers {opts.workers} × --gpus-per-worker {g:g} needs {opts.workers * g:g} GPUs; "

@@ -115,7 +115,7 @@ class RayRunner:
         except Exception as e:  # an address that does not answer, a cluster that cannot start
             raise _domain_error(e) from e
         try:
-            self.gpus = _gpus(ray, cfg, opts)
+            self.gpus = _gpus(ray.cluster_resources().get("GPU", 0), cfg, opts)
             yield self
         finally:
             self._close_results()

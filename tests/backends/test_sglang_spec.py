@@ -1,4 +1,5 @@
-"""`--request-pattern auto` on a Qwen3.5/3.6 hybrid on sglang (pipeline/job.choose_request_pattern): the planner's
+"""`--request-pattern auto` on a Qwen3.5/3.6 hybrid on sglang (backends/sglang/spec.py's `prepare`, asked by
+pipeline/job.choose_request_pattern for the job's backend): the planner's
 counts over the job's first chunk pick multi-item scoring (one request per ticket) or prefix-first (a long block
 shared by different rows, which multi-item would compute in every pack). Tokenizer and config.json only."""
 
