@@ -21,8 +21,9 @@ Contract (every backend):
   that does not report is counted when its window ends.
 - `configure(opts)` applies the request options of `options.ENGINE_OPTIONS` that a started backend can
   change (sglang: `request_pattern`, `groups_per_window`, `pipeline_depth`, `skip_prefix_warmup`):
-  `load_backend` calls it at start-up and `run_job` again for a backend passed in. Read-only facts:
-  `pattern` (the request pattern in words), `request_pattern` (its name), `kv_capacity_tokens`.
+  `load_backend` calls it at start-up and `run_job` again for a backend passed in. Read-only fact:
+  `pattern` (how it sends its work, in words); a backend's own facts are its own (sglang: `request_pattern`,
+  `kv_capacity_tokens`), and what the pipeline asks before a start is its spec's (`BackendSpec` below).
 - `close()` frees the model/engine; backends are context managers.
 Raises BackendError when the model cannot load or the engine dies.
 """
@@ -81,8 +82,6 @@ class Backend(ABC):
             self.on_branches(done)
 
     pattern: str = ""  # how prefill sends its work, in words (the run summary shows it)
-    request_pattern: str = ""  # sglang: prefix-first | first-branch | multi-item
-    kv_capacity_tokens: int | None = None  # sglang: the engine's KV pool (max_total_num_tokens)
 
     @abstractmethod
     def kv_budget_tokens(self) -> int: ...
