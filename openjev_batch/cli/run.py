@@ -209,15 +209,14 @@ def _execute(cfg, command: str, ray_opts):
     and the Summary."""
     from ..pipeline.job import choose_request_pattern, run_job  # lazy: keeps --help fast
 
-    cfg, why = choose_request_pattern(cfg)  # a Qwen3.5/3.6 hybrid on sglang: multi-item or prefix-first
+    # built once, for the choice before the engine starts and the job; classify reads its labels here
+    # (config.json only): a checkpoint that is no classifier is refused before the progress bar starts
+    readout = build(cfg.readout, cfg)
+    cfg, why = choose_request_pattern(cfg, readout)  # the backend's choices before its engine starts
     if why:
         err.print(why, markup=False)
-
-    # classify reads its labels here (config.json only): a checkpoint that is no classifier is refused
-    # before the progress bar starts
-    readout = build(cfg.readout, cfg)
     with _progress("prefill" if command == "run" else command, f"{readout.noun}s", cfg.progress) as live:
-        s = run_job(cfg, progress=live, ray=ray_opts)
+        s = run_job(cfg, progress=live, ray=ray_opts, readout=readout)
     return readout, s
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..backends import BackendPlan
 from ..config import RunConfig
+from ..readouts.base import Readout
 from . import loop
 from .input.source import FileSource
 from .output.sink import NullSink
@@ -46,13 +47,14 @@ class PlanSummary:
         return self.by_backend[backend].hit_rate(self.logical_tokens)
 
 
-def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
+def dry_run(cfg: RunConfig, tokenizer=None, readout: Readout | None = None) -> PlanSummary:
     """Read → prompt → plan the whole job with the model's tokenizer only, chunk by chunk (memory stays
-    bounded by `chunk_rows`). Unique tokens are the planner's LCP count per window (see plan.py).
+    bounded by `chunk_rows`). Unique tokens are the planner's LCP count per window (see plan.py). `readout`:
+    the job's, built once by the caller (else the loop builds it).
     Raises the same job-level errors as `run_job` for bad input or an unloadable tokenizer."""
     import resource
 
-    s, _ = loop.run(cfg, FileSource(cfg), NullSink(), PlanOnlyRunner(tokenizer))
+    s, _ = loop.run(cfg, FileSource(cfg), NullSink(), PlanOnlyRunner(tokenizer), readout=readout)
     p = s.counted
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB → MiB
     return PlanSummary(

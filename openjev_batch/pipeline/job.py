@@ -12,6 +12,7 @@ from typing import Any
 from ..backends import SPECS, Backend
 from ..config import RunConfig
 from ..errors import ConfigError
+from ..readouts.base import Readout
 from . import loop
 from .dry_run import dry_run
 from .input.source import FileSource
@@ -28,6 +29,7 @@ def run_job(
     on_progress: Callable[[int, int], None] | None = None,
     progress: Progress | None = None,
     ray: Any = None,
+    readout: Readout | None = None,
 ) -> Summary:
     """Run one job end to end and return its Summary: in this process, or on Ray with `ray` (a
     runners.ray.RayOptions, how it spreads; the summary is then a RaySummary and the output file equals the
@@ -35,6 +37,7 @@ def run_job(
     `on_progress(branches_done, tokens_done)` is called after each window; `progress` (a live display's
     counts) is updated as branches finish, its total rows counted first when not set. With `cfg.resume`,
     chunks already in the partial output are not run again (loop.run), nor rows an earlier Ray run staged.
+    `readout`: the job's, built once by the caller (else the loop builds it).
 
     Raises OpenjevError subclasses for job-level failures (input unreadable, model not loadable, engine
     dead, output count check failed); the partial output is then kept for `--resume`. On Ray also
@@ -44,18 +47,21 @@ def run_job(
         raise ConfigError("an output path (-o) is needed; only --dry-run runs without one")
     runner = for_job(backend, ray)  # the one choice of local or Ray (Ray's refusals before the input is read)
     source = FileSource(cfg)
-    s, _ = loop.run(cfg, source, StoreSink(cfg, source), runner, progress=progress, on_progress=on_progress)
+    sink = StoreSink(cfg, source)
+    s, _ = loop.run(cfg, source, sink, runner, readout=readout, progress=progress, on_progress=on_progress)
     return s
 
 
-def choose_request_pattern(cfg: RunConfig) -> tuple[RunConfig, str]:
+def choose_request_pattern(cfg: RunConfig, readout: Readout | None = None) -> tuple[RunConfig, str]:
     """The choices the job's backend makes before its engine starts (its spec's `prepare`: on sglang,
     `--request-pattern auto` on a Qwen3.5/3.6 hybrid, multi-item or prefix-first from the planner's counts over
-    the job's first chunk). Returns the config the job runs and the choice in words ('' when none was made)."""
+    the job's first chunk). `readout`: the job's, built once by the caller (else the plan builds it). Returns the
+    config the job runs and the choice in words ('' when none was made)."""
 
     def first_plan(c: RunConfig):
         n = min(c.chunk_rows, c.limit or c.chunk_rows)
-        return dry_run(c.model_copy(update={"limit": n, "output": None, "resume": False, "progress": False}))
+        first = c.model_copy(update={"limit": n, "output": None, "resume": False, "progress": False})
+        return dry_run(first, readout=readout)
 
     return SPECS[cfg.backend].prepare(cfg, first_plan)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from conftest import write_jsonl
 
 from openjev_batch.config import build_config
@@ -51,3 +52,22 @@ def test_only_an_auto_job_on_a_forked_hybrid_on_sglang_is_chosen_for(tmp_path, q
     assert choose_request_pattern(plain) == (plain, "")
     hf = build_config(input=tmp_path / "in.jsonl", model=str(model), backend="hf", progress=False)
     assert choose_request_pattern(hf) == (hf, "")
+
+
+def test_the_choice_plans_with_the_jobs_readout_built_once(tmp_path, qwen3_tok_dir):
+    """The CLI builds a job's readout once and hands it to the choice and the job: the first chunk's plan reads
+    no questions file again (here gone after the build, so a second build would fail)."""
+    from openjev_batch import readouts
+    from openjev_batch.errors import OpenjevError
+
+    model = hybrid_folder(tmp_path, qwen3_tok_dir)
+    q = tmp_path / "q.json"
+    q.write_text(json.dumps(Q))
+    rows = [{"id": f"t{i}", "state": f"ticket {i}: " + f"word{i} " * 60} for i in range(4)]
+    job = cfg(tmp_path, model, rows, questions=q)
+    readout = readouts.build(job.readout, job)
+    q.unlink()
+    c, why = choose_request_pattern(job, readout)
+    assert c.sglang.request_pattern == "auto" and "on the first 4 rows" in why
+    with pytest.raises(OpenjevError, match="q.json"):
+        choose_request_pattern(job)  # built again: the file it names is gone
