@@ -1,5 +1,7 @@
 """How a command gets its options, generated from their one declaration: the engine options
-(options.ENGINE_OPTIONS, `_engine_options`) and the job options (job_options.JOB_OPTIONS): a command's `job`
+(options.ENGINE_OPTIONS, `_engine_options`), the readout options (each readout's `Options` fields with their
+`Flag`s: a command's `readout_opts` parameter, `_readout_options`) and the job options
+(job_options.JOB_OPTIONS): a command's `job`
 parameter stands for them all and receives them as one dict (`_job_options`, applied by `_engine_options`);
 one the command declares itself (`keep: str = job_flag("keep", "run")`) takes its flag from there too."""
 
@@ -11,14 +13,16 @@ import typing
 from pathlib import Path
 
 import typer
+from pydantic.fields import FieldInfo
 
 from ..errors import ConfigError
 from ..job_options import BY_NAME, JOB_OPTIONS, JobOption
 from ..options import ENGINE_OPTIONS
-from ..readouts import NAMES, readout_class
+from ..readouts import NAMES, command_options, readout_class
+from ..readouts.flags import Flag
 from .app import _fail
 from .jobfile import load_job_file
-from .options import parse_engine_args
+from .options import parse_engine_args, unescape
 
 JOB: dict = {}  # where a command's job options go (`_job_options`); never a CLI option itself
 
@@ -73,6 +77,46 @@ def _job_options(command: str, own: typing.Collection[str] = ()):
     return deco
 
 
+READOUT: dict = {}  # where a command's readout options go (`_readout_options`); never a CLI option itself
+
+
+def readout_flag(name: str, field: FieldInfo, flag: Flag):
+    """The CLI option of readout option `name`, from its one declaration: its `Options` field's default and
+    bounds (ge/le → min/max), its `Flag`'s help, short flag and shown default."""
+    bounds = {k: v for m in field.metadata for k, v in (("min", getattr(m, "ge", None)), ("max", getattr(m, "le", None))) if v is not None}  # fmt: skip
+    default = None if flag.shown is not None else field.default
+    decls = ["--" + name.replace("_", "-"), *([flag.short] if flag.short else [])]
+    return typer.Option(default, *decls, help=flag.help, show_default=flag.shown or True, **bounds)
+
+
+def _readout_options(command: str):
+    """Put the readout options `command` takes (readouts.command_options: its readout's `Options` fields and
+    other readouts' that name `command` in their `Flag.also`) where the command's `readout_opts` parameter
+    stands; the command receives them as one dict of config keywords (None: not given; a `Flag.escapes`
+    text unescaped). A new readout's option is a flag of its command with no edit here."""
+    declared = command_options(command)
+    params = [
+        inspect.Parameter(
+            name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=readout_flag(name, field, flag),
+            annotation=flag.cli_type or next((t for t in typing.get_args(field.annotation) if t is not type(None)), field.annotation),
+        )
+        for name, (field, flag) in declared.items()
+    ]  # fmt: skip
+
+    def deco(f):
+        @functools.wraps(f)
+        def wrapper(**kw):
+            own = {name: kw.pop(name) for name in declared}
+            for name, (_, flag) in declared.items():
+                if flag.escapes and own[name] is not None:
+                    own[name] = unescape(own[name])
+            return f(**kw, readout_opts=own)
+
+        return _expand(f, wrapper, "readout_opts", params)
+
+    return deco
+
+
 ENGINE: dict = {}  # where a command's engine options go (`_engine_options`); never a CLI option itself
 
 
@@ -105,7 +149,10 @@ def _engine_options(command: str):
     )  # fmt: skip
 
     def deco(f):
-        if "job" in (own := inspect.signature(f).parameters):
+        own = inspect.signature(f).parameters
+        if "readout_opts" in own:
+            f = _readout_options(command)(f)
+        if "job" in own:
             f = _job_options(command, own)(f)
 
         @functools.wraps(f)

@@ -16,7 +16,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from pydantic.fields import FieldInfo
+
 from ..errors import ConfigError
+from .flags import Flag
 
 if TYPE_CHECKING:
     from .base import Readout
@@ -93,6 +96,30 @@ def foreign_option(name: str, field: str) -> str | None:
             flag = "--" + field.replace("_", "-")
             return f"{flag} is for {cls.command} ({other}), not for {mine.command} ({name})"
     return None
+
+
+def command_options(command: str) -> dict[str, tuple[FieldInfo, Flag]]:
+    """The readout options `command` takes, by field name, each with its `Options` field (default, bounds)
+    and its `Flag`: every option of the readout that `command` runs (`Readout.command`), and each other
+    readout's whose `Flag.also` names `command` (eval: the system prompt, validate: the questions)."""
+    out = {}
+    for n in NAMES:
+        cls = readout_class(n)
+        for name, field in cls.Options.model_fields.items():
+            flag = next((m for m in field.metadata if isinstance(m, Flag)), None)
+            if flag is not None and (cls.command == command or command in flag.also):
+                out.setdefault(name, (field, flag))
+    return out
+
+
+def per_run_options() -> tuple[str, ...]:
+    """The readout options the Python API takes per run (`Classifier.run`; `Flag.per_run`), not per Classifier."""
+    return tuple(
+        name
+        for n in NAMES
+        for name, field in readout_class(n).Options.model_fields.items()
+        if any(isinstance(m, Flag) and m.per_run for m in field.metadata)
+    )
 
 
 def option_names() -> set[str]:

@@ -36,8 +36,9 @@ RowFailures = dict[str, str]
 
 class ReadoutOptions(BaseModel):
     """A readout's own job options (frozen; another readout's option is an unknown key). A subclass declares
-    each option once, with its default; the CLI flag is the field's name (`system_prompt` →
-    `--system-prompt`). RunConfig nests the chosen readout's as `readout_options`."""
+    each option once, with its default and bounds, and its `Flag` (help, the commands besides its own that
+    take it); the CLI flag is the field's name (`system_prompt` → `--system-prompt`). RunConfig nests the
+    chosen readout's as `readout_options`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 

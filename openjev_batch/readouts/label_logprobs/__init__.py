@@ -76,7 +76,8 @@ class LabelLogprobs(Readout):
     image_root: str | None = None  # the input file's folder (relative image paths); None: absolute only
     image_input: bool = False  # the input has an image column: a model that takes no images is refused
     calibration: Calibration | None = None
-    debias_order: int = 1  # --debias-order: choice/score questions without their own `debias` (items.py)
+    # --debias-order: choice/score questions without their own `debias` (items.py); its default is the option's
+    debias_order: int = LabelLogprobsOptions.model_fields["debias_order"].default
 
     backend_kind = "label-logprobs"
     unit = "branches"
