@@ -167,7 +167,7 @@ def confirm_finished(output: Path, manifest: dict[str, Any], digests: Iterable[s
             f"--resume: the input changed since {output} was written (sha256 {then}… then, "
             f"{str(digest)[:12]}… now); rerun without --resume to replace it"
         )
-    where = "its Parquet metadata" if sidecar_path(output) is None else sidecar_path(output).name
+    where = "its Parquet metadata" if (side := sidecar_path(output)) is None else side.name
     raise OutputFinished(
         f"{output} is finished: this job made it from this input (the manifest in {where}); nothing to do"
     )

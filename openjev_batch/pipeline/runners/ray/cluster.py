@@ -122,7 +122,8 @@ def _iter_results(
         parts = min(n_buckets, 4 * opts.workers)
         ds = ds.groupby("bucket", num_partitions=parts).map_groups(ScoreStage, **score)
     else:
-        ds = (internal if gpus else ds.map_batches)(ScoreStage, batch_size=None, **score)
+        # (gpus and internal is None took the branch above)
+        ds = (internal if gpus and internal is not None else ds.map_batches)(ScoreStage, batch_size=None, **score)
     return ds.iter_batches(batch_size=None, batch_format="pyarrow")
 
 

@@ -91,7 +91,7 @@ class RayRunner:
             raise ConfigError("--workers, bucket_rows and ship_rows must be ≥ 1, cpus_per_worker ≥ 0")
         if opts.grouping not in ("blocks", "groupby"):
             raise ConfigError(f"grouping must be blocks or groupby, got {opts.grouping!r}")
-        self.results = None  # the Ray Data iterator while results stream
+        self.results: Iterator | None = None  # the Ray Data iterator while results stream
 
     @property
     def name(self) -> str:
