@@ -18,13 +18,19 @@ class _Lazy(str):
     """A placeholder: where a registered thing lives ("package.module:name"), imported on first lookup."""
 
 
+def _load(where: str) -> Any:
+    module, _, attr = where.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 class Registry(Generic[T]):
     """Name → T. `@REG.register("name")` adds a class or function (returned unchanged); `REG.lazy("name",
     "module:obj")` adds one by where it lives; `REG["name"]` gives it back, importing a lazy one (KeyError
     naming what is known for an unknown name); iteration gives the names in the order they registered. With
-    `base`, what is added must be that class (or an instance of it): TypeError otherwise."""
+    `base` (a class, or where it lives: "module:name", imported at the first check), what is added must be that
+    class (or an instance of it): TypeError otherwise."""
 
-    def __init__(self, what: str, base: type | None = None) -> None:
+    def __init__(self, what: str, base: type | str | None = None) -> None:
         self.what = what  # what the things are, in the KeyError's text ("input format")
         self.base = base
         self._items: dict[str, T | _Lazy] = {}
@@ -48,7 +54,9 @@ class Registry(Generic[T]):
         self._items[name] = _Lazy(where)
 
     def _checked(self, name: str, item: Any) -> Any:
-        base = self.base
+        if isinstance(self.base, str):  # a heavy base class (readouts.base imports pyarrow): when first needed
+            self.base = _load(self.base)
+        base: type | None = self.base  # type: ignore[assignment]  # a str was loaded above
         if base is not None and not (
             issubclass(item, base) if isinstance(item, type) else isinstance(item, base)
         ):
@@ -61,9 +69,7 @@ class Registry(Generic[T]):
         except KeyError:
             raise KeyError(f"unknown {self.what} {name!r}; known: {', '.join(self._items)}") from None
         if isinstance(item, _Lazy):
-            module, _, attr = item.partition(":")
-            thing = getattr(importlib.import_module(module), attr)
-            self._items[name] = item = self._checked(name, thing)
+            self._items[name] = item = self._checked(name, _load(item))
         return item  # type: ignore[return-value]
 
     def __contains__(self, name: object) -> bool:

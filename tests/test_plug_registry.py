@@ -57,3 +57,25 @@ def test_a_lazy_module_that_registers_itself_fills_its_placeholder(tmp_path, mon
     reg.lazy("me", "self_plug:Me")
     assert reg["me"].__name__ == "Me"
     sys.modules.pop("self_plug", None)
+
+
+def test_a_base_named_by_where_it_lives_is_imported_at_the_first_check():
+    """readouts/ names its base so (readouts.base imports pyarrow, the registry's face must not)."""
+    reg: Registry[type[Base]] = Registry("plug", base="openjev_batch.errors:OpenjevError")
+    assert reg.base == "openjev_batch.errors:OpenjevError"
+    reg.register("ok")(type("Ok", (Base,), {}))
+    assert reg.base is Base
+    with pytest.raises(TypeError, match="is not a OpenjevError"):
+        reg.register("no")(ValueError)
+
+
+def test_every_plug_registry_checks_its_base():
+    """One style serves readouts, backends, input readers and output writers: each checked against its base."""
+    from openjev_batch.backends import SPECS
+    from openjev_batch.pipeline.input.formats.base import READERS
+    from openjev_batch.pipeline.output.writers.base import WRITERS
+    from openjev_batch.readouts import READOUTS
+
+    for reg in (READOUTS, SPECS, READERS, WRITERS):
+        assert isinstance(reg, Registry) and reg.base is not None, reg.what
+        assert all(reg[name] is not None for name in reg)  # every lazy entry loads and passes its check

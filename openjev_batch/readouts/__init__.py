@@ -7,18 +7,18 @@ owns its options type (`Options`), columns, command and defaults, and builds its
 - `classifier-head` (classifier_head/): a sequence-classification head's logits (`classify`).
 
 Adding a readout: its module (a `Readout` subclass decorated `@register(name)`, with its `Options`), and one
-line in `_MODULES` here (so it loads only when used), and a backend class per backend for its
-`backend_kind` (backends/__init__.py).
+`READOUTS.lazy` line here (so it loads only when used), and a backend class per backend for its
+`backend_kind` (each backend's spec, backends/<name>/spec.py).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from pydantic.fields import FieldInfo
 
 from ..errors import ConfigError
+from ..registry import Registry
 from .flags import Flag
 
 if TYPE_CHECKING:
@@ -26,11 +26,12 @@ if TYPE_CHECKING:
 
 # the readouts' names: everything else refers to them through these two constants
 LABEL_LOGPROBS, CLASSIFIER_HEAD = "label-logprobs", "classifier-head"
-# where each readout's class lives (imported when the readout is first used); the class registers itself
-_MODULES: dict[str, str] = {LABEL_LOGPROBS: ".label_logprobs", CLASSIFIER_HEAD: ".classifier_head"}
-_CLASSES: dict[str, type[Readout]] = {}
+# where each readout's class lives (imported when the readout is first used, then checked to be a Readout)
+READOUTS: Registry[type[Readout]] = Registry("readout", base="openjev_batch.readouts.base:Readout")
+READOUTS.lazy(LABEL_LOGPROBS, "openjev_batch.readouts.label_logprobs:LabelLogprobs")
+READOUTS.lazy(CLASSIFIER_HEAD, "openjev_batch.readouts.classifier_head:ClassifierHead")
 
-NAMES = tuple(_MODULES)
+NAMES = READOUTS.names()
 DEFAULT = LABEL_LOGPROBS  # a job's readout when none is named (`run`'s, and the Python API's)
 
 
@@ -39,19 +40,16 @@ def register(name: str):
 
     def add(cls):
         cls.name = name
-        _CLASSES[name] = cls
-        return cls
+        return READOUTS.register(name)(cls)  # fills its lazy entry when its module is imported
 
     return add
 
 
 def readout_class(name: str) -> type[Readout]:
     """The class of readout `name` (its module imported on first use). Raises ConfigError for an unknown one."""
-    if name not in _MODULES:
-        raise ConfigError(f"unknown readout {name!r}; expected one of {', '.join(_MODULES)}")
-    if name not in _CLASSES:
-        importlib.import_module(_MODULES[name], __name__)
-    return _CLASSES[name]
+    if name not in READOUTS:
+        raise ConfigError(f"unknown readout {name!r}; expected one of {', '.join(READOUTS)}")
+    return READOUTS[name]
 
 
 def build(name: str, cfg: Any, labels: tuple[str, ...] | None = None) -> Readout:

@@ -1,6 +1,6 @@
 """The readout registry (readouts/__init__.py) is the one place that names readouts: each declares the job
 options it reads (its `Options` type), and the config refuses another readout's, naming the command it
-belongs to. A third readout is its own module (a class decorated `@register`) plus one line in `_MODULES`."""
+belongs to. A third readout is its own module (a class decorated `@register`) plus one `READOUTS.lazy` line."""
 
 import inspect
 import os
@@ -60,8 +60,8 @@ def test_a_third_readout_is_its_module_and_one_registry_line(tmp_path, monkeypat
         "        return (cfg.readout_options.echo_prefix, cfg.keep)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(readouts, "_MODULES", {**readouts._MODULES, "echo": "echo_readout"})
-    monkeypatch.setattr(readouts, "_CLASSES", {**readouts._CLASSES})
+    monkeypatch.setattr(readouts.READOUTS, "_items", dict(readouts.READOUTS._items))
+    readouts.READOUTS.lazy("echo", "echo_readout:Echo")
     monkeypatch.setattr(readouts, "NAMES", (*readouts.NAMES, "echo"))
     monkeypatch.setattr(config, "NAMES", readouts.NAMES)  # RunConfig checks the readout's name against it
     cfg = _cfg(readout="echo", keep=("channel",), echo_prefix="»")
@@ -130,8 +130,8 @@ class Echo(LabelLogprobs):
 def _register_echo(tmp_path, monkeypatch):
     (tmp_path / "echo_voice.py").write_text(ECHO)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(readouts, "_MODULES", {**readouts._MODULES, "echo": "echo_voice"})
-    monkeypatch.setattr(readouts, "_CLASSES", {**readouts._CLASSES})
+    monkeypatch.setattr(readouts.READOUTS, "_items", dict(readouts.READOUTS._items))
+    readouts.READOUTS.lazy("echo", "echo_voice:Echo")
     monkeypatch.setattr(readouts, "NAMES", (*readouts.NAMES, "echo"))
     monkeypatch.setattr(config, "NAMES", readouts.NAMES)
 
@@ -142,7 +142,7 @@ def test_a_third_readouts_option_is_a_flag_with_its_declared_default_and_bounds(
     (tmp_path / "echo_voice.py").write_text(ECHO)
     script = (
         "import sys; from openjev_batch import config, readouts\n"
-        "readouts._MODULES['echo'] = 'echo_voice'; readouts.NAMES = config.NAMES = (*readouts.NAMES, 'echo')\n"
+        "readouts.READOUTS.lazy('echo', 'echo_voice:Echo'); readouts.NAMES = config.NAMES = (*readouts.NAMES, 'echo')\n"
         "from openjev_batch.cli import app\n"
         "app(['run', '--help'], prog_name='openjev-batch')\n"
     )

@@ -55,7 +55,7 @@ class Reader:
         return None
 
 
-READERS: Registry[type[Reader]] = Registry("input format")
+READERS: Registry[type[Reader]] = Registry("input format", base=Reader)
 
 
 def register(name: str):
