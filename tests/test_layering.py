@@ -496,3 +496,38 @@ def test_the_backend_rule_sees_a_reach_in(tmp_path):
         (root / name).write_text(text)
     (root / "__init__.py").write_text("")
     assert backend_reach_ins(import_graph(root)) == ["openjev_batch.pipeline.job -> openjev_batch.backends.sglang.mis"]
+
+
+def sibling_readout_imports(graph: dict[str, set[str]], root: Path = PKG) -> list[str]:
+    """Imports from one readout's folder (readouts/label_logprobs/) into another's: what both share stands in
+    readouts/ itself (images, the answer math, `Failed`)."""
+    inside = "openjev_batch.readouts."
+    folders = {p.name for p in (root / "readouts").iterdir() if (p / "__init__.py").is_file()}
+
+    def folder(mod: str) -> str | None:
+        return mod.split(".")[2] if mod.startswith(inside) and mod.split(".")[2] in folders else None
+
+    return sorted(
+        f"{a} -> {b}" for a, ts in graph.items() for b in ts if folder(a) and folder(b) and folder(a) != folder(b)
+    )
+
+
+def test_sibling_readouts_do_not_import_each_other():
+    assert sibling_readout_imports(import_graph()) == []
+
+
+def test_the_sibling_check_sees_one(tmp_path):
+    root = tmp_path / "openjev_batch"
+    files = {
+        "readouts/__init__.py": "",
+        "readouts/answer.py": "",
+        "readouts/a/__init__.py": "from ..answer import x\n",
+        "readouts/b/__init__.py": "",
+        "readouts/b/prompt.py": "from ..a import y\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "__init__.py").write_text("")
+    got = sibling_readout_imports(import_graph(root), root)
+    assert got == ["openjev_batch.readouts.b.prompt -> openjev_batch.readouts.a"]

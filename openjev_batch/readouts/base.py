@@ -19,6 +19,7 @@ nested in a job's RunConfig as `readout_options`; `from_config(cfg, labels)` bui
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,6 +33,15 @@ from ..errors import ConfigError
 RowResults = dict[str, tuple[int, BranchResult]]
 # One row's questions that could not be prompted: question id → error text (naming row and field).
 RowFailures = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A question (a classifier-head row: its one branch) that could not be prompted (over a token limit, or
+    invalid upstream): a row failure both readouts' prompters return, never raise."""
+
+    qid: str
+    error: str
 
 
 class ReadoutOptions(BaseModel):

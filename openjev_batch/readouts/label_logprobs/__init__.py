@@ -21,15 +21,15 @@ from ...core import RowError, unidentified_row_error
 from ...errors import ConfigError
 from .. import LABEL_LOGPROBS, register
 from ..base import Readout, RowFailures, RowResults
+from ..image_prompt import check_model_takes_images
+from ..rows_images import image_key, input_has_image_column
 from .calibration import Calibration, apply, load_calibration
-from .image_prompt import check_model_takes_images
 from .items import chosen_labels, combine, items, with_debias
 from .options import LabelLogprobsOptions
 from .prompt import INSTRUCTIONS, Prompter
 from .prompt_variants import Variants
 from .questions import QuestionError, QuestionSpec, load_questions
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
-from .rows_images import image_key, input_has_image_column
 
 SEP = "\x1f"  # as pipeline.summary.SEP: a question's id, type and options joined into one answer key
 
