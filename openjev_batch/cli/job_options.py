@@ -16,7 +16,7 @@ import typer
 from pydantic.fields import FieldInfo
 
 from ..errors import ConfigError
-from ..job_options import BY_NAME, JOB_OPTIONS, JobOption
+from ..job_options import BY_NAME, JOB_COMMANDS, JOB_OPTIONS, JobOption
 from ..options import ENGINE_OPTIONS
 from ..readouts import NAMES, command_options, readout_class
 from ..readouts.flags import Flag
@@ -30,6 +30,13 @@ JOB: dict = {}  # where a command's job options go (`_job_options`); never a CLI
 def _readout_of(command: str):
     """The readout class `command` runs (`Readout.command`); None for one that runs either (eval)."""
     return next((readout_class(n) for n in NAMES if readout_class(n).command == command), None)
+
+
+def _takes(commands: tuple[str, ...], command: str) -> bool:
+    """Whether an engine or job option declared for `commands` is a flag of `command`: named there, or every job
+    command takes it (the default `commands`, JOB_COMMANDS) and `command` runs a readout (a new readout's
+    command takes them with no edit to their declarations)."""
+    return command in commands or (set(JOB_COMMANDS) <= set(commands) and _readout_of(command) is not None)
 
 
 def job_flag(name: str, command: str):
@@ -57,7 +64,7 @@ def _job_options(command: str, own: typing.Collection[str] = ()):
     in `own`, which the command declares itself with `job_flag`) where the command's `job` parameter stands;
     the command receives them as one dict `job`. Applied by `_engine_options`, inside it: its `--config`
     stays last."""
-    declared = [o for o in JOB_OPTIONS if command in o.commands and o.name not in own]
+    declared = [o for o in JOB_OPTIONS if _takes(o.commands, command) and o.name not in own]
     params = [
         inspect.Parameter(
             o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=job_flag(o.name, command),
@@ -126,7 +133,7 @@ def _engine_options(command: str):
     fields (`--engine-arg key=value` pairs parsed). A `job` parameter likewise becomes the job options
     (`_job_options`). Also `--config FILE` (cli/jobfile.py): every command that runs a job takes its options
     from a file."""
-    declared = [o for o in ENGINE_OPTIONS if command in o.commands]
+    declared = [o for o in ENGINE_OPTIONS if _takes(o.commands, command)]
 
     def option(o) -> inspect.Parameter:
         if isinstance(o.default, dict):  # key=value pairs, repeatable

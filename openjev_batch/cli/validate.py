@@ -10,7 +10,7 @@ import typer
 
 from ..errors import OpenjevError
 from ..options import BACKENDS
-from ..readouts import LABEL_LOGPROBS, build
+from ..readouts import LABEL_LOGPROBS, NAMES, build, readout_class
 from .app import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
 from .job_options import READOUT, _readout_options, job_flag
 from .options import _spool_stdin, read_once
@@ -26,7 +26,7 @@ def validate(
     readout: str = typer.Option(
         LABEL_LOGPROBS,
         "--readout",
-        help="label-logprobs (rows for `run`) | classifier-head (rows for `classify`).",
+        help=" | ".join(f"{n} (rows for `{readout_class(n).command}`)" for n in NAMES) + ".",
     ),
     keep: str = job_flag("keep", "validate"),
     show: int = typer.Option(20, min=0, help="Print at most this many errors."),

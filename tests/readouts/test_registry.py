@@ -138,22 +138,33 @@ def _register_echo(tmp_path, monkeypatch):
 
 def test_a_third_readouts_option_is_a_flag_with_its_declared_default_and_bounds(tmp_path):
     """Generated like the job options (cli/job_options.py): a readout registered before the CLI loads gets its
-    options on the commands its `Flag`s name, with no edit to any command."""
+    options on the commands its `Flag`s name, with no edit to any command; its own command (one function that
+    names its readout) gets its options, every job command's engine and job options and its chunk size."""
     (tmp_path / "echo_voice.py").write_text(ECHO)
     script = (
         "import sys; from openjev_batch import config, readouts\n"
         "readouts.READOUTS.lazy('echo', 'echo_voice:Echo'); readouts.NAMES = config.NAMES = (*readouts.NAMES, 'echo')\n"
         "from openjev_batch.cli import app\n"
-        "app(['run', '--help'], prog_name='openjev-batch')\n"
+        "from openjev_batch.cli.job_options import ENGINE, JOB, READOUT, _engine_options\n"
+        "@app.command()\n"
+        "@_engine_options('echo')\n"
+        "def echo(readout_opts: dict = READOUT, engine: dict = ENGINE, job: dict = JOB) -> None: ...\n"
+        "app([sys.argv[1], '--help'], prog_name='openjev-batch')\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
            "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}  # fmt: skip
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0, r.stderr
-    text = " ".join(r.stdout.split())
+    helps = {}
+    for command in ("run", "echo"):
+        r = subprocess.run([sys.executable, "-c", script, command], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr
+        helps[command] = " ".join(r.stdout.split())
+    text = helps["run"]
     assert "--echo-voice <str> Answer in this voice (the system prompt)." in text
     assert "--echo-depth <int range> How deep the echo goes. [default: 2; 1<=x<=9]" in text
     assert "--debias-order" in text  # run's own stay
+    echo = helps["echo"]
+    assert "--echo-depth" in echo and "--debias-order" in echo and "-q, --questions" in echo  # all of its Options
+    assert "--device" in echo and "--resume" in echo and "--chunk-rows <int>" in echo and "[default: 2048]" in echo
 
 
 def test_a_third_readouts_option_is_a_python_api_keyword(tiny_model, tmp_path, monkeypatch):
