@@ -54,7 +54,9 @@ class Registry(Generic[T]):
         self._items[name] = _Lazy(where)
 
     def _checked(self, name: str, item: Any) -> Any:
-        if isinstance(self.base, str):  # a heavy base class (readouts.base imports pyarrow): when first needed
+        if isinstance(
+            self.base, str
+        ):  # a heavy base class (readouts.base imports pyarrow): when first needed
             self.base = _load(self.base)
         base: type | None = self.base  # type: ignore[assignment]  # a str was loaded above
         if base is not None and not (
