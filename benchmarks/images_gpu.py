@@ -23,10 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
+import subprocess
+import sys
+import time
 from pathlib import Path
 
-from common import OUT, WORK, _copy_tokenizer, cli, head, log, save, workload_files
+from common import OUT, WORK, _copy_tokenizer, head, log, save, workload_files
 
 # Qwen3.5/3.6's image markup, rendered in place of an image part (the real Qwen3 tokenizer's template is text only)
 TEMPLATE = (
@@ -151,6 +155,38 @@ def reuse(recs: list[dict]) -> dict:
             "share_at_least_0.9": sum(s >= 0.9 for s in shares) / len(shares)}  # fmt: skip
 
 
+def run_cli(*args) -> tuple[int, float, str]:
+    """`openjev-batch ARGS` in a subprocess, its whole output kept (common.cli keeps the tail, which the
+    answers table fills): exit code, seconds, stdout + stderr."""
+    t = time.perf_counter()
+    env = {**os.environ, "COLUMNS": "240"}
+    r = subprocess.run([sys.executable, "-m", "openjev_batch", *map(str, args)], capture_output=True, text=True,
+                       env=env)  # fmt: skip
+    return r.returncode, round(time.perf_counter() - t, 1), r.stdout + r.stderr
+
+
+def summary_lines(text: str) -> list[str]:
+    """The run summary's lines that say how the engine ran: its start-up (multimodal, the vision attention),
+    the request pattern, the throughput, the error count."""
+    keys = ("start-up", "pattern", "branches/s", "errors", "multimodal", "the input has image rows")
+    lines = [ln for ln in text.splitlines() if any(k in ln for k in keys) and not ln.startswith("[20")]  # no logs
+    return [" ".join(ln.replace("│", " ").split()) for ln in lines][:12]
+
+
+def machine() -> dict:
+    """The card and the sglang release the results were measured with (`sglang_release`: "sglang" names the
+    parity run)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    try:
+        sg = version("sglang")
+    except PackageNotFoundError:
+        sg = None
+    return {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "sglang_release": sg}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny dense Qwen3-VL on a CPU (sglang's CPU engine)")
@@ -176,10 +212,12 @@ def main() -> None:
             "sglang": (par_rows, ["-b", "sglang", *kit]),
             "sglang_w1_image": (img_rows, ["-b", "sglang", *kit]),
             "sglang_w1_text": (text_rows, ["-b", "sglang", *kit])}  # fmt: skip
+    res.update(machine())
     for name, (rows, args) in runs.items():
-        rc, secs, tail = cli("run", rows, *common, *args, "-o", WORK / "img" / f"{name}.parquet")
-        log(name, rc, secs, tail[-600:])
-        res[name] = {"rc": rc, "s": secs, "log_tail": tail[-600:]}
+        rc, secs, text = run_cli("run", rows, *common, *args, "-o", WORK / "img" / f"{name}.parquet")
+        (WORK / "img" / f"{name}.log").write_text(text)
+        log(name, rc, secs, text[-600:])
+        res[name] = {"rc": rc, "s": secs, "summary": summary_lines(text), "log_tail": text[-600:]}
         if rc in (0, 3):
             res[name]["reuse"] = reuse(records(WORK / "img" / f"{name}.parquet"))
     if all(res[k]["rc"] in (0, 3) for k in ("hf", "sglang")):

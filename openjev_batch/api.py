@@ -46,10 +46,15 @@ class Classifier:
     sglang (default: sglang where installed and a GPU is present). `readout`: "label-logprobs" (`run`:
     questions answered from a causal LM's label logprobs) or "classifier-head" (`classify`: a
     *ForSequenceClassification checkpoint's logits over its id2label). `threads`: CPU threads (set before
-    torch loads, when it has not been imported yet). The other keywords are the readout's options (its
-    `Options`, the flags of its command: label-logprobs `system_prompt` as `run --system-prompt`, tokenized
-    as text with the same limits; `calibration`, a file `openjev-batch calibrate` wrote; `debias_order`,
-    choice/score options shown in K cyclic orders, averaged), the CLI's engine options (device, dtype, tp_size, dp_size, mem_fraction_static,
+    torch loads, when it has not been imported yet). `images` (sglang): the rule of a held-open engine, decided
+    here, at construction, since the engine starts once: True starts it multimodal, so image rows are answered
+    (a Qwen3.5/3.6 hybrid then runs without its multi-item fork); False starts it text only (image rows are then
+    row errors saying so); None (default): a dense vision-language model starts multimodal, a Qwen3.5/3.6 hybrid
+    text only. The command line decides the same from its input file (an image column or part starts it
+    multimodal). The other keywords are the readout's options (its `Options`, the flags of its command:
+    label-logprobs `system_prompt` as `run --system-prompt`, tokenized as text with the same limits;
+    `calibration`, a file `openjev-batch calibrate` wrote, applied as `run --calibration`; `debias_order`, as
+    `run --debias-order`: choice/score options shown in K cyclic orders, averaged), the CLI's engine options (device, dtype, tp_size, dp_size, mem_fraction_static,
     attention_backend, context_length, engine_args, batch_tokens, …) and the job options `max_branches`
     (most branches — classifier-head: rows — per window) and `chunk_rows` (rows per chunk), whose defaults
     (None: not given) are the CLI's (job_options.JOB_OPTIONS; `chunk_rows`: the readout's). Every option
@@ -67,6 +72,7 @@ class Classifier:
         readout: str = DEFAULT,
         threads: int | None = None,
         max_branches: int | None = None,
+        images: bool | None = None,
         **options: Any,
     ):
         if threads is not None:
@@ -79,7 +85,7 @@ class Classifier:
         # the CLI's door: the same checks (the 256 KiB system prompt, engine options the backend lacks, …)
         self._options = dict(
             input=Path("<data>"), model=model, backend=backend or default_backend(), readout=readout,
-            progress=False, **{k: _path(v) for k, v in options.items()},
+            progress=False, images=images, **{k: _path(v) for k, v in options.items()},
         )  # fmt: skip
         if max_branches is not None:  # else the config's default, the CLI's
             self._options["max_branches"] = max_branches

@@ -92,6 +92,7 @@ def check_not_input(output: Path, input: Path | None, what: str = "the input fil
     file)."""
     if input is None:
         return
+    no_symlink_loop(Path(input))  # resolve() below raised RuntimeError on a loop (`--calibration`, issue 42)
     out = Path(output)
     beside = (out.with_name(out.name + s) for s in (".partial", ".lock", ".manifest.json"))
     for path in (out, *beside):
@@ -141,6 +142,9 @@ class RunConfig(EngineOptions, JobOptions):  # type: ignore[misc, valid-type]
     readout_options: SerializeAsAny[ReadoutOptions] = Field(default_factory=ReadoutOptions)
     keep: tuple[str, ...] = ()  # the CLI's --keep is comma-separated text (job_options.JOB_OPTIONS)
     kv_budget_tokens: int | None = Field(None, gt=0)
+    # whether the input has image rows, read before the engine starts (pipeline.job.choose_images; None: not
+    # read yet): the sglang engine then starts multimodal (backends/sglang/images.py)
+    images: bool | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -157,3 +157,23 @@ def duplicate_id_error(rid: str, first: int, pos: int) -> str:
         f"row {rid}: id: duplicate id {rid!r}, first used by the row at index {first}"
         f" (this row's index: {pos}; a missing or null id is the row's index)"
     )
+
+
+# A chunk's resume key (`--resume`, the ledger and a finished output's manifest): the input's sha256 up to the
+# chunk's end, and, once a row has named an image file, the sha256 over those images' contents after it. The
+# input's digest alone missed an image file changed between a crash and --resume (old and new answers mixed,
+# exit 0; issue 42).
+IMAGES_KEY = "+images:"
+
+
+def input_key(input_sha256: str, images_sha256: str | None) -> str:
+    """The resume key of a chunk: the input's digest, with the named images' digest when there is one."""
+    return input_sha256 if images_sha256 is None else f"{input_sha256}{IMAGES_KEY}{images_sha256}"
+
+
+def split_input_key(key: str | None) -> tuple[str | None, str | None]:
+    """(the input's sha256, the named images' sha256 or None) of a resume key."""
+    if key is None:
+        return None, None
+    sha, sep, images = key.partition(IMAGES_KEY)
+    return sha, images if sep else None

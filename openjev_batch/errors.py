@@ -26,6 +26,17 @@ def out_of_memory(e: BaseException) -> bool:
     return any(s in text for s in ("Cannot allocate memory", "os error 12", "failed to map segment"))
 
 
+def os_error_text(e: OSError) -> str:
+    """An OSError as a user reads it: `NAME: what happened`, without Python's `[Errno 36]` and quotes; a very
+    long name shortened (a 300-character name was the whole message)."""
+    what = e.strerror or str(e)
+    if e.filename is None:
+        return what
+    name = str(e.filename)
+    shown = name if len(name) <= 120 else f"{name[:60]}…{name[-20:]} ({len(name):,} characters)"
+    return f"{shown}: {what[:1].lower()}{what[1:]}"
+
+
 class OpenjevError(Exception):
     """Base of every error the CLI reports as a message instead of a traceback."""
 
@@ -43,6 +54,11 @@ class InputFileError(OpenjevError):
 class InputWarning(UserWarning):
     """Input that is read as written but may not be what its author meant (a CSV quote left open?); the
     CLI prints it as one `warning:` line naming the file and line."""
+
+
+class OptionWarning(InputWarning):
+    """An option that runs as given but likely not as meant (`--debias-order K` below a question's option
+    count); the CLI prints it as one `warning:` line."""
 
 
 class LabelError(OpenjevError):

@@ -44,6 +44,13 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _DATA_URL = re.compile(r"^data:image/[A-Za-z0-9.+-]+;base64,", re.IGNORECASE)
 
 
+def _kind(v: Any) -> str:
+    """What a value is in the words of the JSON a user wrote (values.kind_of's, on this floor: images.py
+    imports nothing of the package)."""
+    words = {bool: "true or false", str: "text", int: "a number", float: "a number", list: "a list", dict: "an object"}
+    return "null" if v is None else next((w for t, w in words.items() if isinstance(v, t)), "a value of another kind")
+
+
 class ImageProblem(ValueError):
     """Why an image cannot be used (the message names neither row nor field: the caller adds them)."""
 
@@ -153,6 +160,9 @@ def check_image(data: bytes, source: str, path: str | None = None) -> ImageRef:
             im = Image.open(io.BytesIO(data))
         with im:
             fmt, (w, h) = im.format or "?", im.size
+            # a phone's JPEG with a second picture (Multi-Picture Format: a depth map, a preview) opens as MPO;
+            # its first picture is a JPEG, which is what every reader decodes (refused as "MPO": issue 42)
+            fmt = "JPEG" if fmt == "MPO" else fmt
             if fmt not in FORMATS:
                 raise ImageProblem(f"{source}: unsupported format {fmt}; expected one of {', '.join(FORMATS)}")
             if w * h > MAX_IMAGE_PIXELS:  # from the header: refused before a byte is decoded
@@ -167,7 +177,7 @@ def check_image(data: bytes, source: str, path: str | None = None) -> ImageRef:
     except Image.DecompressionBombError as e:  # Pillow's own header check, past twice its warning size
         raise ImageProblem(f"{source}: over the limit of {MAX_IMAGE_PIXELS:,} pixels ({e})") from None
     except Exception as e:  # noqa: BLE001 - Pillow raises OSError, SyntaxError, ValueError … for bad files
-        raise ImageProblem(f"{source}: corrupt image ({type(e).__name__}: {e})") from None
+        raise ImageProblem(f"{source}: corrupt image ({e or 'cannot be decoded'})") from None
     return ImageRef(hashlib.sha256(data).hexdigest(), w, h, fmt, source, path, None if path else data)
 
 
@@ -179,7 +189,7 @@ def image_ref(value: Any, root: str | None) -> ImageRef:
     if isinstance(value, bytes | bytearray | memoryview):
         return check_image(bytes(value), f"<{len(value):,} bytes>")
     if not isinstance(value, str) or not value.strip():
-        got = "an empty string" if isinstance(value, str) else type(value).__name__
+        got = "an empty string" if isinstance(value, str) else _kind(value)
         raise ImageProblem(f"expected a file path, a data: URL or bytes, got {got}")
     if _DATA_URL.match(value):
         return check_image(_from_data_url(value), "<data URL>")
@@ -206,7 +216,7 @@ def image_list(value: Any, many: bool) -> list[Any]:
         except json.JSONDecodeError as e:
             raise ImageProblem(f"malformed JSON ({e.msg} at char {e.pos})") from None
     if not isinstance(value, list | tuple):
-        raise ImageProblem(f"expected a list of images, got {type(value).__name__}")
+        raise ImageProblem(f"expected a list of images, got {_kind(value)}")
     if len(value) > MAX_IMAGES_PER_ROW:
         raise ImageProblem(f"{len(value)} images, at most {MAX_IMAGES_PER_ROW} a row")
     return list(value)

@@ -36,6 +36,10 @@ def stop_on_signals() -> None:
     _requested = None
     for s in STOP_SIGNALS:
         signal.signal(s, _handler)
+    # a closed terminal (SIGHUP) stops the command the same way, so its cleanup runs (a stdin copy stayed in
+    # TMPDIR, issue 42); not under `nohup`, which asked for it to be ignored
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
+        signal.signal(signal.SIGHUP, _handler)
 
 
 def check() -> None:

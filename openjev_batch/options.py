@@ -139,6 +139,11 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
                  owner="sglang", commands=("run", "eval"), constraints={"gt": 0}),
     EngineOption("pipeline_depth", int, 2, "sglang: groups in flight at once (first-branch, multi-item; prefix-first: request steps in flight).",
                  owner="sglang", commands=("run", "eval"), constraints={"gt": 0}),
+    # An sglang server already running (`python -m sglang.launch_server`), driven over HTTP with the same request
+    # patterns (backends/sglang/remote.py); `-m` still names the model, for its tokenizer and the resume key.
+    EngineOption("connect", str | None, None,
+                 "sglang: drive the sglang server already running at this URL over HTTP instead of starting an "
+                 "engine (it must serve -m's model).", owner="sglang", commands=("run", "eval")),
     EngineOption("skip_prefix_warmup", bool, False,
                  "sglang classify: no warm-up request per shared prefix (a benchmark baseline).",
                  owner="sglang", commands=("classify",)),
@@ -212,7 +217,7 @@ class EngineOptions(_Shared):
 
     def backend_options(self, model: str) -> BackendOptions:
         """The options the backend is started with (single machine, Ray actors, classify and eval alike)."""
-        return BackendOptions(model=model, **self.engine_values())
+        return BackendOptions(model=model, images=getattr(self, "images", None), **self.engine_values())
 
     def resume_key(self) -> dict[str, Any]:
         """The options that change the numbers, as the `--resume` manifest holds them."""
@@ -259,6 +264,9 @@ for _o in ENGINE_OPTIONS:  # `opts.tp_size`: read through to `opts.sglang.tp_siz
 
 
 class BackendOptions(EngineOptions):
-    """What a backend needs to start: the model and the engine options."""
+    """What a backend needs to start: the model and the engine options; `images`: whether the job's input has
+    image rows, read before the engine starts (pipeline.job.choose_images; None: not known). The sglang backend
+    starts its engine multimodal for them (backends/sglang/images.py `starts_multimodal`)."""
 
     model: str
+    images: bool | None = None

@@ -5,7 +5,10 @@ field), never raised past a row."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,27 @@ MAX_STATE_BYTES = 2 * 2**20
 # read and decoded whole): 8× the state limit leaves room for JSON's escapes (\uXXXX: up to 6 bytes a
 # character) and a row's questions and kept columns.
 MAX_LINE_BYTES = 8 * MAX_STATE_BYTES
+
+
+def kind_of(v: Any) -> str:
+    """What a value is, in the words of the JSON or YAML a user wrote (`text`, `a number (5)`, `a list`), for
+    "expected …, got …" messages: Python's type names (`got str`, `got NoneType`) are no user's words (issue
+    42)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return f"a number ({v!r:.20})"
+    if isinstance(v, str):
+        return "text"
+    if isinstance(v, bytes | bytearray | memoryview):
+        return "bytes"
+    if isinstance(v, list | tuple):
+        return "a list"
+    if isinstance(v, dict):
+        return "an object"
+    return f"a {type(v).__name__} value"
 
 
 def no_symlink_loop(v: Path) -> Path:
@@ -72,6 +96,32 @@ class InvalidText:
     `parse_row` turns it into a row error naming the field."""
 
     why: str
+
+
+class StructValue(dict):
+    """An Arrow struct cell (Parquet, a datasets folder, an Arrow table) as the dict it reads as. A struct type
+    holds every field of every row, so a row that lacks a key holds null there: a `state` rendered as text
+    leaves those out (`given_fields`), so the record that a JSONL row without the key gives reads the same
+    (issue 42: Parquet added `key: null` lines)."""
+
+
+def as_struct_values(value: Any) -> Any:
+    """`value` (a struct column's cell, nested structs and lists of them too) with each dict a StructValue."""
+    if isinstance(value, dict):
+        return StructValue((k, as_struct_values(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [as_struct_values(v) for v in value]
+    return value
+
+
+def given_fields(value: Any) -> Any:
+    """`value` with the null fields of its struct values left out (at any depth), as plain dicts and lists.
+    Recursive: a struct's nesting is bounded by its Arrow type (and MAX_DEPTH is checked before)."""
+    if isinstance(value, StructValue):
+        return {k: given_fields(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list) and any(isinstance(v, StructValue | list) for v in value):
+        return [given_fields(v) for v in value]
+    return value
 
 
 def value_problem(value: Any, ints: bool = False) -> str | None:
@@ -142,7 +192,7 @@ def text_field(rec: dict[str, Any], name: str) -> str:
     if (problem := value_problem(v)) is not None:
         raise ValueError(f"{name}: {problem}")
     if not isinstance(v, str):
-        raise ValueError(f"{name}: expected a string, got {type(v).__name__}")
+        raise ValueError(f"{name}: expected text, got {kind_of(v)}")
     if (n := text_bytes(v)) > MAX_STATE_BYTES:  # refused before the tokenizer: 3 MB took 1.2 GB there
         raise ValueError(f"{name}: {n:,} bytes of text, limit {MAX_STATE_BYTES:,}")
     if not v.strip():
@@ -161,12 +211,57 @@ def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return d
 
 
+_PIPES_READ: dict[str, bytes] = {}  # a named pipe's content, by its real path: a pipe can be read only once
+
+
+class NoWriter(OSError):
+    """A named pipe that nothing writes to (any more): reading it would wait for ever."""
+
+
 def read_at_most(path: str | Path, limit: int) -> bytes:
     """At most `limit` + 1 bytes of `path`: more than `limit` means the file is over it, which the caller
     reports in its own terms. Every small file is read this way: `-q /dev/zero` was read to its end before
-    any size check (issue 25)."""
-    with open(path, "rb") as f:
-        return f.read(limit + 1)
+    any size check (issue 25).
+
+    A named pipe (`-q <(…)`, a FIFO) is opened without waiting for a writer and read once: its content is
+    kept for the rest of the command, which reads an option's file more than once (`-q`, `--config` and
+    `--system-prompt @…` on a FIFO hung in the second open, waiting for a writer that had gone: issue 42).
+    One with no writer raises NoWriter at once. Raises OSError."""
+    key = os.path.realpath(path)
+    if key in _PIPES_READ:
+        return _PIPES_READ[key][: limit + 1]
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+        os.close(fd)
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    with os.fdopen(fd, "rb") as f:
+        if stat.S_ISREG(mode):
+            return f.read(limit + 1)
+        # a pipe or device: reads wait for data from here on (a writer still writing is waited for; a pipe with
+        # no writer reads as its end at once)
+        os.set_blocking(fd, True)
+        data = f.read(limit + 1)
+    if stat.S_ISFIFO(mode):
+        if not data:
+            raise NoWriter(errno.EPIPE, "a named pipe with nothing written to it; give a file or write to the pipe")
+        _PIPES_READ[key] = data
+    return data
+
+
+def special_file_problem(path: str | Path) -> str | None:
+    """Why `path` cannot be read as a file read whole or more than once (a benchmark, a run output): it names
+    a pipe, device or socket (found by stat, which never waits: a FIFO there hung waiting for its writer,
+    issue 42; `/dev/zero` never ends). None for a file, a folder or a missing path (the reader names it)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    device = stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+    kind = "a named pipe" if stat.S_ISFIFO(mode) else "a device" if device else "a socket"
+    return f"{path}: {kind}, not a regular file; write it to a file first"
 
 
 def yaml_alias_problem(node: Any) -> str | None:

@@ -261,8 +261,9 @@ def cli_flags() -> frozenset[str]:
         flags.add(getattr(o, "flag", None) or "--" + o.name.replace("_", "-"))
         if getattr(o, "type", None) is bool:
             flags.add("--no-" + o.name.replace("_", "-"))
-    # a benchmark script's own flags (`benchmarks/classify_gpu.py --smoke`)
-    for script in (ROOT / "benchmarks").rglob("*.py"):
+    # a benchmark's or a helper script's own flags (`benchmarks/classify_gpu.py --smoke`,
+    # `scripts/make_test_vl_model.py --example`)
+    for script in [*(ROOT / "benchmarks").rglob("*.py"), *(ROOT / "scripts").glob("*.py")]:
         flags.update(re.findall(r"[\"'](--[a-z][\w-]*)[\"']", script.read_text()))
     return frozenset(f for f in flags if f)
 

@@ -5,6 +5,7 @@ error with exit 4), never a traceback; `validate` reports what `run` rejects."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pyarrow as pa
@@ -252,7 +253,7 @@ CLS_HOSTILE = [  # (record, the row's error: None when the row is unidentified a
     ({"id": "i\ud800", "text": "fine"}, r"row at index 4: id: not valid Unicode text \(lone surrogate"),
     ({"id": "k1", "text": "fine", "gold": "\ud800"}, r"row k1: gold: not valid Unicode text"),
     ({"id": "k2", "text": "fine", "gold": 2**70}, r"row k2: gold: integer 1180591620717411303424 is outside int64"),
-    ({"id": "n5", "text": 5}, r"row n5: text: expected a string, got int"),
+    ({"id": "n5", "text": 5}, r"row n5: text: expected text, got a number \(5\)"),
     ({"id": "big", "text": "x" * (MAX_STATE_BYTES + 1)}, rf"row big: text: {MAX_STATE_BYTES + 1:,} bytes of text, limit {MAX_STATE_BYTES:,}"),
     ({"id": "pair", "premise": "p" * 2**20, "hypothesis": "h" * 2**20}, r"row pair: premise \+ hypothesis: 2,097,1\d\d bytes of text, limit"),
 ]  # fmt: skip
@@ -362,9 +363,32 @@ def test_api_table_from_an_invalid_utf8_parquet_gives_error_cells(clf, tmp_path)
             lambda ob, m: ob.run([{"state": "x"}], m.parent, model=m, backend="hf"),
             "cannot read: Is a directory",
         ),
+        # issue 42: two options (or two questions) of one name once written as text, and a line break in a
+        # question id or option name (it added lines to the reports), are refused
+        (
+            lambda ob, m: ob.run([{"state": "x"}], {"q": {"type": "choice", "instructions": "Which?",
+                                 "criteria": {1: "one", "1": "uno"}}}, model=m, backend="hf"),
+            "questions.q.criteria: option name '1' given twice (as 1 and '1')",
+        ),
+        (
+            lambda ob, m: ob.run([{"state": "x"}], {1: {"type": "noul", "instructions": "A?"},
+                                 "1": {"type": "noul", "instructions": "B?"}}, model=m, backend="hf"),
+            "question id '1' given twice (as 1 and '1')",
+        ),
+        (
+            lambda ob, m: ob.run([{"state": "x"}], {"a\nb": {"type": "noul", "instructions": "A?"}}, model=m,
+                                 backend="hf"),
+            "question id 'a\\nb': holds a control character ('\\n'); ids and option names are one line of text",
+        ),
+        (
+            lambda ob, m: ob.run([{"state": "x"}], {"q": {"type": "choice", "instructions": "Which?",
+                                 "criteria": {"red\nblue": "a", "green": "b"}}}, model=m, backend="hf"),
+            "questions.q.criteria: option 'red\\nblue': holds a control character",
+        ),
     ],
-    ids=["model-None", "system-prompt-surrogate", "questions-folder"],
-)
+    ids=["model-None", "system-prompt-surrogate", "questions-folder", "criteria-collision", "qid-collision",
+         "qid-newline", "label-newline"],
+)  # fmt: skip
 def test_api_bad_arguments_are_config_errors(tiny_model, call, message):
     """Classifier(None) and a surrogate system prompt raised TypeError, questions=<a folder>
     IsADirectoryError; each is a ConfigError naming the argument."""
@@ -672,3 +696,272 @@ def test_eval_with_undecodable_benchmark_text_is_a_row_error_not_a_traceback(tin
     r = cli("eval", bench, "-o", out, "-m", tiny_model, "-b", "hf", "--no-progress")
     assert "Traceback" not in r.stderr and r.returncode in (0, 3), r.stderr[-2000:]
     assert not list(out.glob("*.tmp")) and (out / "report.json").exists()
+
+
+# -- issue 42's attack trial ------------------------------------------------------------------------------
+
+
+def _image_rows(folder):
+    from tiny import make_pictures
+
+    make_pictures(folder)
+    q = json.dumps({"red": {"type": "noul", "instructions": "Is it red?"}})
+    rows = [{"id": f"r{i}", "state": "A photo.", "image": "red.png", "questions": q} for i in range(2)]
+    return write_jsonl(folder / "rows.jsonl", rows)
+
+
+def _repaint(path) -> None:
+    from PIL import Image
+
+    Image.new("RGB", (96, 64), (20, 20, 220)).save(path)
+
+
+def test_resume_keys_cover_the_image_files_the_rows_name(tiny_vl, tmp_path):
+    """Attack trial (issue 42): `--resume` after an image file changed mixed old and new answers (exit 0),
+    and on a finished output said "nothing to do": the resume key hashed the input file only. Now each chunk's
+    key also covers the images its rows name, so both a partial and a finished output are refused, saying
+    that an image changed."""
+    from openjev_batch import readouts
+    from openjev_batch.config import RunConfig
+    from openjev_batch.pipeline.input.source import FileSource
+    from openjev_batch.pipeline.output.ledger import Ledger
+
+    inp = _image_rows(tmp_path)
+    cfg = RunConfig(input=inp, model=str(tiny_vl), backend="hf", chunk_rows=1)
+    readout = readouts.build(cfg.readout, cfg)
+    before = [key for _, key in FileSource(cfg).chunks(readout)]
+    ledger = Ledger(tmp_path)
+    for i, key in enumerate(before):
+        ledger.begin(i, 1, 1, key)
+    _repaint(tmp_path / "red.png")
+    after = [key for _, key in FileSource(cfg).chunks(readout)]
+    assert [a.split("+")[0] for a in after] == [b.split("+")[0] for b in before] and after != before
+    with pytest.raises(Exception, match=r"--resume: an image file the rows name changed since .* \(its content differs at input chunk 0"):
+        Ledger.read(tmp_path).begin(0, 1, 1, after[0])
+
+    # the finished output: refused, not "nothing to do"
+    (tmp_path / "chunks.jsonl").unlink()
+    make = ("run", inp, "-m", tiny_vl, "-b", "hf", "--device", "cpu", "--no-progress", "-o", tmp_path / "o.jsonl")
+    r = cli(*make)
+    assert r.returncode == 0, r.stderr[-2000:]
+    side = json.loads((tmp_path / "o.jsonl.manifest.json").read_text())
+    assert len(side["input_sha256"]) == 64 and len(side["images_sha256"]) == 64
+    r = cli(*make, "--resume")
+    assert r.returncode == 0 and "nothing to do" in r.stdout + r.stderr, r.stderr[-2000:]
+    from tiny import make_pictures
+
+    make_pictures(tmp_path)  # red.png red again (the run read it blue)
+    r = cli(*make, "--resume")
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "an image file the rows name changed" in r.stderr and "rerun without --resume" in r.stderr
+
+
+def _one_line_error(r, msg: str) -> None:
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    text = " ".join(r.stderr.split())
+    assert text.startswith("error:") and r.stderr.count("error:") == 1 and msg in text, r.stderr[-2000:]
+
+
+def test_a_named_pipe_is_never_waited_on(tmp_path):
+    """Attack trial (issue 42): a named pipe as `-q`, `--config`, `--system-prompt @…` or eval's benchmark hung,
+    waiting for a writer that had gone (the earlier fix covered the input only). A pipe with no writer is now a
+    one-line job error at once (the timeout is the test's bound on a hang); eval and calibrate, which read their
+    file whole and more than once, refuse a pipe."""
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}])
+    qf = tmp_path / "q.json"
+    qf.write_text(QJ)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    nowriter = "cannot read: a named pipe with nothing written to it"
+    _one_line_error(cli("validate", src, "-q", fifo, timeout=60), f"--questions {fifo}: {nowriter}")
+    run = ("run", src, "-m", "M", "-b", "hf", "-o", tmp_path / "o.jsonl")
+    _one_line_error(cli(*run, "--config", fifo, timeout=60), f"--config {fifo}: {nowriter}")
+    r = cli(*run, "-q", qf, "--system-prompt", f"@{fifo}", timeout=60)
+    _one_line_error(r, f"--system-prompt @{fifo}: {nowriter}")
+    _one_line_error(cli("validate", fifo, "-q", qf, timeout=60), f"{fifo}: the pipe is empty")
+    special = f"{fifo}: a named pipe, not a regular file; write it to a file first"
+    _one_line_error(cli("eval", fifo, "-m", "M", "-b", "hf", "-o", tmp_path / "ev", timeout=60), special)
+    _one_line_error(cli("calibrate", fifo, "--gold", "g", "-o", tmp_path / "c.json", timeout=60), special)
+
+
+def test_an_option_file_on_a_named_pipe_is_read_once(tmp_path):
+    """`-q <(…)`: the command reads the questions file twice (its questions, then its sha256 for --resume);
+    the second open hung on the pipe whose writer had written and gone. The pipe is read once."""
+    import subprocess
+
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}])
+    (tmp_path / "q.json").write_text(QJ)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"cat '{tmp_path / 'q.json'}' > '{fifo}'"])
+    try:
+        r = cli("validate", src, "-q", fifo, timeout=60)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert r.returncode == 0 and "1 row, 1 question, 0 errors" in r.stderr + r.stdout, r.stderr[-2000:]
+
+
+def test_a_device_input_is_refused_before_it_is_copied(tmp_path):
+    """Attack trial (issue 42): naming `/dev/zero` as the input wrote 29 GB to TMPDIR before the disk check
+    refused it; a device input, named or on standard input, is refused before a byte is copied."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    _one_line_error(cli("validate", "/dev/zero", "-q", "q.json", timeout=60), "/dev/zero: a device, not a file")
+    with open("/dev/zero", "rb") as zero:
+        r = subprocess.run(
+            [sys.executable, "-m", "openjev_batch", "validate", "-", "-q", "q.json"],
+            stdin=zero, capture_output=True, text=True, timeout=60, cwd=ROOT,
+            env={**os.environ, "TMPDIR": str(tmp)},
+        )  # fmt: skip
+    _one_line_error(r, "standard input: a device, not a file or a pipe")
+    assert not list(tmp.iterdir())
+
+
+@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_sigterm_during_the_stdin_copy_removes_the_copy(tmp_path, signame, code):
+    """Attack trial (issue 42): SIGTERM while `validate -` copied standard input left the copy in TMPDIR
+    (0.4 GB on tmpfs, once 10.4 GB on disk): validate had no handler, so the default action skipped the
+    cleanup. It now stops as `run` does: the copy removed, exit 143; a closed terminal's SIGHUP too (129)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    feed = subprocess.Popen(["yes", '{"id": "a", "state": "x"}'], stdout=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "openjev_batch", "validate", "-", "-q", "q.json"],
+        stdin=feed.stdout, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )  # fmt: skip
+    feed.stdout.close()
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file()) < 1 << 20:
+            time.sleep(0.2)
+        assert list(tmp.iterdir()), "the copy never began"
+        p.send_signal(getattr(signal, signame))
+        _, stderr = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        feed.kill()
+        feed.wait()
+    assert p.returncode == code and f"terminated ({signame})" in stderr and "Traceback" not in stderr, stderr
+    assert not list(tmp.iterdir())
+
+
+def test_unreadable_leading_rows_are_row_errors(tmp_path, tiny_model):
+    """Attack trial (issue 42): when the first 1,000 rows were unreadable the job was refused with a false "no
+    row has a `state` field … rename", and the good rows after them went unanswered; small all-bad files
+    (UTF-16, a repeated key, a ragged CSV line) got it too. Each unreadable row is now its row's error."""
+    src = tmp_path / "lead.jsonl"
+    src.write_text("{bad\n" * 1200 + json.dumps({"id": "g", "state": "good"}) + "\n")
+    qf = tmp_path / "q.json"
+    qf.write_text(QJ)
+    out = tmp_path / "o.jsonl"
+    r = cli("run", src, "-q", qf, "-m", tiny_model, "-b", "hf", "--no-progress", "-o", out)
+    assert r.returncode == 3 and "Traceback" not in r.stderr and "rename" not in r.stderr, r.stderr[-2000:]
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(recs) == 1201 and [x["error"] for x in recs if x["id"] == "g"] == [None]
+    assert recs[0]["error"].startswith("row at index 0: line 1: malformed JSON")
+
+    small = {
+        "u16.jsonl": (
+            '{"id": "a", "state": "hi"}\n{"id": "b", "state": "yo"}\n'.encode("utf-16"),
+            "line 1: NUL bytes, so not UTF-8 text (UTF-16? save the file as UTF-8)",
+        ),
+        "dup.jsonl": (b'{"id": "a", "state": "hi", "state": "x"}\n', "line 1: duplicate key 'state'"),
+        "rag.csv": (b"id,state\na,hi,extra\n", "line 2: 3 fields, the header has 2"),
+    }
+    for name, (data, error) in small.items():
+        (tmp_path / name).write_bytes(data)
+        r = cli("validate", tmp_path / name, "-q", qf)
+        assert "Traceback" not in r.stderr and "no row has" not in r.stderr, (name, r.stderr)
+        assert r.returncode == 3 and error in r.stderr, (name, r.stderr)
+
+
+def test_no_row_with_a_question_is_refused_before_the_model_loads(tmp_path, tiny_model):
+    """Issue 42: every row's `questions` being `{}` loaded the model and exited 3 with every row an error,
+    while a missing field exited 4 before the load. Now both are the job's error before the model loads."""
+    src = write_jsonl(
+        tmp_path / "in.jsonl",
+        [{"id": "a", "state": "hi", "questions": {}}, {"id": "b", "state": "yo", "questions": "{}"}],
+    )
+    out = tmp_path / "o.jsonl"
+    msg = "no questions: every row's `questions` is empty; give them in each row or in one file with -q"
+    _one_line_error(cli("run", src, "-m", tiny_model, "-b", "hf", "--no-progress", "-o", out), msg)
+    _one_line_error(cli("validate", src), msg)
+    assert not out.exists()
+    # one row with a question is enough: the others are row errors, as before
+    write_jsonl(src, [{"id": "a", "state": "hi", "questions": {}}, {"id": "b", "state": "yo", "questions": Q}])
+    assert cli("validate", src).returncode == 3
+
+
+def test_out_of_memory_at_import_is_one_line(tmp_path):
+    """Attack trial (issue 42): `python -m openjev_batch` under a low address-space limit (`ulimit -v 300000`
+    and below) ended in a traceback from an import (a shared library "failed to map segment", a MemoryError)
+    before the command's own out-of-memory handler: now one line, exit 4. (OpenBLAS, loaded with numpy, may
+    abort from C with its own one line first: no Python handler runs then.)"""
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from openjev_batch.errors import OUT_OF_MEMORY
+
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}])
+    qf = tmp_path / "q.json"
+    qf.write_text(QJ)
+    said = set()
+    for kib in (60_000, 100_000, 150_000, 300_000):
+
+        def limit(kib=kib):
+            resource.setrlimit(resource.RLIMIT_AS, (kib * 1024, kib * 1024))
+
+        r = subprocess.run(
+            [sys.executable, "-m", "openjev_batch", "validate", src, "-q", qf],
+            capture_output=True, text=True, cwd=ROOT, preexec_fn=limit, timeout=300,
+        )  # fmt: skip
+        lines = r.stderr.strip().splitlines()
+        assert "Traceback" not in r.stderr and len(lines) <= 2, (kib, r.stderr[-3000:])
+        if r.returncode == 4:
+            said.add(kib)
+            assert lines == [f"error: {OUT_OF_MEMORY}"], (kib, r.stderr)
+        else:
+            assert r.returncode == 0 or lines[0].startswith("OpenBLAS error"), (kib, r.stderr)
+    assert 60_000 in said  # a library cannot even be mapped there: the import's own failure, said in one line
+
+
+def test_path_failures_are_user_messages_not_python_internals(tmp_path, tiny_model):
+    """Attack trial (issue 42): messages quoted Python: a 300-character name was a traceback ending in
+    `OSError: [Errno 36] File name too long`, eval's missing benchmark `[Errno 2] No such file or directory`,
+    a `--calibration` symlink loop `RuntimeError: Symlink loop`. Each is one line in words."""
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}])
+    qf = tmp_path / "q.json"
+    qf.write_text(QJ)
+    long = tmp_path / ("a" * 300 + ".jsonl")
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    run = ("run", src, "-q", qf, "-m", tiny_model, "-b", "hf", "--no-progress")
+    cases = [
+        (cli(*run[:-1], "-o", long), "characters): file name too long"),
+        (cli("validate", long, "-q", qf), "characters): file name too long"),
+        (cli("eval", long, "-m", tiny_model, "-o", tmp_path / "ev"), "characters): file name too long"),
+        (cli("eval", tmp_path / "nope.jsonl", "-m", tiny_model, "-o", tmp_path / "ev"),
+         f"eval: {tmp_path / 'nope.jsonl'}: no such file or directory"),
+        (cli(*run, "-o", tmp_path / "o.jsonl", "--calibration", tmp_path / "loop1"),
+         "loop1: a symbolic link loop (a link that leads back to itself)"),
+    ]  # fmt: skip
+    for r, msg in cases:
+        assert r.returncode == 4 and "Traceback" not in r.stderr and "Errno" not in r.stderr, r.stderr[-2000:]
+        assert len(r.stderr.strip().splitlines()) == 1 and msg in r.stderr, r.stderr[-2000:]

@@ -107,7 +107,7 @@ def test_the_bad_image_table(folder, tmp_path):
     assert "URLs are not fetched" in problem("file:///etc/passwd", folder)
     assert "relative path needs an input file" in problem("ok.png", None)
     assert "invalid base64" in problem("data:image/png;base64,@@@", None)
-    assert "got int" in problem(7, folder)
+    assert "got a number" in problem(7, folder)
 
 
 def test_an_absolute_path_into_the_folder_keeps_the_symlink_rule(folder, tmp_path):
@@ -130,3 +130,42 @@ def test_images_lists():
         image_list(["x.png"] * (MAX_IMAGES_PER_ROW + 1), many=True)
     with pytest.raises(ImageProblem, match="expected a list"):
         image_list("a.png", many=True)
+
+
+def test_the_readmes_vision_model_recipe_runs_images_on_a_cpu(tmp_path):
+    """Issue 42: images could not be tried on a CPU from the README (no packaged model reads images, the tiny
+    VL builder sat in tests/). The README's two commands (scripts/make_test_vl_model.py) build a model and an
+    example offline, and `run` answers every row of it, an image in each."""
+    import json
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+    from conftest import ROOT, cli
+
+    model, example = tmp_path / "test_vl_model", tmp_path / "try_images"
+    made = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/make_test_vl_model.py"), str(model), "--example", str(example)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr[-2000:]
+    out = tmp_path / "out_images.parquet"
+    r = cli("run", example / "rows.jsonl", "-q", example / "questions.yaml", "-m", model, "-b", "hf", "-o", out,
+            "--no-progress")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    t = pq.read_table(out).to_pylist()
+    assert len(t) == 6 and all(x["error"] is None and x["prefix_tokens"] > 20 for x in t)
+    rows = [json.loads(x) for x in (example / "rows.jsonl").read_text().splitlines()]
+    assert {"image", "images"} <= {k for x in rows for k in x} and any(isinstance(x["state"], list) for x in rows)
+
+
+def test_a_phones_mpo_jpeg_is_accepted_as_a_jpeg(folder):
+    """Attack trial (issue 42): a JPEG with a second picture (Multi-Picture Format, as phones write them) opens
+    in Pillow as MPO and was refused as an unsupported format. It is read as the JPEG it starts with."""
+    Image.new("RGB", (32, 24), (200, 0, 0)).save(
+        folder / "phone.jpg", "MPO", save_all=True, append_images=[Image.new("RGB", (32, 24), (0, 0, 200))]
+    )
+    assert Image.open(folder / "phone.jpg").format == "MPO"
+    ref = image_ref("phone.jpg", str(folder))
+    assert (ref.width, ref.height, ref.format) == (32, 24, "JPEG")
+    assert ref.load().getpixel((0, 0))[0] > 150  # the first picture, the red one

@@ -99,3 +99,25 @@ def _pins_of(sglang: str) -> dict[str, str]:
         if m:
             pins[canonicalize_name(m.group(1))] = m.group(2)
     return pins
+
+
+def test_the_licence_field_builds_without_setuptools_deprecation(tmp_path):
+    """Issue 42: every install printed setuptools' warning that `license = {text = …}` stops building after
+    2027-02-18. The licence is an SPDX expression with its file (PEP 639, setuptools >= 77, which
+    build-system requires); the wheel's metadata is built here with the installed setuptools, warnings shown."""
+    setuptools = pytest.importorskip("setuptools")
+    from packaging.version import Version
+
+    assert Version(setuptools.__version__) >= Version("77")
+    assert PYPROJECT["project"]["license"] == "Apache-2.0"
+    assert all((ROOT / f).is_file() for f in PYPROJECT["project"]["license-files"])
+    assert "setuptools>=77" in PYPROJECT["build-system"]["requires"]
+    code = "from setuptools import build_meta as b; b.prepare_metadata_for_build_wheel(__import__('sys').argv[1])"
+    r = subprocess.run(
+        [sys.executable, "-W", "always", "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+        timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Deprecat" not in r.stderr + r.stdout, r.stderr[-2000:]
+    (meta,) = tmp_path.glob("*.dist-info/METADATA")
+    assert "License-Expression: Apache-2.0" in meta.read_text()

@@ -4,7 +4,12 @@ the Qwen3.5 family (MoE, dense, multimodal, classifiers) built on one text confi
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
+
+# the vision-language pieces a user builds with too (scripts/make_test_vl_model.py): one copy of each
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from make_test_vl_model import QWEN3_5_VL_TEMPLATE, make_pictures, save_vl_processing  # noqa: E402, F401
 
 ID2LABEL = {0: "contradiction", 1: "entailment", 2: "neutral"}
 
@@ -220,21 +225,6 @@ def make_tiny_qwen3_5_classifier(
     return out
 
 
-# A Qwen3.5-style chat template that takes image content parts (the real Qwen3 tokenizer's template is text
-# only): an image part renders `<|vision_start|><|image_pad|><|vision_end|>` in place, as Qwen3.5/3.6's does.
-QWEN3_5_VL_TEMPLATE = (
-    "{%- for message in messages %}<|im_start|>{{ message.role }}\n"
-    "{% if message.content is string %}{{ message.content }}"
-    "{%- else %}{%- for item in message.content %}"
-    "{%- if item.type == 'image' or 'image' in item %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{%- elif item.type == 'text' %}{{ item.text }}{%- endif %}"
-    "{%- endfor %}{%- endif %}<|im_end|>\n{% endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n"
-    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
-    "{%- endif %}"
-)
-
-
 def make_tiny_qwen3_5_vl(
     tokenizer_dir: Path, out: Path, seed: int = 0, max_pixels: int = 128 * 128, classifier: bool = False
 ) -> Path:
@@ -365,15 +355,6 @@ def make_qwen3_6_tokenizer(out: Path, chat_template_from: Path | None = None, co
     return out
 
 
-def make_pictures(folder: Path) -> Path:
-    """Two real image files for the vision tests: a red 96 x 64 PNG and a grey 64 x 96 gradient JPEG."""
-    from PIL import Image
-
-    Image.new("RGB", (96, 64), (220, 20, 20)).save(folder / "red.png")
-    Image.linear_gradient("L").convert("RGB").resize((64, 96)).save(folder / "gradient.jpg")
-    return folder
-
-
 def qwen_vl_processor(model_dir: Path, tok):
     """The checkpoint's own processor (Qwen3.5's Qwen3VLProcessor over its image processor), the vision tests'
     oracle. transformers 5.25 cannot build it without torchvision, which the plain install (pip install
@@ -392,20 +373,3 @@ def qwen_vl_processor(model_dir: Path, tok):
         video_processor=Qwen3VLVideoProcessor(),
         chat_template=tok.chat_template,
     )
-
-
-def save_vl_processing(out: Path, max_pixels: int) -> Path:
-    """A tiny VL checkpoint's image processor (16-pixel patches, 2 × 2 merge) and Qwen3.5's VL chat template
-    (as chat_template.jinja, the one the tokenizer config no longer carries)."""
-    import json
-
-    from transformers import Qwen2VLImageProcessor
-
-    Qwen2VLImageProcessor(
-        patch_size=16, merge_size=2, temporal_patch_size=2, size={"shortest_edge": 32 * 32, "longest_edge": max_pixels}
-    ).save_pretrained(out)
-    (out / "chat_template.jinja").write_text(QWEN3_5_VL_TEMPLATE)
-    tc = json.loads((out / "tokenizer_config.json").read_text())
-    tc.pop("chat_template", None)
-    (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2))
-    return out

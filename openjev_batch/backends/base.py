@@ -145,11 +145,13 @@ class BackendSpec:
     """A backend's facts, asked by the pipeline, the dry run, Ray, eval and the display, which never name a
     backend: light (no engine, no heavy import at module level; backends/<name>/spec.py), registered in
     `backends.SPECS`. `kinds`: readout kind → "module:Class" of the `Backend` that serves it; `cache`: how its
-    cache shares tokens, in words."""
+    cache shares tokens, in words; `images_at_start`: whether its engine is told when it starts if the job's
+    input has image rows (`BackendOptions.images`, read first by pipeline/job_images.choose_images)."""
 
     name: str = "?"
     kinds: dict[str, str] = {}
     cache: str = ""
+    images_at_start: bool = False
 
     def count(self, plan: BackendPlan, windows: Iterable[Any]) -> None:
         """Add to `plan` the tokens this backend would compute for planned `windows` (pipeline/plan.Window):

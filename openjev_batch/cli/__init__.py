@@ -12,7 +12,7 @@ import os
 import resource
 import sys
 
-from ..errors import OUT_OF_MEMORY, out_of_memory
+from ..errors import OUT_OF_MEMORY, os_error_text, out_of_memory
 
 # Under an address-space limit (`prlimit --as`, a container's ulimit) OpenBLAS, loaded with numpy, reserves a
 # buffer per core at import and, when that fails, aborts the process from C ("OpenBLAS error: Memory allocation
@@ -26,7 +26,7 @@ from .app import EXIT_FAILED, _quiet_exit, app, printable
 __all__ = ["app", "main", "printable"]
 
 # The commands register themselves on `app` when their modules load (this order is `--help`'s).
-from . import run, validate, evaluate, calibrate, models  # noqa: E402, F401, I001
+from . import run, validate, evaluate, calibrate, models, serve  # noqa: E402, F401, I001
 
 
 def main() -> None:  # pragma: no cover - entry point for `python -m openjev_batch`
@@ -39,11 +39,16 @@ def main() -> None:  # pragma: no cover - entry point for `python -m openjev_bat
     except BrokenPipeError:  # a plain write (`-o -`, --show-prompt) to a reader that closed the pipe
         _quiet_exit()
     except Exception as e:  # out of memory anywhere (an import, a read, a tokenizer): one line, not a traceback
-        if not out_of_memory(e):
+        if out_of_memory(e):
+            message = OUT_OF_MEMORY
+        elif isinstance(e, OSError):  # a path the system refuses (a name too long, a loop, no permission)
+            # where no check named it: one line, not a traceback ending in `OSError: [Errno 36] …` (issue 42)
+            message = printable(os_error_text(e))
+        else:
             raise
         # plain text: rich's rendering imports and allocates, and failed here again under `prlimit --as`
         with contextlib.suppress(MemoryError, OSError):
-            sys.stderr.write(f"error: {OUT_OF_MEMORY}\n")
+            sys.stderr.write(f"error: {message}\n")
         raise SystemExit(EXIT_FAILED) from None
 
 

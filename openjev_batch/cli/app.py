@@ -181,16 +181,19 @@ def _fail(e: OpenjevError) -> None:
 
 
 def _stopped(e: KeyboardInterrupt, partial) -> None:
-    """Ctrl-C or SIGTERM (interrupts.py): the window in flight was dropped; say what is kept, exit 130/143."""
+    """Ctrl-C, SIGTERM or SIGHUP (interrupts.py): the window in flight was dropped; say what is kept, exit
+    130/143/129."""
     import signal
     from pathlib import Path
 
-    term = isinstance(e, JobInterrupted) and e.signum == signal.SIGTERM
-    code = EXIT_TERMINATED if term else EXIT_INTERRUPTED  # decided before printing: the exit must not
+    term = isinstance(e, JobInterrupted) and e.signum != signal.SIGINT  # SIGTERM, or SIGHUP (interrupts.py)
+    # decided before printing: the exit must not
+    code = (EXIT_TERMINATED if e.signum == signal.SIGTERM else 128 + e.signum) if term else EXIT_INTERRUPTED
     try:  # depend on whether anyone still reads stderr (issue 34.1)
-        kept = Path(partial).is_dir()  # a job stopped before its first part leaves none
+        # a job stopped before its first part leaves none; a command that writes nothing has none (None)
+        kept = partial is not None and Path(partial).is_dir()
         err.print(
-            f"{'terminated (SIGTERM)' if term else 'interrupted'}: "
+            f"{f'terminated ({signal.Signals(e.signum).name})' if term else 'interrupted'}: "
             + (f"finished chunks are kept in {partial}; rerun with --resume" if kept else "nothing written"),
             markup=False,
         )

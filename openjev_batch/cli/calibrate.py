@@ -11,7 +11,8 @@ from pathlib import Path
 import typer
 
 from ..errors import ConfigError, OpenjevError
-from .app import _fail, app, out, printable
+from ..readouts.label_logprobs.calibration import MIN_KEPT
+from .app import _fail, app, err, out, printable
 
 
 @app.command(short_help="Fit a temperature and an abstain threshold per question.")
@@ -37,6 +38,19 @@ def calibrate(
     question: list[str] = typer.Option(
         None, "--question", help="Fit only this question id (repeatable): the one --gold labels. Default: all."
     ),
+    min_kept: int = typer.Option(
+        MIN_KEPT,
+        "--min-kept",
+        min=1,
+        help="A target counts as met only on at least this many kept answers (multi: chosen labels), and "
+        "--target-precision only when the 95% Wilson lower bound of their accuracy reaches it.",
+    ),
+    holdout: float = typer.Option(
+        None,
+        "--holdout",
+        help="Fit on the other rows and report ECE, Brier, coverage and selective accuracy on this share of "
+        "them (a seeded split by row id), beside the fit's own figures.",
+    ),
     unfitted: str = typer.Option(
         "error", "--unfitted", help="What `run --calibration` does with a question the file has no entry for: "
         "error (refuse it) or raw (answer it uncalibrated).",
@@ -45,7 +59,12 @@ def calibrate(
     """Fit, per question, a temperature and an abstain threshold (multi: the P(yes) its labels are chosen at);
     print the selective-accuracy/coverage curve (multi: precision and recall)."""
     from ..config import check_output_path  # lazy: keeps --help fast
-    from ..evaluation.calibration_fit import curve_table, fit, read_labelled  # lazy: keeps --help fast
+    from ..evaluation.calibration_fit import (  # lazy: keeps --help fast
+        curve_table,
+        fit,
+        missed,
+        read_labelled,
+    )
 
     try:
         if target_precision is not None and target_coverage is not None:
@@ -64,7 +83,10 @@ def calibrate(
             raise ConfigError(f"calibrate: {e}") from None
         if unfitted not in ("error", "raw"):
             raise ConfigError(f"calibrate: --unfitted must be error or raw, got {unfitted!r}")
-        doc = fit(read_labelled(labelled, gold, tuple(question or ())), target_precision, target_coverage)
+        if holdout is not None and not 0 < holdout < 1:
+            raise ConfigError(f"calibrate: --holdout must be between 0 and 1 (a share of the rows), got {holdout}")
+        records = read_labelled(labelled, gold, tuple(question or ()))
+        doc = fit(records, target_precision, target_coverage, min_kept, holdout)
         doc["unfitted"] = unfitted
     except OpenjevError as e:
         _fail(e)
@@ -73,3 +95,6 @@ def calibrate(
     tmp.replace(output)  # atomic: a nightly job never reads half a file
     out.print(printable(curve_table(doc)), markup=False, highlight=False, end="", soft_wrap=True)
     out.print(f"wrote {output}", markup=False, highlight=False)
+    for qid in missed(doc):  # one line a log grep finds: this file makes every row of the question abstain
+        note = doc["questions"][qid]["note"]
+        err.print(printable(f"warning: calibrate: question {qid!r}: {note}"), markup=False, highlight=False)

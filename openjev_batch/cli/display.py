@@ -170,7 +170,8 @@ def _print_summary(command: str, readout, s, threads: str | None = None) -> None
     if s.resumed_chunks:
         t.add_row("resumed chunks (counted above)", f"{len(s.resumed_chunks):,}: {_ranges(s.resumed_chunks)}")
     err.print(t)
-    _print_answers(s.answers)
+    _print_answers(s)
+    _warn_abstained(readout, s)
     if s.errors:
         err.print(
             f"[yellow]{s.errors} {readout.noun}(s) have errors[/]: see the `error` column of ",
@@ -193,25 +194,71 @@ def _ranges(chunks) -> str:
     return ", ".join(out)
 
 
-def _print_answers(answers: dict, max_questions: int = 30, max_options: int = 12) -> None:
-    """Per question: rows per option, their share and mean confidence — what a person checks first after a
-    labelling job. Long jobs are cut to the first questions and each question's most frequent options."""
+def _print_answers(s, max_questions: int = 30, max_options: int = 12) -> None:
+    """Per question: rows per option, their share and mean confidence (calibrated: how many abstained) —
+    what a person checks first after a labelling job; multi questions in their own table, counted in rows
+    (a row may choose several labels or none). Long jobs are cut to the first questions and each question's
+    most frequent options."""
+    answers, multi = s.answers, set(s.multi)
+    single = {q: v for q, v in answers.items() if q not in multi}
+    labels = {q: v for q, v in answers.items() if q in multi}
+    cols = ["question", "option", "rows", "share", "mean confidence", *(["abstained"] if s.abstained else [])]
+    _answers_table(single, s, cols, "answers", max_questions, max_options)
+    # share of the question's answered rows; the confidence column is the mean P(yes) of the label in the rows
+    # that chose it (issue 42.3: "share" divided by all chosen labels, and "mean confidence" held P(yes))
+    cols = ["question", "label", "rows choosing it", "share of rows", "mean P(yes) when chosen"]
+    _answers_table(labels, s, cols, "labels chosen (multi questions)", max_questions, max_options)
+
+
+def _answers_table(answers: dict, s, cols: list[str], title: str, max_questions: int, max_options: int) -> None:
     if not answers:
         return
-    t = Table("question", "option", "rows", "share", "mean confidence", title="answers")
+    t = Table(*cols, title=title)
+    blank = [""] * (len(cols) - 2)
     for qid, opts in list(answers.items())[:max_questions]:
-        n = sum(c for _, c, _ in opts) or 1
-        shown = sorted(opts, key=lambda o: -o[1])[:max_options] if len(opts) > max_options else opts
-        for i, (opt, count, conf) in enumerate(shown):
+        n = s.answered_rows.get(qid) or sum(c for _, c, _ in opts) or 1
+        abstained = s.abstained.get(qid)
+        order = sorted(range(len(opts)), key=lambda i: -opts[i][1])[:max_options]
+        shown = order if len(opts) > max_options else range(len(opts))
+        for i, j in enumerate(shown):
+            opt, count, conf = opts[j]
             t.add_row(  # ids and option names are the input's text: escaped, never markup (hostile trial)
                 Text(printable(qid)) if i == 0 else "",
                 Text(printable(opt)),
                 f"{count:,}",
                 f"{count / n:.0%}",
                 "–" if conf is None else f"{conf:.2f}",
+                *([] if len(cols) < 6 else ["–" if abstained is None else f"{abstained[j]:,}"]),
             )
         if len(opts) > len(shown):
-            t.add_row("", f"… {len(opts) - len(shown)} more options", "", "", "")
+            t.add_row("", f"… {len(opts) - len(shown)} more options", *blank)
     if len(answers) > max_questions:
         t.caption = f"first {max_questions} of {len(answers)} questions"
+    elif "share of rows" in cols:
+        t.caption = "share: rows choosing the label / answered rows (a row chooses any number of labels)"
     err.print(t)
+
+
+# a calibrated question abstaining on more than this share of its rows gets a `warning:` line
+ABSTAIN_WARN = 0.5
+
+
+def _warn_abstained(readout, s) -> None:
+    """One `warning:` line (a log grep finds it) per calibrated question that abstained on more than half its
+    answered rows: a missed calibration target writes a threshold of 1, and the run abstains on every row
+    (issue 42.1)."""
+    cal = getattr(readout, "calibration", None)
+    for qid, per_option in s.abstained.items():
+        n, of = sum(per_option), s.answered_rows.get(qid, 0)
+        if not of or n / of <= ABSTAIN_WARN:
+            continue
+        entry = cal.entries.get(qid) if cal is not None else None
+        why = ""
+        if entry is not None:
+            why = f", abstain_below {entry.abstain_below:.3f}" + (
+                ": its calibration target was not met (see `calibrate`'s note), refit with a lower target"
+                if entry.abstain_below >= 1.0 else ""
+            )  # fmt: skip
+        where = f"the calibration file {cal.path}" if cal is not None else "the calibration file"
+        line = f"warning: question {qid!r} abstained on {n:,} of {of:,} answered rows ({n / of:.0%}) under {where}{why}"
+        err.print(printable(line), markup=False, highlight=False, soft_wrap=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ..errors import ConfigError, OpenjevError
+from ..errors import ConfigError, OpenjevError, os_error_text
 from ..interrupts import stop_on_signals
 from ..job_options import JobOptions
 from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
@@ -77,7 +77,7 @@ def eval_(
     except OpenjevError as e:
         _fail(e)
     except OSError as e:  # an output folder that cannot be made (under a file, on /proc) or that filled up
-        err.print(f"error: {e}", markup=False)
+        err.print(f"error: {printable(os_error_text(e))}", markup=False)
         raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: finished chunks stay for `eval --resume`
         _stopped(e, output_dir / "predictions.parquet.partial")

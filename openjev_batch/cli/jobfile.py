@@ -70,11 +70,34 @@ def _value(path: Path, param: Any, v: Any) -> Any:
     (`engine_arg: {chunked_prefill_size: 8192}`) becomes its `key=value` strings; a list stays a list.
     click turns a bool or a float default into an integer option's int (`debias-order: true` was K = 1, no
     debiasing, silently; hostile trial): an integer option takes an integer (or its text) only."""
+    name = _spelling(param)
     if _takes_int(param) and isinstance(v, bool | float):
-        raise ConfigError(f"--config {path}: {_spelling(param)}: expected an integer, got {v!r}")
-    if isinstance(v, dict) and getattr(param, "multiple", False):
-        return [f"{k}={json.dumps(x)}" for k, x in v.items()]
+        raise ConfigError(f"--config {path}: {name}: expected an integer, got {v!r}")
+    if getattr(param, "multiple", False):
+        if isinstance(v, dict):
+            return [f"{k}={json.dumps(x)}" for k, x in v.items()]
+        return v
+    # a one-value option takes one value: click made a list its Python repr (`system-prompt: [Be brief, Be
+    # kind]` was the system message "['Be brief', 'Be kind']") or a message naming Python's types (issue 42)
+    if isinstance(v, list | dict):
+        got = "a list" if isinstance(v, list) else "a mapping"
+        if name == "keep":
+            raise ConfigError(
+                f"--config {path}: keep: expected comma-separated column names as one text (`keep: tag` or "
+                f"`keep: tag,channel`), got {got}"
+            )
+        raise ConfigError(f"--config {path}: {name}: expected one value, got {got}")
+    if _takes_text(param) and isinstance(v, bool):  # YAML's unquoted yes/no/true/off: quote it to mean text
+        raise ConfigError(f"--config {path}: {name}: expected text, got {str(v).lower()} (quote it for text)")
     return v
+
+
+def _takes_text(param: Any) -> bool:
+    """A text option: click's STRING type, or a `str` / `str | None` annotation."""
+    ann = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    return type(getattr(param, "type", None)).__name__ == "StringParamType" or ann is str or (
+        str in get_args(ann) and len(get_args(ann)) <= 2 and not (set(get_args(ann)) - {str, type(None)})
+    )
 
 
 def _takes_int(param: Any) -> bool:

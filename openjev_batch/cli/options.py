@@ -59,12 +59,17 @@ def _spool_stdin(stack: contextlib.ExitStack, name: str | Path = "-") -> Path:
     from ..pipeline.input.stdin import spool_stdin  # lazy: keeps --help fast
 
     name = "-" if str(name) in STDIN_NAMES else str(name)
+    _refuse_device(name)
     try:
         folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdin-"))
         if name == "-":
             path = spool_stdin(folder)
         else:
-            with open(name, "rb") as pipe:
+            # opened without waiting for a writer (a pipe whose writer has gone hung here: issue 42); reads
+            # then wait for a writer still writing, and a pipe without one reads as empty
+            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb") as pipe:
                 path = spool_stdin(folder, pipe, name)
     except OSError as e:  # a full or unwritable TMPDIR: `validate -` ended in a traceback (issue 25)
         what = "standard input" if name == "-" else "the pipe"
@@ -74,6 +79,22 @@ def _spool_stdin(stack: contextlib.ExitStack, name: str | Path = "-") -> Path:
         ) from None
     _SPOOLED.update(dict.fromkeys({str(path), str(path.resolve())}, name))
     return path
+
+
+def _refuse_device(name: str) -> None:
+    """Raise InputFileError for an input that is a device (`/dev/zero`, `/dev/urandom`, a disk), named or on
+    standard input: its bytes never end, and copying them wrote 29 GB to TMPDIR before the disk check
+    stopped it (issue 42). A terminal on standard input and /dev/null (empty) are read as before."""
+    try:
+        mode = os.fstat(0).st_mode if name == "-" else os.stat(name).st_mode
+        null = os.stat(os.devnull).st_rdev
+        rdev = os.fstat(0).st_rdev if name == "-" else os.stat(name).st_rdev
+    except (OSError, ValueError):
+        return  # the copy says what is wrong
+    if not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) or rdev == null or (name == "-" and os.isatty(0)):
+        return
+    what = "standard input" if name == "-" else name
+    raise InputFileError(f"{what}: a device, not a file or a pipe; give the input as a file (or pipe it)")
 
 
 def stdin_name(message: str) -> str:

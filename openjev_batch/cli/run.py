@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from ..errors import ConfigError, OpenjevError, OutputFinished
+from ..errors import ConfigError, OpenjevError, OutputFinished, os_error_text
 from ..interrupts import stop_on_signals
 from ..job_options import JobOptions
 from ..options import BACKENDS
@@ -105,7 +105,7 @@ def _run_job(command: str, kw: dict, job: dict, show_prompt: int | None = None) 
     except OpenjevError as e:
         _fail(e)
     except OSError as e:  # the output folder vanished or filled up mid-job
-        err.print(f"error: {e}", markup=False)
+        err.print(f"error: {printable(os_error_text(e))}", markup=False)
         raise typer.Exit(EXIT_FAILED) from None
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (interrupts.py): the window in flight is dropped
         _stopped(e, f"{output}.partial")

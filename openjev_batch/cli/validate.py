@@ -9,9 +9,10 @@ from pathlib import Path
 import typer
 
 from ..errors import OpenjevError
+from ..interrupts import stop_on_signals
 from ..options import BACKENDS
 from ..readouts import LABEL_LOGPROBS, NAMES, build, readout_class
-from .app import EXIT_OK, EXIT_ROW_ERRORS, _fail, app, err, out, printable
+from .app import EXIT_OK, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
 from .job_options import READOUT, _readout_options, job_flag
 from .options import _spool_stdin, read_once
 
@@ -38,6 +39,7 @@ def validate(
     from ..pipeline.runners.parse_only import ParseOnlyRunner  # lazy: keeps --help fast
 
     stack = contextlib.ExitStack()
+    stop_on_signals()  # SIGTERM, as Ctrl-C, ends the command through `finally` (the default action skipped it)
     try:
         if read_once(input):
             input = _spool_stdin(stack, input)
@@ -46,8 +48,10 @@ def validate(
         s, _ = loop.run(cfg, FileSource(cfg), NullSink(), ParseOnlyRunner(), readout=r)
     except OpenjevError as e:
         _fail(e)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM, e.g. while standard input is copied: the copy goes
+        _stopped(e, None)
     finally:
-        stack.close()
+        stack.close()  # removes standard input's copy, also on SIGTERM (it stayed in TMPDIR: issue 42)
     rows, n_q, errors = s.rows, s.counted.questions, s.counted.errors
     for e in errors[:show]:
         err.print("[red]✗[/] ", end="")

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, os_error_text
 from .tasks import CLASSIFIER_HEAD, LETTERS, TASKS, YES_NO, Item, read_records, sample, to_items
 
 KEEP = ("gold", "category")  # input columns every eval row carries into predictions.parquet
@@ -120,10 +120,8 @@ def prepare(
         if shots and TASKS[fmt].kind == YES_NO:
             raise ValueError("--shots is for multiple-choice sets")
         dev_items = to_items(read_records(dev), fmt)[0] if shots else None
-    except (
-        OSError,
-        ValueError,
-        ImportError,
-    ) as e:  # JSONDecodeError and Arrow errors are ValueErrors/OSErrors
+    except OSError as e:  # a missing or unreadable file: its name and what happened (no `[Errno 2]`)
+        raise ConfigError(f"eval: {os_error_text(e) if e.filename else e}") from None
+    except (ValueError, ImportError) as e:  # JSONDecodeError and Arrow errors are ValueErrors/OSErrors
         raise ConfigError(f"eval: {e}") from None
     return items, sample(items, n_sample, seed), dev_items, fmt

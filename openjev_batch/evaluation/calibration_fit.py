@@ -7,8 +7,19 @@ target precision (the most coverage that does), or the τ that keeps the target 
 selective-accuracy/coverage curve (accuracy of the answers kept at 10 %, 20 %, … 100 % coverage, most
 confident first) is written with each entry and printed.
 
+What a target promises (issue 42.2: on a model at chance a 0.9 target was "met" by 1 kept answer of 300): a
+cut meets `--target-precision P` only when it keeps at least `min_kept` answers (MIN_KEPT, `--min-kept`) and
+the 95 % Wilson lower bound of their accuracy (metrics.wilson, as `eval` reports) is ≥ P; a coverage target
+only when it keeps at least `min_kept`. A missed target writes τ = 1 (every row of that question abstains)
+and a `note` saying so, with the precision the data supports. Each entry has its kept answers as counts
+(`kept` of `n`), the Wilson interval of their accuracy, and the ECE and Brier of the fit rows (raw and
+calibrated); `holdout` (`--holdout F`): the fit uses the other rows, and the held-out share's ECE, Brier,
+coverage and selective accuracy are written beside them.
+
 A gold value is an option's name (any case; yes/no/true/false for noul) or its 0-based index (what eval
-folders keep). A `type: multi` question gets a P(yes) threshold instead (calibration_multi.py), its gold a
+folders keep). On options named by numbers ("1".."4", a score question's levels) a run output's gold is
+read as a name, never as an index (issue 42.7: 1 was read as the second option): a number that names no
+option is refused, as ambiguous. A `type: multi` question gets a P(yes) threshold instead (calibration_multi.py), its gold a
 list of the labels that apply.
 """
 
@@ -20,11 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..readouts.label_logprobs.calibration import CURVE_POINTS, FORMAT, scaled
-from .calibration_multi import fit_multi, gold_labels, multi_lines, p_yes
-from .metrics import T_MAX, fit_temperature
+from ..readouts.label_logprobs.calibration import CURVE_POINTS, FORMAT, MIN_KEPT
+from ..values import special_file_problem
+from .calibration_multi import fit_multi, gold_labels, holdout_multi, multi_lines, p_yes
+from .metrics import T_MAX, fit_temperature, metrics, scale, wilson
+from .tasks import rank
 
 MIN_ROWS = 2  # per question: a temperature needs answers to fit on
+HOLDOUT_SEED = 42  # the held-out split ranks sha256("42:calibrate-holdout:<row id>") (tasks.rank)
 
 
 def read_labelled(path: Path, gold: str, questions: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -34,10 +48,13 @@ def read_labelled(path: Path, gold: str, questions: tuple[str, ...] = ()) -> lis
     import pyarrow as pa
 
     path = Path(path)
-    if path.is_dir():
+    folder = path.is_dir()  # an eval folder's `gold` is the option's index (evaluation/build.py)
+    if folder:
         path = path / "predictions.parquet"
     if not path.exists():
         raise ConfigError(f"calibrate: {path}: no such file (a run output, or an eval folder)")
+    if problem := special_file_problem(path):  # a FIFO hung waiting for its writer (issue 42)
+        raise ConfigError(f"calibrate: {problem}")
     name = path.name.lower()
     try:
         if name.endswith(".parquet"):
@@ -72,7 +89,7 @@ def read_labelled(path: Path, gold: str, questions: tuple[str, ...] = ()) -> lis
                               f"(its questions: {', '.join(sorted(map(str, asked - {None})))})")  # fmt: skip
         rows = [r for r in rows if r.get("question_id") in questions]
     out = [
-        _checked_record(path, r, gold)
+        _checked_record(path, r, gold, folder)
         for r in rows
         if not (r.get("error") or r.get("probs") in (None, "") or r.get(gold) in (None, ""))
     ]
@@ -81,17 +98,17 @@ def read_labelled(path: Path, gold: str, questions: tuple[str, ...] = ()) -> lis
     return out
 
 
-def _checked_record(path: Path, r: dict[str, Any], gold: str) -> dict[str, Any]:
+def _checked_record(path: Path, r: dict[str, Any], gold: str, index_gold: bool = False) -> dict[str, Any]:
     """`_record`, with a damaged or hand-made row (a cell that is not JSON, a list for a name, a missing
     field) one line naming it instead of a traceback (hostile trial)."""
     try:
-        return _record(path, r, gold)
+        return _record(path, r, gold, index_gold)
     except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
         raise ConfigError(f"calibrate: {path}: row {str(r.get('id'))[:80]!r}: not a `run` output's record "
                           f"({type(e).__name__}: {str(e)[:120]})") from None  # fmt: skip
 
 
-def _record(path: Path, r: dict[str, Any], gold: str) -> dict[str, Any]:
+def _record(path: Path, r: dict[str, Any], gold: str, index_gold: bool = False) -> dict[str, Any]:
     """One answered, labelled row as a fit record. Raises ConfigError naming the row."""
     if not (isinstance(r["question_id"], str) and isinstance(r["type"], str)):
         raise TypeError("question_id and type must be text")
@@ -108,12 +125,12 @@ def _record(path: Path, r: dict[str, Any], gold: str) -> dict[str, Any]:
         if r["type"] == "multi":
             g = gold_labels(r[gold], options, r.get("id"))
         else:
-            g = _gold_index(r[gold], r["type"], options, r.get("id"))
+            g = _gold_index(r[gold], r["type"], options, r.get("id"), index_gold)
     except ConfigError as e:  # a gold column kept for one question of several (new-user trial)
         raise ConfigError(f"{e} (question {r['question_id']!r}; a gold column for some questions only: "
                           "--question ID)") from None  # fmt: skip
     qid, options = r["question_id"], tuple(options)
-    return {"qid": qid, "type": r["type"], "options": options, "probs": tuple(probs), "gold": g}
+    return {"qid": qid, "type": r["type"], "options": options, "probs": tuple(probs), "gold": g, "id": r.get("id")}
 
 
 def _distribution(probs: list, k: int) -> bool:
@@ -129,17 +146,29 @@ def _listed(v: Any) -> list:
     return json.loads(v) if isinstance(v, str) else list(v)  # CSV outputs hold lists as JSON text
 
 
-def _gold_index(g: Any, qtype: str, options: list[str], rid: Any) -> int:
+def _gold_index(g: Any, qtype: str, options: list[str], rid: Any, index_gold: bool = False) -> int:
+    """The option index of a gold value. `index_gold`: an int is the option's index (an eval folder's
+    `gold`). Otherwise names come first, and on options named by numbers a number is only ever a name."""
+    integral = isinstance(g, int) and not isinstance(g, bool)
+    if index_gold and integral and 0 <= g < len(options):
+        return g
     if isinstance(g, bool) and qtype == "noul":
         return 0 if g else 1
-    if isinstance(g, int) and not isinstance(g, bool) and 0 <= g < len(options):
-        return g
     s = str(g).strip().lower()
     if qtype == "noul" and s in ("yes", "no"):
         return 0 if s == "yes" else 1
     low = [o.lower() for o in options]
     if s in low:
         return low.index(s)
+    numbered = [o for o in options if o.strip().lstrip("-").isdigit()]
+    if (integral or s.isdigit()) and numbered:
+        # options "1".."4": gold 1 is the option "1", and a 0 there is not "the first option" (issue 42.7)
+        raise ConfigError(
+            f"calibrate: row {rid}: gold {g!r} is ambiguous: options named by numbers ({', '.join(options)}) "
+            "read a number as a name, and none is named so (give the option's name)"
+        )
+    if integral and 0 <= g < len(options):
+        return g
     if s.isdigit() and int(s) < len(options):
         return int(s)
     raise ConfigError(
@@ -147,12 +176,19 @@ def _gold_index(g: Any, qtype: str, options: list[str], rid: Any) -> int:
     )
 
 
-def fit(records: list[dict[str, Any]], precision: float | None = None, coverage: float | None = None) -> dict:
-    """The calibration document (calibration.py) of the labelled records. Raises ConfigError."""
-    import numpy as np
-
+def fit(
+    records: list[dict[str, Any]],
+    precision: float | None = None,
+    coverage: float | None = None,
+    min_kept: int = MIN_KEPT,
+    holdout: float | None = None,
+) -> dict:
+    """The calibration document (calibration.py) of the labelled records; `holdout`: the share of each
+    question's rows (seeded by row id) left out of the fit and scored with it. Raises ConfigError."""
     if (precision is None) == (coverage is None):
         raise ConfigError("calibrate: give one of --target-precision and --target-coverage")
+    if holdout is not None and not 0 < holdout < 1:
+        raise ConfigError(f"calibrate: --holdout must be between 0 and 1 (a share of the rows), got {holdout}")
     by_q: dict[str, list[dict]] = {}
     for r in records:
         by_q.setdefault(r["qid"], []).append(r)
@@ -171,76 +207,181 @@ def fit(records: list[dict[str, Any]], precision: float | None = None, coverage:
             if len(lists) == 1
             else {"options": None, "n_options": sizes.pop()}
         )
-        if len(rs) < MIN_ROWS:
+        fit_rs, held = _split(qid, rs, holdout)
+        if len(fit_rs) < MIN_ROWS:
             raise ConfigError(
-                f"calibrate: question {qid!r}: {len(rs)} labelled answer(s), at least {MIN_ROWS}"
+                f"calibrate: question {qid!r}: {len(fit_rs)} labelled answer(s) to fit on, at least {MIN_ROWS}"
             )
         if rs[0]["type"] == "multi":  # a P(yes) threshold for its labels (calibration_multi.py)
-            questions[qid] = {"type": "multi", **options, **fit_multi(rs, precision, coverage)}
+            e = {"type": "multi", **options, **fit_multi(fit_rs, precision, coverage, min_kept)}
+            if held:
+                e["holdout"] = holdout_multi(held, e["threshold"])
+            questions[qid] = e
             continue
-        P, y = np.array([r["probs"] for r in rs], dtype=float), np.array([r["gold"] for r in rs])
-        t = fit_temperature(P, y)
-        cal = [scaled(tuple(p), t) for p in P]
-        top = np.array([max(p) for p in cal])
-        right = np.array([int(np.argmax(p)) == g for p, g in zip(cal, y, strict=True)])
-        questions[qid] = {"type": rs[0]["type"], **options, "temperature": t,
-                          **_threshold(top, right, precision, coverage), "n": len(rs),
-                          "accuracy": float(right.mean()), "curve": _curve(top, right)}  # fmt: skip
-    target = {"precision": precision} if precision is not None else {"coverage": coverage}
-    return {"format": FORMAT, "unfitted": "error", "target": target, "questions": questions}
+        questions[qid] = _fit_one(rs[0]["type"], options, fit_rs, precision, coverage, min_kept)
+        if held:
+            questions[qid]["holdout"] = _scored(held, questions[qid])
+    target: dict[str, Any] = {"precision": precision} if precision is not None else {"coverage": coverage}
+    target["min_kept"] = min_kept
+    doc = {"format": FORMAT, "unfitted": "error", "target": target, "questions": questions}
+    if holdout is not None:
+        doc["holdout"] = {"share": holdout, "seed": HOLDOUT_SEED}
+    return doc
+
+
+def _split(qid: str, rs: list[dict], holdout: float | None) -> tuple[list[dict], list[dict]]:
+    """(fit rows, held-out rows): the `holdout` share of the rows with the lowest sha256 rank of their row
+    id (every question of a row on the same side; the same split on every run)."""
+    if holdout is None:
+        return rs, []
+    keys = [rank(HOLDOUT_SEED, f"calibrate-holdout:{r.get('id') if r.get('id') is not None else i}")
+            for i, r in enumerate(rs)]  # fmt: skip
+    order = sorted(range(len(rs)), key=keys.__getitem__)
+    k = round(holdout * len(rs))
+    if not 0 < k < len(rs):
+        raise ConfigError(f"calibrate: question {qid!r}: --holdout {holdout} of {len(rs)} rows leaves no row "
+                          "to fit on or to check")  # fmt: skip
+    cut = set(order[:k])
+    return [r for i, r in enumerate(rs) if i not in cut], [r for i, r in enumerate(rs) if i in cut]
+
+
+def _arrays(rs: list[dict]):
+    import numpy as np
+
+    return np.array([r["probs"] for r in rs], dtype=float), np.array([r["gold"] for r in rs])
+
+
+def _quality(P, y, binary: bool) -> dict[str, float]:
+    m = metrics(P, y, binary)
+    return {"ece": m["ece"], "brier": m["brier"]}
+
+
+def _fit_one(qtype: str, options: dict, rs: list[dict], precision, coverage, min_kept: int) -> dict[str, Any]:
+    import numpy as np
+
+    P, y = _arrays(rs)
+    t = fit_temperature(P, y)
+    cal = scale(P, t)
+    top = cal.max(1)
+    right = cal.argmax(1) == y
+    binary = qtype == "noul"
+    raw = _quality(P, y, binary)
+    return {"type": qtype, **options, "temperature": t,
+            **_threshold(top, right, precision, coverage, min_kept), "n": len(rs),
+            "accuracy": float(np.mean(right)), **_quality(cal, y, binary),
+            "raw": raw, "curve": _curve(top, right)}  # fmt: skip
+
+
+def _scored(rs: list[dict], e: dict[str, Any]) -> dict[str, Any]:
+    """What the fitted entry gives on rows it was not fitted on: ECE and Brier of the calibrated
+    probabilities, and the answers kept at its τ (count, coverage, selective accuracy with its interval)."""
+    P, y = _arrays(rs)
+    cal = scale(P, e["temperature"])
+    top, right = cal.max(1), cal.argmax(1) == y
+    kept = top >= e["abstain_below"]
+    k, hits = int(kept.sum()), int((kept & right).sum())
+    return {"n": len(rs), "accuracy": float(right.mean()), **_quality(cal, y, e["type"] == "noul"),
+            "raw": _quality(P, y, e["type"] == "noul"), "kept": k, "coverage": k / len(rs),
+            "selective_accuracy": hits / k if k else None, "ci95": list(wilson(hits, k)) if k else None}  # fmt: skip
 
 
 def _ranked(top, right):
+    """The confidences most confident first, and the right answers among the first k (k = 1 … n)."""
     import numpy as np
 
     order = np.argsort(-top, kind="stable")
-    return top[order], np.cumsum(right[order]) / np.arange(1, len(order) + 1)
+    return top[order], np.cumsum(right[order])
 
 
-def _threshold(top, right, precision: float | None, coverage: float | None) -> dict[str, Any]:
-    """τ and what it gives on the fit rows. Only cuts between distinct p values count (ties stay together)."""
-    p, acc = _ranked(top, right)
+def _threshold(top, right, precision: float | None, coverage: float | None, min_kept: int) -> dict[str, Any]:
+    """τ and what it gives on the fit rows. Only cuts between distinct p values count (ties stay together).
+    A cut meets the target only with ≥ min_kept kept answers (precision: and its Wilson lower bound ≥ P)."""
+    p, hits = _ranked(top, right)
     n = len(p)
     cuts = [k for k in range(1, n + 1) if k == n or p[k] < p[k - 1]]  # keep the first k answers
+    lower = {k: wilson(int(hits[k - 1]), k)[0] for k in cuts if k >= min_kept}
     if precision is not None:
-        ok = [k for k in cuts if acc[k - 1] >= precision]
+        ok = [k for k, lo in lower.items() if lo >= precision - 1e-12]
         k = max(ok) if ok else None
     else:
         k = next(k for k in cuts if k >= math.ceil(coverage * n - 1e-9))
-    if k is None:  # no cut reaches the precision: abstain on everything (routing all of it is the safe side)
-        return {"abstain_below": 1.0, "coverage": 0.0, "selective_accuracy": None, "target_met": False}
+        k = k if k >= min_kept else None
+    if k is None:  # the target cannot be promised: abstain on everything (routing all of it is the safe side)
+        return {"abstain_below": 1.0, "kept": 0, "coverage": 0.0, "selective_accuracy": None, "ci95": None,
+                "target_met": False, "note": _missed(n, lower, precision, min_kept)}  # fmt: skip
     tau = 0.0 if k == n else float(p[k - 1])
     return {
         "abstain_below": tau,
+        "kept": k,
         "coverage": k / n,
-        "selective_accuracy": float(acc[k - 1]),
+        "selective_accuracy": float(hits[k - 1] / k),
+        "ci95": list(wilson(int(hits[k - 1]), k)),
         "target_met": True,
     }
 
 
+def _missed(n: int, lower: dict[int, float], precision: float | None, min_kept: int) -> str:
+    """What a missed target means, and what would be met: the file's `note` and the printed line."""
+    out = "target not met: every row of this question will abstain (abstain_below 1)"
+    if n < min_kept or not lower:
+        return out + f"; {n} labelled answers, fewer than --min-kept {min_kept}: label more rows"
+    best = math.floor(max(lower.values()) * 100) / 100
+    if precision is None:  # a coverage target keeps too few answers
+        return out + f"; it keeps fewer than --min-kept {min_kept} answers: a higher --target-coverage"
+    if best <= 0:
+        return out + f"; no {min_kept} most confident answers are reliably right: no precision can be promised"
+    return out + (f"; the most this data supports is --target-precision {best:.2f} (95 % Wilson lower bound, "
+                  f"≥ {min_kept} kept answers)")  # fmt: skip
+
+
 def _curve(top, right) -> list[dict[str, float]]:
-    p, acc = _ranked(top, right)
+    p, hits = _ranked(top, right)
     n, out = len(p), []
     for i in range(1, CURVE_POINTS + 1):
         k = max(1, math.ceil(i / CURVE_POINTS * n - 1e-9))
-        out.append({"coverage": k / n, "accuracy": float(acc[k - 1]), "threshold": float(p[k - 1])})
+        out.append({"coverage": k / n, "accuracy": float(hits[k - 1] / k), "threshold": float(p[k - 1])})
+    return out
+
+
+def _kept(e: dict) -> str:
+    """`kept 120/300 (40%), selective accuracy 91.7% (95% CI 85.4–95.4%)`."""
+    n = e["n"]
+    out = f"kept {e['kept']}/{n} ({e['kept'] / n:.0%})"
+    if e.get("selective_accuracy") is not None:
+        lo, hi = e["ci95"]
+        out += f", selective accuracy {e['selective_accuracy']:.1%} (95% CI {lo:.1%}–{hi:.1%})"
     return out
 
 
 def curve_table(doc: dict) -> str:
     """The selective-accuracy/coverage curve of each question, as text for the terminal."""
     lines = []
+    target = doc["target"]
+    want = (f"precision {target['precision']:g}" if "precision" in target
+            else f"coverage {target['coverage']:g}") + f" on ≥ {target.get('min_kept', MIN_KEPT)} kept answers"  # fmt: skip
     for qid, e in doc["questions"].items():
         if e["type"] == "multi":
             lines += multi_lines(qid, e)
             continue
-        sel = e["selective_accuracy"]
-        met = (f"abstain below {e['abstain_below']:.3f}: coverage {e['coverage']:.0%}, selective accuracy "
-               f"{sel:.1%}") if e["target_met"] else "target not reached: abstains on every answer"  # fmt: skip
-        lines.append(f"{qid}: n={e['n']}, T={e['temperature']:.3f}, accuracy {e['accuracy']:.1%}; {met}")
+        lines.append(f"{qid}: n={e['n']}, T={e['temperature']:.3f}, accuracy {e['accuracy']:.1%}; ECE "
+                     f"{e['ece']:.3f}, Brier {e['brier']:.3f} (uncalibrated: ECE {e['raw']['ece']:.3f}, "
+                     f"Brier {e['raw']['brier']:.3f})")  # fmt: skip
+        if e["target_met"]:
+            lines.append(f"  target {want} met: abstain below {e['abstain_below']:.3f}: {_kept(e)}")
+        else:
+            lines.append(f"  target {want}: {e['note']}")
+        if (h := e.get("holdout")) is not None:
+            lines.append(f"  held out ({h['n']} rows, not fitted on): accuracy {h['accuracy']:.1%}; ECE "
+                         f"{h['ece']:.3f}, Brier {h['brier']:.3f} (uncalibrated: ECE {h['raw']['ece']:.3f}, "
+                         f"Brier {h['raw']['brier']:.3f}); {_kept(h)}")  # fmt: skip
         if e["temperature"] >= T_MAX * 0.999:  # the fit's upper end: flattening still lowered the NLL
             lines.append(f"  T at the fit's upper bound ({T_MAX:g}): these probabilities carry no usable signal "
                          "for this question (or point the wrong way)")  # fmt: skip
         lines.append("  coverage  " + " ".join(f"{c['coverage']:>5.0%}" for c in e["curve"]))
         lines.append("  accuracy  " + " ".join(f"{c['accuracy']:>5.0%}" for c in e["curve"]))
     return "\n".join(lines) + "\n"
+
+
+def missed(doc: dict) -> list[str]:
+    """The questions whose target was missed: every row of them will abstain (`calibrate` warns)."""
+    return [q for q, e in doc["questions"].items() if not e["target_met"]]

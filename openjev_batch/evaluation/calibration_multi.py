@@ -6,10 +6,11 @@ A multi answer has no single top probability to scale or abstain on, so no tempe
 is the one readouts/label_logprobs/calibration.py reads, ``{"type": "multi", "options": [...],
 "threshold": t}``, with what t gives on the fit rows. Every (row, label) pair is one decision, most
 confident first; t is the lowest P(yes) kept at a cut between distinct values (ties stay together):
-- `--target-precision P`: the most labels chosen whose precision (chosen labels that are gold) is ≥ P;
-  none reaches it: t = 1 (only a certain label is chosen) and `target_met` false;
+- `--target-precision P`: the most labels chosen whose precision (chosen labels that are gold) has a 95 %
+  Wilson lower bound ≥ P, on at least `min_kept` chosen labels (as calibration_fit's choice questions);
+  none reaches it: t = 1 (only a certain label is chosen), `target_met` false and a `note`;
 - `--target-coverage C`: the fewest labels chosen that recover ≥ C of the gold labels (recall, the multi
-  reading of "the share of answers kept").
+  reading of "the share of answers kept"), met only with at least `min_kept` chosen labels.
 
 A gold value is a list of label names (any case) or indices, a JSON list of them, or names separated by
 commas; ``[]`` is a labelled row where no label applies.
@@ -21,7 +22,10 @@ import json
 import math
 from typing import Any
 
+import numpy as np
+
 from ..errors import ConfigError
+from .metrics import reliability, wilson
 
 GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # the curve: what each threshold would give
 
@@ -58,28 +62,49 @@ def p_yes(probs: list, k: int) -> bool:
     return len(p) == k and all(math.isfinite(x) and 0.0 <= x <= 1.0 for x in p)
 
 
-def fit_multi(rs: list[dict[str, Any]], precision: float | None, coverage: float | None) -> dict[str, Any]:
+def fit_multi(
+    rs: list[dict[str, Any]], precision: float | None, coverage: float | None, min_kept: int
+) -> dict[str, Any]:
     """The entry's fitted part for one multi question's records (probs: P(yes) per label, gold: a set)."""
-    import numpy as np
-
-    p = np.array([x for r in rs for x in r["probs"]], dtype=float)
-    hit = np.array([k in r["gold"] for r in rs for k in range(len(r["probs"]))])
-    order = np.argsort(-p, kind="stable")
-    p, hit = p[order], hit[order]
+    p, hit = _decisions(rs)
     n, gold = len(p), int(hit.sum())
     tp = np.cumsum(hit)
     cuts = [k for k in range(1, n + 1) if k == n or p[k] < p[k - 1]]  # choose the first k decisions
     if precision is not None:
-        ok = [k for k in cuts if tp[k - 1] / k >= precision]
+        ok = [k for k in cuts if k >= min_kept and wilson(int(tp[k - 1]), k)[0] >= precision - 1e-12]
         k = max(ok) if ok else None
     else:
         k = next((k for k in cuts if gold and tp[k - 1] / gold >= coverage - 1e-9), None)
+        k = k if k is not None and k >= min_kept else None
     if k is None:
-        return {"threshold": 1.0, "precision": None, "recall": None, "target_met": False,
-                **_summary(rs, p, hit, gold)}  # fmt: skip
+        note = ("target not met: threshold 1 (only a certain label is chosen)"
+                + (f"; {n} labelled decisions, fewer than --min-kept {min_kept}: label more rows" if n < min_kept
+                   else f"; fewer than --min-kept {min_kept} chosen labels reach it"))  # fmt: skip
+        return {"threshold": 1.0, "precision": None, "recall": None, "kept": 0, "ci95": None,
+                "target_met": False, "note": note, **_summary(rs, p, hit, gold)}  # fmt: skip
     return {"threshold": float(p[k - 1]), "precision": float(tp[k - 1] / k),
-            "recall": float(tp[k - 1] / gold) if gold else None, "target_met": True,
+            "recall": float(tp[k - 1] / gold) if gold else None, "kept": k,
+            "ci95": list(wilson(int(tp[k - 1]), k)), "target_met": True,
             **_summary(rs, p, hit, gold)}  # fmt: skip
+
+
+def _decisions(rs: list[dict[str, Any]]):
+    """Every (row, label) P(yes) and whether the label is gold, most confident first."""
+    p = np.array([x for r in rs for x in r["probs"]], dtype=float)
+    hit = np.array([k in r["gold"] for r in rs for k in range(len(r["probs"]))])
+    order = np.argsort(-p, kind="stable")
+    return p[order], hit[order]
+
+
+def holdout_multi(rs: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
+    """What the fitted threshold gives on rows it was not fitted on: precision and recall of the labels it
+    chooses, and the ECE and Brier of P(yes) as a probability that the label applies."""
+    p, hit = _decisions(rs)
+    chosen = p >= threshold
+    c, right, gold = int(chosen.sum()), int((chosen & hit).sum()), int(hit.sum())
+    return {"n": len(rs), "decisions": len(p), "kept": c, "precision": right / c if c else None,
+            "ci95": list(wilson(right, c)) if c else None, "recall": right / gold if gold else None,
+            "ece": reliability(p, hit.astype(float))[0], "brier": float(np.mean((p - hit) ** 2))}  # fmt: skip
 
 
 def _summary(rs: list[dict], p, hit, gold: int) -> dict[str, Any]:
@@ -96,12 +121,20 @@ def multi_lines(qid: str, e: dict) -> list[str]:
     """The terminal lines of one multi entry (calibration_fit.curve_table)."""
     pct = lambda x: "  –  " if x is None else f"{x:>5.0%}"  # noqa: E731
     if e["target_met"]:
-        met = f"choose at P(yes) ≥ {e['threshold']:.3f}: precision {e['precision']:.1%}"
+        met = f"choose at P(yes) ≥ {e['threshold']:.3f}: {e['kept']} labels chosen, precision {e['precision']:.1%}"
+        if e.get("ci95"):
+            met += f" (95% CI {e['ci95'][0]:.1%}–{e['ci95'][1]:.1%})"
         met += "" if e["recall"] is None else f", recall {e['recall']:.1%}"
     else:
-        met = "target not reached: threshold 1 (only a certain label is chosen)"
+        met = e.get("note") or "target not reached: threshold 1 (only a certain label is chosen)"
+    out = [f"{qid}: multi, n={e['n']} rows, {e['gold_labels']} gold labels; {met}"]
+    if (h := e.get("holdout")) is not None:
+        prec = "–" if h["precision"] is None else f"{h['precision']:.1%}"
+        rec = "–" if h["recall"] is None else f"{h['recall']:.1%}"
+        out.append(f"  held out ({h['n']} rows, not fitted on): {h['kept']} labels chosen, precision {prec}, "
+                   f"recall {rec}; P(yes) ECE {h['ece']:.3f}, Brier {h['brier']:.3f}")  # fmt: skip
     return [
-        f"{qid}: multi, n={e['n']} rows, {e['gold_labels']} gold labels; {met}",
+        *out,
         "  threshold " + " ".join(f"{c['threshold']:>5.1f}" for c in e["curve"]),
         "  precision " + " ".join(pct(c["precision"]) for c in e["curve"]),
         "  recall    " + " ".join(pct(c["recall"]) for c in e["curve"]),

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS
+from ..values import kind_of, special_file_problem
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 MULTIPLE_CHOICE, YES_NO, CLASSIFICATION = "multiple choice", "yes/no", "classification"
@@ -87,7 +88,7 @@ def _text(r: dict, key: str) -> str:
     AttributeError traceback (issue 34.17). Raises ValueError naming the column."""
     v = r[key]
     if not isinstance(v, str):
-        raise ValueError(f"{key}: expected text, got {'null' if v is None else type(v).__name__}")
+        raise ValueError(f"{key}: expected text, got {kind_of(v)}")
     return v
 
 
@@ -95,8 +96,23 @@ def _options(r: dict, key: str) -> tuple[Any, ...]:
     """Column `key`, the options: a list (a string "ab" was read as the two options a and b, issue 34.18)."""
     v = r[key]
     if isinstance(v, str) or not isinstance(v, list | tuple):
-        raise ValueError(f"{key}: expected a list of options, got {'null' if v is None else type(v).__name__}")
-    return tuple(v)
+        raise ValueError(f"{key}: expected a list of options, got {kind_of(v)}")
+    for j, o in enumerate(v):
+        # a null option was shown as the option "None" (issue 42.7); a number is its text (MMLU's "4")
+        if not isinstance(o, str) and (isinstance(o, bool) or not isinstance(o, int | float)):
+            raise ValueError(f"{key}: option {j + 1} is {kind_of(o)}, not text")
+    return tuple(o if isinstance(o, str) else str(o) for o in v)
+
+
+def _name(r: dict, key: str) -> str:
+    """Column `key`, a name (a category, a question id): text or a number. A null was the name "None",
+    one category with every other null (issue 42.7). Raises ValueError naming the column."""
+    v = r[key]
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    raise ValueError(f"{key}: expected text, got {kind_of(v)}")
 
 
 def _id(r: dict, default: str) -> str:
@@ -109,11 +125,12 @@ def _mmlu_pro(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) ->
         gold = LETTERS.index(str(r["answer"]).strip().upper())
     elif r.get("answer") is not None and LETTERS[int(gold)] != str(r["answer"]).strip().upper():
         raise ValueError(f"answer {r['answer']!r} disagrees with answer_index {gold}")
-    return Item(str(r["question_id"]), _text(r, "question"), _options(r, "options"), int(gold), str(r["category"]))
+    qid, cat = _name(r, "question_id"), _name(r, "category")
+    return Item(qid, _text(r, "question"), _options(r, "options"), int(gold), cat)
 
 
 def _mmlu(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) -> Item:
-    cat = str(r["subject"])
+    cat = _name(r, "subject")
     k = seen[cat] = seen.get(cat, -1) + 1
     return Item(_id(r, f"{cat}-{k:04d}"), _text(r, "question"), _options(r, "choices"), int(r["answer"]), cat)
 
@@ -200,6 +217,8 @@ FORMATS = tuple(TASKS)
 def read_records(path: str | Path) -> list[dict]:
     """Parquet (.parquet/.pq) or JSONL (.jsonl/.ndjson) → list of dicts. Raises ValueError otherwise."""
     path = Path(path)
+    if problem := special_file_problem(path):  # eval reads it more than once (rows, then its sha256)
+        raise ValueError(problem)
     if path.suffix.lower() in (".parquet", ".pq"):
         import pyarrow.parquet as pq
 
@@ -239,8 +258,10 @@ def to_items(
     for i, r in enumerate(records):
         try:
             it = task.item(r, i, seen, model_labels)
-        except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise ValueError(f"row {i} ({fmt}): {type(e).__name__}: {e}") from None
+        except KeyError as e:  # was `KeyError: 'subject'` (issue 42)
+            raise ValueError(f"row {i} ({fmt}): no {e.args[0]!r} field (format {fmt} needs it)") from None
+        except (TypeError, ValueError, IndexError) as e:
+            raise ValueError(f"row {i} ({fmt}): {e}") from None
         if not 0 <= it.gold < len(it.options):
             raise ValueError(f"row {i}: gold index {it.gold} outside {len(it.options)} options")
         items.append(it)

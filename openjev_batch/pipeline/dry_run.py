@@ -12,6 +12,7 @@ from ..config import RunConfig
 from ..readouts.base import Readout
 from . import loop
 from .input.source import FileSource
+from .job_images import choose_images
 from .output.sink import NullSink
 from .runners.plan_only import PlanOnlyRunner
 
@@ -54,6 +55,7 @@ def dry_run(cfg: RunConfig, tokenizer=None, readout: Readout | None = None) -> P
     Raises the same job-level errors as `run_job` for bad input or an unloadable tokenizer."""
     import resource
 
+    cfg, _ = choose_images(cfg)  # the pattern an engine for this input would run: none multi-item with images
     s, _ = loop.run(cfg, FileSource(cfg), NullSink(), PlanOnlyRunner(tokenizer), readout=readout)
     p = s.counted
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB → MiB

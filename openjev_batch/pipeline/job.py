@@ -16,6 +16,7 @@ from ..readouts.base import Readout
 from . import loop
 from .dry_run import dry_run
 from .input.source import FileSource
+from .job_images import choose_images, needs_images_choice
 from .output.sink import StoreSink
 from .progress import Progress
 from .runners import for_job
@@ -46,6 +47,11 @@ def run_job(
     if cfg.output is None:
         raise ConfigError("an output path (-o) is needed; only --dry-run runs without one")
     runner = for_job(backend, ray)  # the one choice of local or Ray (Ray's refusals before the input is read)
+    if backend is None and needs_images_choice(cfg):
+        # the engine starts for this job: multimodal when its input has images. A missing or unreadable input
+        # is its own error first (the loop checks again: cheap)
+        FileSource(cfg).check()
+        cfg, _ = choose_images(cfg)
     source = FileSource(cfg)
     sink = StoreSink(cfg, source)
     s, _ = loop.run(cfg, source, sink, runner, readout=readout, progress=progress, on_progress=on_progress)
@@ -53,17 +59,21 @@ def run_job(
 
 
 def choose_request_pattern(cfg: RunConfig, readout: Readout | None = None) -> tuple[RunConfig, str]:
-    """The choices the job's backend makes before its engine starts (its spec's `prepare`: on sglang,
-    `--request-pattern auto` on a Qwen3.5/3.6 hybrid, multi-item or prefix-first from the planner's counts over
-    the job's first chunk). `readout`: the job's, built once by the caller (else the plan builds it). Returns the
-    config the job runs and the choice in words ('' when none was made)."""
+    """The choices the job's backend makes before its engine starts: whether its input has images
+    (`choose_images`, for a backend whose engine is told at start: on sglang a vision-language model's engine
+    then starts multimodal, and runs no multi-item), then its spec's `prepare` (on sglang, `--request-pattern
+    auto` on a Qwen3.5/3.6 hybrid, multi-item or prefix-first from the planner's counts over the job's first
+    chunk). `readout`: the job's, built once by the caller (else the plan builds it). Returns the config the job
+    runs and the choices in words ('' when none was made)."""
+    cfg, why_images = choose_images(cfg)
 
     def first_plan(c: RunConfig):
         n = min(c.chunk_rows, c.limit or c.chunk_rows)
         first = c.model_copy(update={"limit": n, "output": None, "resume": False, "progress": False})
         return dry_run(first, readout=readout)
 
-    return SPECS[cfg.backend].prepare(cfg, first_plan)
+    cfg, why = SPECS[cfg.backend].prepare(cfg, first_plan)
+    return cfg, "; ".join(w for w in (why_images, why) if w)
 
 
 def run_job_ray(

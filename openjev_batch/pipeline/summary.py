@@ -43,8 +43,15 @@ class Summary:
     # the most frequent distinct errors: (count, error without its row name, one row it came from)
     top_errors: tuple[tuple[int, str, str], ...] = ()
     # per question id, in first-seen order: ((option, rows answered with it, their mean confidence or None
-    # when no row chose it), …), the question's options in their order (classify: one question, "label")
+    # when no row chose it), …), the question's options in their order (classify: one question, "label");
+    # a multi question's: (label, rows that chose it, their mean P(yes) of it)
     answers: dict[str, tuple[tuple[str, int, float | None], ...]] = field(default_factory=dict)
+    # per question of `answers`: the rows answered (a multi row that chose no label too)
+    answered_rows: dict[str, int] = field(default_factory=dict)
+    # per calibrated question of `answers` (rows with an `abstain` value): the rows that abstained, per option
+    # aligned with `answers[question]` (issue 42.1: 300 of 300 abstentions were invisible)
+    abstained: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    multi: tuple[str, ...] = ()  # the questions of `answers` that are `type: multi` (labels chosen per row)
     resumed_chunks: tuple[int, ...] = ()  # input chunks taken from OUT.partial (--resume); counted above
     # what a runner that scores nothing counted instead (runners/plan_only.PlanCounts: --dry-run, --show-prompt;
     # runners/parse_only.RowChecks: validate), from its describe()
@@ -96,12 +103,15 @@ SEP = "\x1f"  # joins a question's id, type and options into one key (a name hol
 
 
 class AnswerCounts:
-    """Per question: how many rows got each option and the sum of their confidences, added part by part
-    (memory: one counter per question × option, whatever the job's size)."""
+    """Per question: how many rows got each option, the sum of their confidences and how many of them
+    abstained, and the rows answered, added part by part (memory: one counter per question × option,
+    whatever the job's size)."""
 
     def __init__(self) -> None:
         self.options: dict[str, list[str]] = {}
-        self.counts: dict[tuple[str, str], list] = {}  # (question, option) → [rows, Σ confidence]
+        # (question, option) → [rows, Σ confidence, abstained, rows with an abstain value]
+        self.counts: dict[tuple[str, str], list] = {}
+        self.rows: dict[str, int] = {}  # question → rows answered (a multi row choosing no label too)
 
     def add(self, readout: Readout, part: pa.Table) -> None:
         view = readout.answers(part) if part.num_rows else None
@@ -110,34 +120,71 @@ class AnswerCounts:
         answered, options = view
         for q, opts in options.items():
             self.options.setdefault(q, opts)
+        n = answered.num_rows
+        # optional columns (Readout.answers): `abstain` (calibrated runs), `row` (1 where the entry counts its
+        # row: a multi row has one entry per chosen label, or one with a null answer when it chose none)
+        if "abstain" not in answered.column_names:
+            answered = answered.append_column("abstain", pa.nulls(n, pa.bool_()))
+        if "row" not in answered.column_names:
+            answered = answered.append_column("row", pa.array([1] * n, pa.int64()))
+        answered = answered.append_column("abstained", pc.cast(answered.column("abstain"), pa.int64()))
         agg = answered.group_by(["question", "answer"]).aggregate(
-            [("confidence", "sum"), ("answer", "count")]
-        )
-        cols = ("question", "answer", "confidence_sum", "answer_count")
-        for q, a, conf, n in zip(*(agg.column(c).to_pylist() for c in cols), strict=True):
+            [("confidence", "sum"), ("answer", "count"), ("abstained", "sum"), ("abstain", "count"),
+             ("row", "sum")]
+        )  # fmt: skip
+        cols = ("question", "answer", "confidence_sum", "answer_count", "abstained_sum", "abstain_count", "row_sum")
+        for q, a, conf, k, ab, seen, rows in zip(*(agg.column(c).to_pylist() for c in cols), strict=True):
             self.options.setdefault(q, [])
-            c = self.counts.setdefault((q, a), [0, 0.0])
-            c[0] += n
+            self.rows[q] = self.rows.get(q, 0) + int(rows or 0)
+            if a is None:  # a multi row that chose no label: counted in its question's rows only
+                continue
+            c = self.counts.setdefault((q, a), [0, 0.0, 0, 0])
+            c[0] += k
             c[1] += conf or 0.0
+            c[2] += int(ab or 0)
+            c[3] += seen
 
-    def distribution(self) -> dict[str, tuple[tuple[str, int, float | None], ...]]:
-        """Per question every option in its order (then any answer outside them), rows and mean confidence.
-        A key `id SEP type SEP options…` (label logprobs) is shown as the id, or, where rows asked different
-        questions under that id, as `id (type: options)`."""
+    def _names(self) -> dict[str, str]:
+        """Each key's name: `id SEP type SEP options…` (label logprobs) is shown as the id, or, where rows
+        asked different questions under that id, as `id (type: options)`."""
         variants: dict[str, int] = {}
         for q in self.options:
             variants[q.split(SEP)[0]] = variants.get(q.split(SEP)[0], 0) + 1
         out = {}
-        for q, opts in self.options.items():
+        for q in self.options:
             qid, *rest = q.split(SEP)
-            name = qid if variants[qid] == 1 or not rest else f"{qid} ({rest[0]}: {', '.join(rest[1:])})"
-            extra = [a for (qq, a) in self.counts if qq == q and a not in opts]
+            out[q] = qid if variants[qid] == 1 or not rest else f"{qid} ({rest[0]}: {', '.join(rest[1:])})"
+        return out
+
+    def _order(self, q: str) -> list[str]:
+        opts = self.options[q]
+        return [*opts, *(a for (qq, a) in self.counts if qq == q and a not in opts)]
+
+    def distribution(self) -> dict[str, tuple[tuple[str, int, float | None], ...]]:
+        """Per question every option in its order (then any answer outside them), rows and mean confidence."""
+        out = {}
+        for q, name in self._names().items():
             rows = []
-            for o in [*opts, *extra]:
-                n, conf = self.counts.get((q, o), (0, 0.0))
+            for o in self._order(q):
+                n, conf, *_ = self.counts.get((q, o), (0, 0.0))
                 rows.append((o, int(n), conf / n if n else None))
             out[name] = tuple(rows)
         return out
+
+    def answered_rows(self) -> dict[str, int]:
+        return {name: self.rows.get(q, 0) for q, name in self._names().items()}
+
+    def abstained(self) -> dict[str, tuple[int, ...]]:
+        """Per question whose rows carry an `abstain` value: the abstentions per option (distribution's order)."""
+        out = {}
+        for q, name in self._names().items():
+            got = [self.counts.get((q, o), (0, 0.0, 0, 0)) for o in self._order(q)]
+            if any(c[3] for c in got):
+                out[name] = tuple(int(c[2]) for c in got)
+        return out
+
+    def multi(self) -> tuple[str, ...]:
+        return tuple(name for q, name in self._names().items() if q.split(SEP)[1:2] == ["multi"])
 
 
 @dataclass
@@ -193,7 +240,9 @@ class Totals:
             prefix_tokens=self.prefix, branch_tokens=self.branch, cached_tokens=self.cached,
             warm_tokens=warm, wall_s=wall_s, output=output, unique_tokens=self.unique,
             top_errors=top_errors(pa.concat_tables(self.failed)) if self.failed else (),
-            answers=self.answers.distribution(), resumed_chunks=tuple(self.resumed), **extra,
+            answers=self.answers.distribution(), answered_rows=self.answers.answered_rows(),
+            abstained=self.answers.abstained(), multi=self.answers.multi(), resumed_chunks=tuple(self.resumed),
+            **extra,
         )  # fmt: skip
 
 

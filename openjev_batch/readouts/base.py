@@ -155,7 +155,9 @@ class Readout(ABC):
 
     def answers(self, table: pa.Table) -> tuple[pa.Table, dict[str, list[str]]] | None:
         """For the end-of-run answer distribution: the answered records of `table` as columns `question`,
-        `answer`, `confidence`, and each question's options in their order. None: the readout has none."""
+        `answer`, `confidence` (optional: `abstain`, a calibrated answer's; `row`, 1 on the one entry that
+        counts an answered row, when a row has several entries or none with an answer), and each question's
+        options in their order. None: the readout has none (pipeline/summary.AnswerCounts)."""
         return None
 
     # helpers shared by the readouts ------------------------------------------------------------------

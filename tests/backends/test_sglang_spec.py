@@ -1,7 +1,9 @@
 """`--request-pattern auto` on a Qwen3.5/3.6 hybrid on sglang (backends/sglang/spec.py's `prepare`, asked by
 pipeline/job.choose_request_pattern for the job's backend): the planner's
 counts over the job's first chunk pick multi-item scoring (one request per ticket) or prefix-first (a long block
-shared by different rows, which multi-item would compute in every pack). Tokenizer and config.json only."""
+shared by different rows, which multi-item would compute in every pack). Before it, the input is read for images
+(issue 41: pipeline/job_images.choose_images, for a backend whose spec has `images_at_start`): a job with images
+starts a vision-language model's engine multimodal and runs no multi-item. Tokenizer and config.json only."""
 
 from __future__ import annotations
 
@@ -46,10 +48,11 @@ def test_only_an_auto_job_on_a_forked_hybrid_on_sglang_is_chosen_for(tmp_path, q
     rows = [{"id": "a", "state": "x", "questions": Q}]
     model = hybrid_folder(tmp_path, qwen3_tok_dir)
     asked = cfg(tmp_path, model, rows, request_pattern="multi-item")
-    assert choose_request_pattern(asked) == (asked, "")  # the user's choice stands
+    text_only = {"images": False}  # the input read for images first (issue 41): none here
+    assert choose_request_pattern(asked) == (asked.model_copy(update=text_only), "")  # the user's choice stands
     dense = hybrid_folder(tmp_path / "d", qwen3_tok_dir, arch="Qwen3ForCausalLM")
     plain = cfg(tmp_path, dense, rows)
-    assert choose_request_pattern(plain) == (plain, "")
+    assert choose_request_pattern(plain) == (plain.model_copy(update=text_only), "")
     hf = build_config(input=tmp_path / "in.jsonl", model=str(model), backend="hf", progress=False)
     assert choose_request_pattern(hf) == (hf, "")
 
@@ -71,3 +74,44 @@ def test_the_choice_plans_with_the_jobs_readout_built_once(tmp_path, qwen3_tok_d
     assert c.sglang.request_pattern == "auto" and "on the first 4 rows" in why
     with pytest.raises(OpenjevError, match="q.json"):
         choose_request_pattern(job)  # built again: the file it names is gone
+
+
+def test_an_input_with_images_starts_the_engine_multimodal_and_runs_no_multi_item(tmp_path, qwen3_tok_dir):
+    """Issue 41: the input is read before the engine starts; an image column (or an image part of a message)
+    sets `images`, which the backend options carry to the engine (multimodal, no GDN fork: images.py), and
+    the hybrid's multi-item planning is skipped (such an engine runs none). A text-only input keeps both."""
+    from openjev_batch.pipeline.job_images import choose_images
+
+    model = hybrid_folder(tmp_path, qwen3_tok_dir)
+    rows = [{"id": f"t{i}", "state": f"ticket {i}", "questions": Q} for i in range(3)]
+    text, why = choose_images(cfg(tmp_path, model, rows))
+    assert text.images is False and why == "" and text.backend_options(str(model)).images is False
+    c, why = choose_request_pattern(cfg(tmp_path, model, rows))
+    assert c.images is False and "request pattern auto →" in why
+    pics = [*rows, {"id": "p", "state": "a photo", "image": "p.png", "questions": Q}]
+    c, why = choose_request_pattern(cfg(tmp_path, model, pics))
+    assert c.images is True and c.sglang.request_pattern == "auto" and "starts multimodal" in why
+    assert "multi-item" not in why.split("(")[0] and c.backend_options(str(model)).images is True
+    parts = [{"id": "m", "questions": Q, "state": [{"role": "user", "content": [
+        {"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "p.png"}}]}]}]  # fmt: skip
+    assert choose_images(cfg(tmp_path, model, parts))[0].images is True
+    given = cfg(tmp_path, model, rows, images=True)  # set already (the Python API): kept
+    assert choose_images(given) == (given, "")
+    hf = build_config(input=tmp_path / "in.jsonl", model=str(model), backend="hf", progress=False)
+    assert choose_images(hf) == (hf, "") and hf.images is None
+
+
+def test_dry_run_predicts_no_multi_item_for_a_vision_model_with_images(tmp_path, qwen3_tok_dir):
+    """`--dry-run` names the pattern the engine would run: with images, a vision-language checkpoint's engine
+    turns multi-item off (a hybrid's even when asked for by enable_mis; another's unless asked)."""
+    from openjev_batch.backends.sglang.patterns import takes_images_off_multi_item
+
+    model = hybrid_folder(tmp_path, qwen3_tok_dir, arch="Qwen3_5ForConditionalGeneration")
+    c = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**c, "vision_config": {"depth": 1}}))
+    rows = [{"id": "a", "state": "x", "image": "a.png", "questions": Q}]
+    assert takes_images_off_multi_item(cfg(tmp_path, model, rows, images=True))
+    assert takes_images_off_multi_item(cfg(tmp_path, model, rows, images=True, engine_args={"enable_mis": True}))
+    assert not takes_images_off_multi_item(cfg(tmp_path, model, rows, request_pattern="multi-item"))
+    text = hybrid_folder(tmp_path / "t", qwen3_tok_dir)  # no vision_config: a text-only export
+    assert not takes_images_off_multi_item(cfg(tmp_path, text, rows))

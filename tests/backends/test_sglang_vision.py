@@ -52,6 +52,58 @@ def test_a_qwen3_5_hybrid_starts_text_only_unless_images_are_asked_for():
     assert not sg_images.starts_multimodal("Qwen3VLForConditionalGeneration", vision=False)
 
 
+def test_the_job_s_images_decide_the_engine_unless_the_user_did():
+    """Issue 41: the input read before the engine starts decides (`job_images`): images start a vision-language
+    engine multimodal, a Qwen3.5/3.6 hybrid's too; a text-only job starts text only, a dense VL one too; the
+    user's --engine-arg enable_multimodal wins; a checkpoint without an image processor never starts one."""
+    hybrid_cg, dense = "Qwen3_5ForConditionalGeneration", "Qwen3VLForConditionalGeneration"
+    assert sg_images.starts_multimodal(hybrid_cg, vision=True, job_images=True)
+    assert not sg_images.starts_multimodal(hybrid_cg, vision=True, job_images=False)
+    assert not sg_images.starts_multimodal(dense, vision=True, job_images=False)
+    assert sg_images.starts_multimodal(dense, vision=True, job_images=True)
+    assert not sg_images.starts_multimodal(hybrid_cg, vision=True, asked=False, job_images=True)
+    assert sg_images.starts_multimodal(hybrid_cg, vision=True, asked=True, job_images=False)
+    assert not sg_images.starts_multimodal(hybrid_cg, vision=False, job_images=True)
+
+
+def test_the_vision_attention_is_one_the_installed_kernels_have():
+    """Issue 41: sglang takes FlashAttention-3 for the vision tower on a Hopper card without checking that
+    sgl_kernel has it (the kit's slim build does not: the engine died at the first image). FA3 where it
+    imports, else triton_attn; the user's --engine-arg mm_attention_backend wins; the CPU keeps sglang's own."""
+    no_fa3 = lambda: "ImportError: Can not import FA3 in sgl_kernel"  # noqa: E731
+    backend, words = sg_images.choose_vision_attention("cuda", (9, 0), None, no_fa3)
+    assert backend == "triton_attn" and "no FA3 in sgl_kernel" in words
+    assert sg_images.choose_vision_attention("cuda", (9, 0), None, lambda: None) == ("fa3", "vision attention fa3")
+    assert sg_images.choose_vision_attention("cuda", (8, 0), None, no_fa3)[0] == "triton_attn"
+    assert sg_images.choose_vision_attention("cuda", (9, 0), "sdpa", no_fa3) == (None, "vision attention sdpa (--engine-arg)")
+    assert sg_images.choose_vision_attention("cpu", None, None, no_fa3)[0] is None
+    assert sg_images.fa3_imports() is not None  # no FA3 on this machine: the reason, in words
+
+
+def test_sglang_is_told_the_deepstack_layers_transformers_uses(tiny_vl, tiny_qwen3_vl):
+    """Issue 41's device-side assertion: transformers saves a Qwen3.5 VL config without
+    `deepstack_visual_indexes` (its Qwen3.5 has no deepstack), sglang reads that as Qwen3-VL's [8, 16, 24] and
+    splits the tower's features into deepstack slices it never made. The engine is given [] (transformers'
+    Qwen3.5) or the listed layers that exist (Qwen3-VL); a released config that says [] needs nothing; a user's
+    override naming layers the tower lacks is refused before the engine starts."""
+    from openjev_batch.checkpoint.info import load_config
+    from openjev_batch.errors import BackendError
+
+    q35 = load_config(str(tiny_vl))
+    assert "deepstack_visual_indexes" not in q35["vision_config"]  # as transformers saves Qwen3.5
+    assert sg_images.vision_overrides(q35) == {"vision_config": {"deepstack_visual_indexes": []}}
+    assert json.loads(json.dumps(sg_images.vision_overrides(q35, '{"architectures": ["X"]}')))["architectures"] == ["X"]
+    released = {**q35, "vision_config": {**q35["vision_config"], "deepstack_visual_indexes": []}}
+    assert sg_images.vision_overrides(released) == {}
+    vl3 = load_config(str(tiny_qwen3_vl))  # this module's checkpoint: its config names no deepstack layers
+    assert sg_images.deepstack_indexes(vl3) == ([8, 16, 24], []) and sg_images.vision_overrides(vl3)
+    deep = {**vl3, "vision_config": {**vl3["vision_config"], "depth": 27}}
+    assert sg_images.vision_overrides(deep) == {}  # a real Qwen3-VL tower has layers 8, 16, 24
+    assert sg_images.vision_overrides({"model_type": "llava", "vision_config": {}}) == {}
+    with pytest.raises(BackendError, match="deepstack_visual_indexes=\\[8\\].*1 layers.*device-side assertion"):
+        sg_images.vision_overrides(vl3, {"vision_config": {"deepstack_visual_indexes": [8]}})
+
+
 def test_token_count_follows_the_grid():
     import torch
 
@@ -78,9 +130,18 @@ def test_row_errors_leave_the_other_rows_to_run():
 
 @pytest.fixture(scope="module")
 def tiny_qwen3_vl(qwen3_tok_dir, tmp_path_factory) -> Path:
+    """The tiny Qwen3-VL with a config.json that names no `deepstack_visual_indexes`, as transformers saves a
+    Qwen3.5 VL one (issue 41): transformers reads Qwen3-VL's default [8, 16, 24] and, with one vision layer,
+    captures none; sglang read the same default and died at the first image (on this CPU engine:
+    "index_copy_(): … source slice shape: 0", the deepstack slice; a device-side assertion on a GPU) until the
+    backend told it the layers that exist (images.vision_overrides). Every engine test below runs it."""
     from tiny_vl import make_tiny_qwen3_vl
 
-    return make_tiny_qwen3_vl(qwen3_tok_dir, tmp_path_factory.mktemp("tiny-qwen3-vl"))
+    d = make_tiny_qwen3_vl(qwen3_tok_dir, tmp_path_factory.mktemp("tiny-qwen3-vl"))
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["vision_config"]["deepstack_visual_indexes"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +249,14 @@ def test_image_rows_match_hf_and_reuse_the_image_prefix(sglang_vl, hf_vl3, pictu
 
 
 @pytest.mark.sglang
+def test_the_start_up_line_names_the_multimodal_engine_and_its_vision_attention(sglang_vl):
+    """The run summary's start-up says the engine takes images and which vision attention it runs (issue 41:
+    on a GPU FA3 or triton_attn, from the installed kernels; the CPU engine keeps sglang's own)."""
+    assert "; multimodal, vision attention: sglang's default for this device" in sglang_vl.startup
+    assert sglang_vl.images is not None and sglang_vl.multi_item is False
+
+
+@pytest.mark.sglang
 def test_a_changed_image_is_that_rows_error_and_the_rest_run(sglang_vl, pictures, tmp_path):
     """An image file that changed after its row was read is that row's error (the backend reads it again);
     the window's other rows, image and text, are answered."""
@@ -261,3 +330,44 @@ def test_closing_one_engine_leaves_another_engine_of_the_process_running(sglang_
     assert not any(_alive(p) for p in mine)
     assert all(_alive(p) for p in session)
     sglang_backend.check_alive()  # a one-token request on the session's engine
+
+
+@pytest.mark.sglang
+def test_deepstack_layers_the_tower_lacks_are_a_job_error_before_the_engine_starts(tiny_qwen3_vl, pictures, tmp_path):
+    """The real command: an input with images starts the engine multimodal (images.py), and a user's override
+    naming deepstack layers the one-layer tower lacks, which would kill the engine at the first image with a
+    device-side assertion (issue 41), is the job's error (exit 4) naming the cause, before any engine starts."""
+    import os
+
+    from conftest import cli
+
+    os.environ.update(sglang_cpu_env())
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "red.png").write_bytes((pictures / "red.png").read_bytes())
+    inp = write_jsonl(folder / "rows.jsonl", [{**ROWS[0], "questions": json.dumps(QUESTIONS)}])
+    over = 'json_model_override_args={"vision_config": {"deepstack_visual_indexes": [8]}}'
+    r = cli("run", inp, "-m", tiny_qwen3_vl, "-b", "sglang", "--device", "cpu", "--no-progress",
+            "--engine-arg", over, "-o", tmp_path / "o.jsonl")  # fmt: skip
+    assert r.returncode == 4, r.stderr[-2000:]
+    assert "deepstack_visual_indexes=[8]" in r.stderr and "device-side assertion" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
+def test_a_qwen3_5_classifier_engine_starts_text_only_unless_the_job_has_images(tiny_vl):
+    """classify on sglang (issue 41): the Qwen3.5 classifier's engine arguments are text only
+    (`enable_multimodal=False`, no image processor loaded) unless it is to take images, then sglang's own
+    multimodal start with the `architectures` override kept beside the deepstack one."""
+    pytest.importorskip("sglang")
+    from openjev_batch.backends.sglang.classifier import engine_kwargs
+    from openjev_batch.checkpoint.classifier import Checkpoint
+
+    arch = "Qwen3_5ForSequenceClassification"
+    ckpt = Checkpoint(str(tiny_vl), ("entailment", "neutral", "contradiction"), arch, {})
+    opts = BackendOptions(model=str(tiny_vl), device="cpu")
+    assert engine_kwargs(opts, ckpt)["enable_multimodal"] is False
+    kw = engine_kwargs(opts, ckpt, multimodal=True)
+    assert "enable_multimodal" not in kw
+    assert sg_images.multimodal_kwargs(opts, kw) == "vision attention: sglang's default for this device"
+    assert json.loads(kw["json_model_override_args"]) == {
+        "architectures": ["Qwen3_5ForConditionalGeneration"], "vision_config": {"deepstack_visual_indexes": []}}  # fmt: skip

@@ -65,3 +65,25 @@ def test_a_bool_or_a_fraction_for_an_integer_option_is_refused(tmp_path, tiny_mo
         assert f"{key}: expected an integer, got {shown}" in r.stderr, r.stderr
     job = _job(tmp_path, tiny_model, output=tmp_path / "o.parquet", **{"debias-order": "'1'"})  # text: as a flag
     assert cli("run", "--config", job, "--dry-run").returncode == 0
+
+
+def test_a_list_or_a_boolean_for_a_text_option_is_refused(tmp_path, tiny_model):
+    """Attack trial (issue 42): `system-prompt: [Be brief, Be kind]` gave the system message
+    "['Be brief', 'Be kind']" (a list's Python repr), `keep: [tag]` was refused as a missing column "['tag']",
+    `questions: [q.yaml]` named `<class 'pathlib.Path'>`. A one-value option takes one value, as its flag."""
+    cases = (
+        ("system-prompt", "[Be brief, Be kind]", "system-prompt: expected one value, got a list"),
+        ("keep", "[tag]", "keep: expected comma-separated column names as one text (`keep: tag` or"),
+        ("questions", "[q.yaml]", "questions: expected one value, got a list"),
+        ("system-prompt", "{a: 1}", "system-prompt: expected one value, got a mapping"),
+        ("system-prompt", "yes", "system-prompt: expected text, got true (quote it for text)"),
+    )
+    for key, value, shown in cases:
+        job = _job(tmp_path, tiny_model, output=tmp_path / "o.parquet", **{key: value})
+        if key == "questions":  # the file's own questions line goes: the key is given once
+            job.write_text(job.read_text().replace(f"questions: {tmp_path / 'q.yaml'}\n", "", 1))
+        r = cli("run", "--config", job)
+        assert r.returncode == 4 and not (tmp_path / "o.parquet").exists(), (key, r.stderr)
+        assert shown in " ".join(r.stderr.split()) and "class '" not in r.stderr, (key, r.stderr)
+    job = _job(tmp_path, tiny_model, **{"system-prompt": "'yes'"})  # quoted: the text "yes"
+    assert cli("run", "--config", job, "--dry-run").returncode == 0

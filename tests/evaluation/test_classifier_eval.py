@@ -45,7 +45,7 @@ def test_gold_labels_by_name_any_case_or_model_index():
         (3, "gold label 3 (column label)"),
         (True, "gold label True"),  # a bool is no index
     ):  # fmt: skip
-        with pytest.raises(ValueError, match=r"row 1 \(nli\): ValueError: " + _re(why)):
+        with pytest.raises(ValueError, match=r"row 1 \(nli\): " + _re(why)):
             tasks.to_items([recs[0], {**recs[1], "label": bad}], labels=lambda: LABELS)
     with pytest.raises(ValueError, match="both label and gold columns"):
         tasks.to_items([{**recs[0], "gold": "entailment"}], labels=lambda: LABELS)

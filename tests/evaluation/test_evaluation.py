@@ -4,6 +4,7 @@ temperature scaling, and the hand-written MMLU-Pro fixture end to end on the tin
 import hashlib
 import json
 import math
+import re
 
 import numpy as np
 import polars as pl
@@ -125,12 +126,12 @@ def test_mmlu_and_boolq_formats():
 @pytest.mark.parametrize(
     "rec, message",
     [
-        ({"question": None, "passage": "Water.", "answer": True}, "row 0 (boolq): ValueError: question: expected text, got null"),
-        ({"question": "is it", "passage": 7, "answer": True}, "row 0 (boolq): ValueError: passage: expected text, got int"),
-        ({"question": 3, "subject": "a", "choices": ["x", "y"], "answer": 0}, "row 0 (mmlu): ValueError: question: expected text, got int"),
-        ({"question": "q", "subject": "a", "choices": "ab", "answer": 0}, "row 0 (mmlu): ValueError: choices: expected a list of options, got str"),
+        ({"question": None, "passage": "Water.", "answer": True}, "row 0 (boolq): question: expected text, got null"),
+        ({"question": "is it", "passage": 7, "answer": True}, "row 0 (boolq): passage: expected text, got a number (7)"),
+        ({"question": 3, "subject": "a", "choices": ["x", "y"], "answer": 0}, "row 0 (mmlu): question: expected text, got a number (3)"),
+        ({"question": "q", "subject": "a", "choices": "ab", "answer": 0}, "row 0 (mmlu): choices: expected a list of options, got text"),
         ({"question_id": 1, "question": None, "options": ["a", "b"], "answer": "A", "category": "c"},
-         "row 0 (mmlu-pro): ValueError: question: expected text, got null"),
+         "row 0 (mmlu-pro): question: expected text, got null"),
     ],
 )  # fmt: skip
 def test_a_benchmark_row_with_a_null_or_mistyped_field_is_a_one_line_error(tmp_path, tiny_model, rec, message):
@@ -141,6 +142,14 @@ def test_a_benchmark_row_with_a_null_or_mistyped_field_is_a_one_line_error(tmp_p
     r = cli("eval", path, "-o", tmp_path / "ev", "-m", tiny_model, "-b", "hf", "--no-progress")
     assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
     assert message in " ".join(r.stderr.split()), r.stderr
+
+
+def test_a_benchmark_row_missing_a_column_names_it_in_words():
+    """Issue 42: a later row without MMLU's `subject` was `row 1 (mmlu): KeyError: 'subject'`."""
+    ok = {"question": "q", "subject": "s", "choices": ["x", "y"], "answer": 0}
+    with pytest.raises(ValueError) as e:
+        tasks.to_items([ok, {k: v for k, v in ok.items() if k != "subject"}])
+    assert str(e.value) == "row 1 (mmlu): no 'subject' field (format mmlu needs it)"
 
 
 def test_sample_is_seeded_nested_and_in_file_order():
@@ -442,3 +451,26 @@ def test_committed_eval_results_reproduce(tmp_path):
                        backend="hf", keep=("gold", "category"))  # fmt: skip
     prompts, _ = prompt_texts(job)
     assert [prompts[(i, "answer")] for i in ids] == committed["prompt"].to_list()
+
+
+@pytest.mark.parametrize(
+    "rec, message",
+    [
+        ({"question": "q", "subject": None, "choices": ["x", "y"], "answer": 0}, "subject: expected text, got null"),
+        ({"question": "q", "subject": "a", "choices": ["x", None], "answer": 0}, "choices: option 2 is null, not text"),
+        ({"question": "q", "subject": "a", "choices": ["x", True], "answer": 0}, "choices: option 2 is bool, not text"),
+        ({"question_id": 1, "question": "q", "options": ["a", None], "answer": "A", "category": "c"},
+         "options: option 2 is null, not text"),
+        ({"question_id": 1, "question": "q", "options": ["a", "b"], "answer": "A", "category": None},
+         "category: expected text, got null"),
+        ({"question_id": None, "question": "q", "options": ["a", "b"], "answer": "A", "category": "c"},
+         "question_id: expected text, got null"),
+    ],
+)  # fmt: skip
+def test_a_null_option_or_subject_is_refused_not_named_none(rec, message):
+    """Issue 42.7: `eval` turned a null choice into the option "None" and a null subject into the category
+    "None" (one category for every null). Each is refused naming the column; a number stays its text."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tasks.to_items([rec])
+    items, _ = tasks.to_items([{"question": "q", "subject": "a", "choices": [4, 2.5], "answer": 0}])
+    assert items[0].options == ("4", "2.5")

@@ -157,9 +157,9 @@ def test_parse_rows():
         ),
         ({"id": "b", "premise": "p"}, "row b: hypothesis: missing"),
         ({"id": "c", "premise": "p", "hypothesis": "  "}, "row c: hypothesis: empty"),
-        ({"id": "d", "premise": 5, "hypothesis": "h"}, "row d: premise: expected a string, got int"),
+        ({"id": "d", "premise": 5, "hypothesis": "h"}, "row d: premise: expected text, got a number (5)"),
         ({"id": "e"}, "row e: text: missing (give text, or premise + hypothesis)"),
-        ({"id": "f", "text": ["a"]}, "row f: text: expected a string, got list"),
+        ({"id": "f", "text": ["a"]}, "row f: text: expected text, got a list"),
     ]
     for rec, msg in cases:
         got = parse_cls_row(1, rec, t, ("gold",))
@@ -295,9 +295,10 @@ def test_sglang_warms_each_shared_prefix_once(sglang_cls, monkeypatch):
     calls = []
     real = sglang_cls._encode
 
-    def spy(ids):
+    def spy(ids, items=None):  # items: each request's images (None: a text row)
         calls.append(ids)
-        return real(ids)
+        assert items is None or not any(items)
+        return real(ids, items)
 
     monkeypatch.setattr(sglang_cls, "_encode", spy)
     rows = many_hypotheses(read_jsonl(NLI / "rte_sample.jsonl"), n_premises=3, k=3)

@@ -126,3 +126,24 @@ def test_debias_true_is_refused_not_read_as_one_order(tmp_path):
     r = cli("run", EXAMPLES / "tickets.jsonl", "-q", q, "-m", "qwen3-tokenizer", "--dry-run")
     assert r.returncode == 4, r.stderr
     assert "questions.t.debias: expected the number of option orders" in r.stderr
+
+
+def test_debias_order_below_the_option_count_warns_once(tmp_path):
+    """Issue 42.4: `--debias-order 2` on MMLU's 4 options left the letter preference in place (answers piled on
+    A and C, −6 points), and only evals/README.md said so. K below a question's option count is one `warning:`
+    line naming K = n; shared questions and per-row ones (once, however many rows ask it) alike."""
+    q = tmp_path / "q.json"
+    q.write_text(json.dumps({"t": CHOICE, "r": {"type": "noul", "instructions": "Refund?"}}))
+    args = ["run", EXAMPLES / "tickets.jsonl", "-q", q, "-m", "qwen3-tokenizer", "--dry-run"]
+    want = ("warning: --debias-order 2 is below question 't''s 4 options: each option is shown at only 2 of the 4 "
+            "letters, so a letter preference stays; use --debias-order 4 (the option count) to cancel it")  # fmt: skip
+    r = cli(*args, "--debias-order", "2")
+    assert r.returncode == 0 and " ".join(r.stderr.split()).count(want) == 1, r.stderr
+    for k in ("1", "4"):  # no orders, or one per option: nothing to say
+        r = cli(*args, "--debias-order", k)
+        assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    rows = [{"id": f"r{i}", "state": "hi", "questions": {"t": CHOICE}} for i in range(5)]
+    src = write_jsonl(tmp_path / "in.jsonl", rows)
+    r = cli("run", src, "-m", "qwen3-tokenizer", "--dry-run", "--debias-order", "3")
+    assert r.returncode == 0, r.stderr
+    assert " ".join(r.stderr.split()).count("warning: --debias-order 3 is below question 't''s 4 options") == 1

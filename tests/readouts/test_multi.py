@@ -150,3 +150,8 @@ def test_the_answers_table_counts_the_rows_that_chose_each_label():
     (dist,) = counts.distribution().values()
     assert [(o, n) for o, n, _ in dist] == [("billing", 2), ("outage", 0), ("login", 1)]
     assert math.isclose(dist[0][2], 0.75) and math.isclose(dist[2][2], 0.7) and dist[1][2] is None
+    # issue 42.3: the table's share is of rows (the 3 answered, the one that chose none too), not of the 3
+    # chosen labels, and the question is known as multi (its table says "mean P(yes) when chosen")
+    assert counts.answered_rows() == {"m": 3} and counts.multi() == ("m",) and counts.abstained() == {}
+    counts.add(readout, part)  # a second part (a resumed chunk) adds
+    assert counts.answered_rows() == {"m": 6}

@@ -191,7 +191,7 @@ def test_show_prompt_names_a_bad_row_once(tiny_model, tmp_path):
     bad = [line for line in r.stdout.splitlines() if line.startswith("═══ row") and "prefix" not in line]
     assert bad == [
         "═══ row b: state: empty conversation",
-        "═══ row at index 2: line 3: expected a JSON object, got list",
+        "═══ row at index 2: line 3: expected a JSON object, got a list",
     ]
 
 
@@ -218,3 +218,30 @@ def test_an_answer_lead_with_a_control_token_is_refused_by_validate_and_run_alik
         with pytest.raises(PromptError, match="^" + CONTROL.format(lead.split(" ")[0]).replace("[", r"\[")):
             Prompter(qwen3_tok, answer_lead=lead)
     Prompter(qwen3_tok, answer_lead="Verdict <b>:")  # markup-looking text that is no control token is text
+
+
+def test_an_answer_lead_with_a_models_added_token_is_refused_before_any_row(tiny_model, tmp_path):
+    """Attack trial (issue 42): an answer_lead holding a model's added token passed `validate` and `--dry-run`,
+    then failed every row. `validate` (no tokenizer) refuses the added tokens common tokenizers share by their
+    look (`<tool_call>`, `[CLS]`, `<start_of_image>`); with a tokenizer, `--dry-run` and `run` refuse any of the
+    model's own as the job's error, before a row runs."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    q = tmp_path / "q.json"
+    for lead in ("Verdict <tool_call>", "[CLS] Answer:", "<start_of_image>"):
+        q.write_text(json.dumps({"refund": {"type": "noul", "instructions": "Money back?", "answer_lead": lead}}))
+        r = cli("validate", EXAMPLES / "tickets.jsonl", "-q", q)
+        assert r.returncode == 4 and "questions.refund.answer_lead: holds" in r.stderr, (lead, r.stderr)
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    tok = AutoTokenizer.from_pretrained(model)
+    tok.add_special_tokens({"additional_special_tokens": ["@@END@@"]})
+    tok.save_pretrained(model)
+    q.write_text(json.dumps({"refund": {"type": "noul", "instructions": "Money back?", "answer_lead": "Verdict @@END@@"}}))
+    msg = "error: questions.refund.answer_lead: " + CONTROL.format("@@END@@")
+    for more in (("--dry-run",), ("-o", tmp_path / "o.parquet")):
+        r = cli("run", EXAMPLES / "tickets.jsonl", "-q", q, "-m", model, "-b", "hf", "--no-progress", *more)
+        assert r.returncode == 4 and " ".join(r.stderr.split()) == msg, r.stderr[-2000:]
+    assert not (tmp_path / "o.parquet").exists()

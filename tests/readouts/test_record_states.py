@@ -3,9 +3,11 @@ keys in the order given, nested values as compact JSON; shown by --show-prompt; 
 error that loses no other row."""
 
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from conftest import cli, write_jsonl
 
 from openjev_batch.core import RowError
@@ -84,3 +86,50 @@ def test_values_with_no_deterministic_text_are_refused_and_dates_are_written_as_
             parse_state(bad)
     msgs, _ = parse_state({"day": datetime.date(2026, 12, 3), "amount": decimal.Decimal("9.50")})
     assert msgs[0].content == 'day: "2026-12-03"\namount: "9.50"'  # as before: JSON strings
+
+
+def test_only_a_conversation_shaped_state_is_a_conversation():
+    """Issue 42: an object with a `messages` field was refused as a bad conversation although the README reads
+    any other object as a record, and a list of records with a `content` field was read as a broken
+    conversation. A conversation is now what is shaped like one: a non-empty list whose every item has a
+    `role`, or an object whose `messages` is such a list."""
+    msgs, plain = parse_state({"subject": "Login", "messages": ["first mail", "second mail"]})
+    assert plain and msgs[0].content == 'subject: Login\nmessages: ["first mail","second mail"]'
+    msgs, plain = parse_state([{"content": "item one", "rating": 5}])
+    assert plain and msgs[0].content == '- {"content":"item one","rating":5}'
+    # a string holding such JSON is not a conversation either: it stays the string as written
+    text = '[{"content": "item one", "rating": 5}]'
+    assert parse_state(text) == (parse_state(text)[0], True) and parse_state(text)[0][0].content == text
+    # what is shaped like a conversation still is one, and its faults are still named as a conversation's
+    assert not parse_state({"messages": [{"role": "user", "content": "hi"}]})[1]
+    for bad, msg in [
+        ([{"role": "user"}], "messages[0]: needs 'role' and 'content'"),
+        ({"messages": []}, "empty conversation"),
+        ({"messages": [{"role": "user", "content": "hi"}], "x": 1}, "has only that key"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            parse_state(bad)
+
+
+def test_a_parquet_struct_state_renders_only_the_keys_the_row_has(tmp_path):
+    """Issue 42: a Parquet struct state rendered a row's missing keys as `key: null` lines (a struct type holds
+    every row's fields), so the same record got another prompt than from JSONL. Struct rows give only the
+    fields they hold, in the struct's field order (README), nested structs too."""
+    recs = [
+        {"id": "a", "state": {"ticket": "refund", "plan": "pro", "meta": {"x": 1, "y": 2}}},
+        {"id": "b", "state": {"ticket": "login", "meta": {"x": 3}}},
+        {"id": "c", "state": {"messages": [{"role": "user", "content": "hi"}]}},
+    ]
+    src = write_jsonl(tmp_path / "in.jsonl", recs)
+    t = pa.Table.from_pylist(recs)
+    assert pa.types.is_struct(t.schema.field("state").type)
+    pq.write_table(t, tmp_path / "in.parquet")
+    from openjev_batch.readouts.label_logprobs.questions import parse_questions
+
+    def texts(path):
+        return {r.id: [(m.role, m.content) for m in r.messages] for c in read_rows(path, parse_questions(Q)) for r in c}
+
+    jsonl, parquet = texts(src), texts(tmp_path / "in.parquet")
+    assert jsonl["b"] == [("user", 'ticket: login\nmeta: {"x":3}')]
+    assert jsonl["c"] == [("user", "hi")]
+    assert parquet == jsonl

@@ -29,7 +29,7 @@ def test_state_forms():
         ([{"role": "robot", "content": "x"}], r"messages\[0\].role: unknown role 'robot'"),
         ([{"role": "user"}], r"messages\[0\]: needs 'role' and 'content'"),
         ('{"messages": [', "malformed JSON"),
-        (42, "got int"),
+        (42, r"got a number \(42\)"),
     ],
 )
 def test_bad_state(state, match):

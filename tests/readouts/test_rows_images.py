@@ -57,7 +57,7 @@ def test_text_only_content_parts_are_a_plain_message(readout):
         ({"state": "x", "image": "nope.png"}, "row r: image: 'nope.png': no such file"),
         ({"state": "x", "images": ["red.png", "nope.png"]}, "row r: images[1]: 'nope.png': no such file"),
         ({"state": "x", "image": "red.png", "images": ["red.png"]}, "row r: image, images: give one of the two"),
-        ({"state": "x", "images": "red.png"}, "row r: images: expected a list of images, got str"),
+        ({"state": "x", "images": "red.png"}, "row r: images: expected a list of images, got text"),
         ({"state": "x", "images": ["red.png"] * (MAX_IMAGES_PER_ROW + 1)}, "row r: images: 17 images, at most 16"),
         ({"state": user({"type": "video", "video": "v.mp4"})},
          "row r: state: messages[0].content[0].type: unsupported part type 'video'"),

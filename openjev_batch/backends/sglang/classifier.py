@@ -27,6 +27,7 @@ from ...checkpoint.classifier import Checkpoint, read_checkpoint
 from ...core import BranchResult, Window
 from ...errors import BackendError, EngineDied
 from ..base import Backend, BackendOptions, load_tokenizer
+from . import images as sg_images
 from . import signals as sglang_signals
 from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE, TEXT_ONLY
 from .kwargs import engine_kwargs as engine_kwargs_base
@@ -58,12 +59,13 @@ def _import_error(submodule: str) -> str:
     return ""
 
 
-def engine_kwargs(opts: BackendOptions, ckpt: Checkpoint) -> dict[str, Any]:
+def engine_kwargs(opts: BackendOptions, ckpt: Checkpoint, multimodal: bool = False) -> dict[str, Any]:
     """`sglang.Engine` arguments for a classifier: is_embedding, CPU defaults, user options, engine args, and
     for an overridden architecture whose engine name differs (Qwen3.5) the `architectures` override; for a
-    text-only one (Qwen3.5) `enable_multimodal=False` unless the user set it."""
+    text-only one (Qwen3.5) `enable_multimodal=False` unless the user set it or the engine is to take images
+    (`multimodal`: then the vision attention and the deepstack override of images.multimodal_kwargs)."""
     kw = engine_kwargs_base(opts, is_embedding=True)
-    if ckpt.architecture in TEXT_ONLY:
+    if ckpt.architecture in TEXT_ONLY and not multimodal:
         text_only(kw, opts)
     override = OVERRIDES.get(ckpt.architecture)
     if override and override[2]:
@@ -83,7 +85,17 @@ class SGLangClassifier(Backend):
         ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before the engine starts
         import_sglang()  # says how to get sglang when it is missing
         self.labels = ckpt.labels
-        kw = engine_kwargs(opts, ckpt)
+        from ..hf.vision import is_vision_checkpoint  # lazy: torch (hf/vision.py)
+
+        # images as the label readout's engine takes them (images.py): multimodal when the job's input has
+        # image rows (or --engine-arg enable_multimodal=true), text only otherwise
+        vision = is_vision_checkpoint(opts.model, opts.trust_remote_code)
+        asked = opts.sglang.engine_args.get("enable_multimodal")
+        multimodal = sg_images.starts_multimodal(ckpt.architecture, vision, asked, opts.images)
+        if ckpt.architecture in TEXT_ONLY and opts.images is None and asked is None:
+            multimodal = False  # a held-open Qwen3.5 classifier not told of images: text only, as before
+        kw = engine_kwargs(opts, ckpt, multimodal)
+        self.vision_attention = sg_images.multimodal_kwargs(opts, kw) if multimodal else ""
         override = OVERRIDES.get(ckpt.architecture)
         self.tokenizer = load_tokenizer(opts.model, opts.trust_remote_code)  # BackendError naming the option
 
@@ -113,6 +125,9 @@ class SGLangClassifier(Backend):
             if why:
                 raise BackendError(f"{e} ({why})") from e
             raise
+        self.images, self.no_images = sg_images.for_engine(opts, kw, vision) if vision else (None, None)
+        # the run summary's start-up line: the engine takes images, and with which vision attention
+        self.startup = f"multimodal, {self.vision_attention}" if self.vision_attention else ""
         self._capacity = int(info.get("max_total_num_tokens") or 0) or None
         self.context_length = int(info.get("max_req_input_len") or 0) or opts.context_length
 
@@ -123,9 +138,13 @@ class SGLangClassifier(Backend):
         # Leave room for the running batch's activations and radix-tree fragmentation.
         return int(self._capacity * 0.8) if self._capacity else 1 << 17
 
-    def _encode(self, ids: list[list[int]]) -> list[dict]:
+    def _encode(self, ids: list[list[int]], items: list | None = None) -> list[dict]:
+        """Raw logits of each request; `items`: per request, its images' processor output or None."""
+        req = self._req(input_ids=ids)
+        if items is not None and (data := sg_images.image_data(items)) is not None:
+            req = self._req(input_ids=ids, image_data=data)
         try:
-            gen = self.engine.tokenizer_manager.generate_request(self._req(input_ids=ids), None)
+            gen = self.engine.tokenizer_manager.generate_request(req, None)
             with sglang_signals.waiting_on_engine():
                 outs = self.engine.loop.run_until_complete(gen.__anext__())
         except EngineDied as e:
@@ -135,27 +154,36 @@ class SGLangClassifier(Backend):
         return outs if isinstance(outs, list) else [outs]
 
     def prefill(self, window: Window) -> list[list[BranchResult]]:
-        """One branch per row: its raw logits. Shared prefixes are warmed first (N+1). A row with images is
-        not sent (the engine runs classifiers text only, `enable_multimodal=False`): its error says so, so no
-        image is silently dropped (issue 33)."""
+        """One branch per row: its raw logits. Shared prefixes are warmed first (N+1). A row with images carries
+        them in each of its requests (images.py: the processor output beside the product's ids); a bad image,
+        or an engine started text only, is that row's error naming why, so no image is silently dropped."""
         results, todo = self.one_branch_rows(window)
+        rows = window.rows
+        if any(rows[i].images for i, _ in todo):
+            if self.images is None:
+                why = self.no_images or "the sglang classifier engine takes no images"
+                errors = {i: f"row {rows[i].row_id}: image: {why}" for i, _ in todo if rows[i].images}
+            else:
+                errors = {i: e for i, e in self.images.prepare(rows).items() if results[i] is None}
+            for i, err in errors.items():
+                results[i] = [BranchResult((), len(rows[i].prefix) + len(rows[i].branches[0].suffix), 0, err)]
+            todo = [(i, ids) for i, ids in todo if i not in errors]
+        item = (lambda r: self.images.item(r) if r.images else None) if self.images else (lambda r: None)
+        # N+1, step 1: each prefix (and its images) that two or more rows share, once (rows are prefix-sorted).
+        counts: dict[tuple, tuple[int, int]] = {}
         for i, ids in todo:
-            if window.rows[i].images:
-                results[i] = [BranchResult((), len(ids), 0, "image: no images on sglang yet; use --backend hf")]
-        todo = [(i, ids) for i, ids in todo if not window.rows[i].images]
-        # N+1, step 1: each prefix that two or more rows share, once (rows are prefix-sorted).
-        counts: dict[tuple[int, ...], int] = {}
-        for i, ids in todo:
-            rp = window.rows[i]
+            rp = rows[i]
             if 0 < len(rp.prefix) < len(ids):
-                counts[rp.prefix] = counts.get(rp.prefix, 0) + 1
-        warm = [list(p) for p, c in counts.items() if c >= 2] if self.warm_prefixes else []
+                key = sg_images.prefix_key(rp)
+                counts[key] = (counts.get(key, (0, i))[0] + 1, i)
+        warm = [i for c, i in counts.values() if c >= 2] if self.warm_prefixes else []
         if warm:
-            for o in self._encode(warm):
+            outs = self._encode([list(rows[i].prefix) for i in warm], [item(rows[i]) for i in warm])
+            for o in outs:
                 self.warm_tokens += int(o.get("meta_info", {}).get("prompt_tokens", 0))
         # Step 2: every row in one call; the radix cache serves the warmed prefixes.
         if todo:
-            outs = self._encode([list(ids) for _, ids in todo])
+            outs = self._encode([list(ids) for _, ids in todo], [item(rows[i]) for i, _ in todo])
             for (i, ids), o in zip(todo, outs, strict=True):
                 n = int(o.get("meta_info", {}).get("prompt_tokens", len(ids)))
                 results[i] = [BranchResult(tuple(float(v) for v in o.get("embedding") or []), n, 0)]

@@ -19,7 +19,7 @@ from ...checkpoint.info import ModelInfo, model_info
 from ...core import Window
 from ...errors import BackendError
 from ..base import Backend, BackendOptions, BranchResult, load_tokenizer
-from . import hybrid, images, mis, moe_configs, patterns, requests
+from . import hybrid, images, mis, moe_configs, patterns, remote, requests
 from . import signals as sglang_signals
 from .kwargs import _version_tuple, choose_multi_item, engine_kwargs, import_sglang, text_only
 from .patterns import first_branch, multi_item, prefix_first
@@ -38,6 +38,9 @@ class SGLangBackend(Backend):
 
     def __init__(self, opts: BackendOptions):
         opts.check_backend("sglang")  # ConfigError naming an hf option given here
+        if opts.sglang.connect:  # a server already running: driven over HTTP, the same patterns (remote.py)
+            remote.connect(self, opts)
+            return
         sglang = import_sglang()
         self.model_info: ModelInfo = model_info(opts.model)
         kw = engine_kwargs(opts, recurrent=self.model_info.recurrent)
@@ -45,14 +48,23 @@ class SGLangBackend(Backend):
 
         vision = is_vision_checkpoint(opts.model, opts.trust_remote_code)  # rows may carry images (images.py)
         arch = self.model_info.architecture
-        multimodal = opts.sglang.engine_args.get("enable_multimodal")
-        if not images.starts_multimodal(arch, vision, multimodal):
+        asked = opts.sglang.engine_args.get("enable_multimodal")
+        # the job's input read before the engine starts (pipeline.job.choose_images): images → multimodal
+        multimodal = images.starts_multimodal(arch, vision, asked, opts.images)
+        self.vision_attention = ""
+        if multimodal:  # sglang's own choice for a VL architecture (enable_multimodal unset): multimodal
+            self.vision_attention = images.multimodal_kwargs(opts, kw)  # FA3 or a backend that exists; deepstack
+        else:
             text_only(kw, opts)
         self.multi_item_off_reason = choose_multi_item(opts, kw, sglang.__version__)
-        if multimodal and arch in hybrid.ARCHITECTURES and kw.get("enable_mis") and opts.sglang.request_pattern == "auto":
-            # the fork is shown exact on a text-only engine only; an image row is never packed (images.py)
+        auto = opts.sglang.request_pattern == "auto" and (
+            arch in hybrid.ARCHITECTURES or "enable_mis" not in opts.sglang.engine_args
+        )
+        if multimodal and kw.get("enable_mis") and auto:
+            # the fork is shown exact on a text-only engine only, and an image row is never packed (images.py):
+            # a multi-item engine would answer every image row with an error
             kw.pop("enable_mis")
-            self.multi_item_off_reason = "off: the engine takes images (enable_multimodal=true)"
+            self.multi_item_off_reason = "off: the engine takes images (the input has image rows)"
         # The Qwen3.5/3.6 hybrids score items exactly only through our model override (backends/sglang/hybrid):
         # registered while this engine starts, then proven loaded (sglang's stock classes leak item to item)
         self.fork = bool(kw.get("enable_mis")) and mis.needs_fork({"architectures": [self.model_info.architecture]})
@@ -87,6 +99,7 @@ class SGLangBackend(Backend):
         self.startup = (
             f"engine {self.start_s:.1f} s"
             + (f", kernel warm-up {self.warmup_s:.1f} s" if warm else "")
+            + (f"; multimodal, {self.vision_attention}" if self.vision_attention else "")
             + (
                 f"; batch-job memory {', '.join(f'{k}={v}' for k, v in self.batch_memory.items())}"
                 if self.batch_memory
@@ -264,7 +277,10 @@ class SGLangBackend(Backend):
             mis_tokens, unique = patterns.multi_item_recompute([window])
             self.job_tokens = [self.job_tokens[0] + mis_tokens, self.job_tokens[1] + unique]
         if any(r.images for r in window.rows):
-            return images.prefill_window(self, window, lambda w: self._pattern().prefill(self, w))
+            try:
+                return images.prefill_window(self, window, lambda w: self._pattern().prefill(self, w))
+            except BackendError as e:
+                raise BackendError(f"{e}; {images.died_on_images(self.vision_attention)}") from e
         return self._pattern().prefill(self, window)
 
     def check_alive(self) -> None:

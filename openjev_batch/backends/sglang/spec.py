@@ -24,6 +24,8 @@ class SGLangSpec(BackendSpec):
         "classifier-head": "openjev_batch.backends.sglang.classifier:SGLangClassifier",
     }
     cache = "radix cache: any shared token prefix"
+    # a vision-language model's engine starts multimodal or text only, fixed at start (issue 41: images.py)
+    images_at_start = True
 
     def count(self, plan: BackendPlan, windows: Iterable[Any]) -> None:
         windows = list(windows)
@@ -39,9 +41,10 @@ class SGLangSpec(BackendSpec):
         job's first chunk, before the engine starts (multi-item is fixed when it starts). Multi-item runs
         without the radix cache, so a long block shared by different rows (a few-shot prefix) is computed in
         every pack: prefix-first when that makes multi-item compute more than `MAX_MULTI_ITEM_RECOMPUTE` × the
-        unique tokens. Returns the config (with the pattern set when prefix-first is chosen) and the choice in
-        words ('' when the job is not such a job)."""
-        if cfg.sglang.request_pattern != "auto":
+        unique tokens. A job with images (`cfg.images`, chosen before: pipeline/job_images.choose_images) runs no
+        multi-item, so nothing is chosen. Returns the config (with the pattern set when prefix-first is chosen)
+        and the choice in words ('' when the job is not such a job)."""
+        if cfg.images or cfg.sglang.request_pattern != "auto":  # with images the engine runs no multi-item
             return cfg, ""
         if not needs_fork({"architectures": [model_info(cfg.model).architecture]}):
             return cfg, ""

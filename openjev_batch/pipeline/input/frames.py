@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ...values import kind_of as value_kind
+
 
 def kind_of(data: Any) -> str:
     mod = type(data).__module__.split(".")[0]
@@ -121,7 +123,7 @@ def records_of(data: Any, kind: str, chunk_rows: int) -> Iterator[list[tuple[int
     chunk: list[tuple[int, Any]] = []
     for pos, rec in enumerate(data):
         chunk.append(
-            (pos, rec if isinstance(rec, dict) else f"item {pos}: expected a dict, got {type(rec).__name__}")
+            (pos, rec if isinstance(rec, dict) else f"item {pos}: expected a dict, got {value_kind(rec)}")
         )
         if len(chunk) >= chunk_rows:
             yield chunk

@@ -5,11 +5,13 @@ rows, duplicate ids made row errors (read.parse_records); `Source` is what the l
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 import pyarrow as pa
 
+from ...core import input_key
 from ...readouts import readout_class
 from ...readouts.base import Readout
 from .formats import count_rows, kept_types
@@ -52,10 +54,31 @@ class FileSource:
         return kept_types(self.cfg.input, self.cfg.keep)
 
     def chunks(self, readout: Readout) -> Iterator[tuple[list, str | None]]:
-        """(rows, the input's sha256 up to the chunk's end) per input chunk, in input order."""
+        """(rows, the resume key up to the chunk's end) per input chunk, in input order: the input's sha256,
+        and once a row names an image file, the sha256 over the contents of the image files named so far
+        (core.input_key): an image changed between a crash and `--resume` is another input."""
         rows, digest = job_rows(self.cfg, readout)
+        images = hashlib.sha256()
+        named = False
         for chunk in rows:
-            yield chunk, digest.hexdigest()  # read here, before the reader moves to the next chunk
+            for row in chunk:
+                for sha in _file_images(row):
+                    images.update(sha.encode())
+                    named = True
+            # read here, before the reader moves to the next chunk
+            yield chunk, input_key(digest.hexdigest(), images.hexdigest() if named else None)
+
+
+def _file_images(row: Any) -> Iterator[str]:
+    """The content sha256 of each image file a row names (its image column, then its messages' image parts);
+    inline images are bytes of the input, which its own digest covers."""
+    for im in getattr(row, "images", ()):
+        if getattr(im, "path", None) is not None:
+            yield im.sha256
+    for m in getattr(row, "messages", ()):
+        for p in getattr(m, "parts", ()):
+            if getattr(p, "path", None) is not None:
+                yield p.sha256
 
 
 class FrameSource:

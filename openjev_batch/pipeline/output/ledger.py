@@ -13,9 +13,21 @@ import json
 import os
 from pathlib import Path
 
+from ...core import split_input_key
 from ...errors import ConfigError
 
 LEDGER = "chunks.jsonl"
+
+
+def changed(then: str | None, now: str | None, since: str, chunk: int | None = None) -> str:
+    """What differs between two resume keys (core.input_key), in words: the input's content, or the content
+    of the image files its rows name (the input itself unchanged). `since`: what was written then."""
+    (sha_then, img_then), (sha_now, img_now) = split_input_key(then), split_input_key(now)
+    what, then, now = "the input", sha_then, sha_now
+    if sha_then == sha_now:
+        what, then, now = "an image file the rows name", img_then, img_now
+    at = f"its content differs at input chunk {chunk} or before: " if chunk is not None else ""
+    return f"{what} changed since {since} was written ({at}sha256 {str(then)[:12]}… then, {str(now)[:12]}… now)"
 
 
 class Ledger:
@@ -50,9 +62,8 @@ class Ledger:
             return
         if old is not None:
             raise ConfigError(
-                f"--resume: the input changed since {self.partial} was written (its content differs at "
-                f"input chunk {chunk} or before: sha256 {old['input_sha256'][:12]}… then, "
-                f"{input_sha256[:12]}… now); delete it or rerun without --resume"
+                f"--resume: {changed(old['input_sha256'], input_sha256, str(self.partial), chunk)}; delete it or "
+                "rerun without --resume"
             )
         self.entries[chunk] = entry
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # never through a link
@@ -79,5 +90,6 @@ class Ledger:
         return rows, sum(self.records(i) for i in range(self.seen))
 
     def input_sha256(self) -> str | None:
-        """The sha256 of the whole input this run read (its last chunk's), None before any chunk."""
+        """The resume key of the whole input this run read (its last chunk's: core.input_key), None before
+        any chunk."""
         return self.entries[self.seen - 1]["input_sha256"] if self.seen else None

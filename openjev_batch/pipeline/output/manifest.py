@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from ..._version import __version__
+from ...core import input_key, split_input_key
 from ...errors import ConfigError, OutputFinished
 from ...options import output_format
 from ...values import sha256_file
+from .ledger import changed
 from .writers import WRITERS
 
 KEY = b"openjev_batch.manifest"
@@ -40,12 +42,14 @@ def sidecar_path(output: Path) -> Path | None:
     return output.with_name(output.name + SIDECAR)
 
 
-def document(manifest: dict[str, Any], input_sha256: str | None, rows: int, records: int) -> dict[str, Any]:
+def document(manifest: dict[str, Any], input_key: str | None, rows: int, records: int) -> dict[str, Any]:
     """What the finished output carries. `manifest`: the job's (its partial's manifest.json, job id left out:
-    it names the parts, which are gone once joined)."""
+    it names the parts, which are gone once joined); `input_key`: the resume key of the whole input
+    (core.input_key), kept as the input's sha256 and, when rows name image files, `images_sha256`."""
     job = {k: v for k, v in manifest.items() if k != "job_id"}
-    return {"openjev_batch": __version__, "manifest": job, "input_sha256": input_sha256, "rows": rows,
-            "records": records}  # fmt: skip
+    sha, images = split_input_key(input_key)
+    return {"openjev_batch": __version__, "manifest": job, "input_sha256": sha, "rows": rows, "records": records,
+            **({"images_sha256": images} if images is not None else {})}  # fmt: skip
 
 
 def parquet_metadata(doc: dict[str, Any]) -> dict[bytes, bytes]:
@@ -136,13 +140,16 @@ def partial_job(mpath: Path) -> str | None:
 # Entries known only once the model loaded (the job amends them then): a manifest computed before the load
 # lacks them, so they are compared when both have them (store.OutputStore.amend compares them at the load)
 LATE = ("tokenizer",)
+# Entries that say where something was read, for a person reading the manifest: its content is compared under
+# another key (calibration_sha256), so the same file under another path resumes
+INFO = ("calibration_file",)
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The keys whose values differ between two manifests (`new` compared as JSON keeps it: tuples as
-    lists), sorted; a LATE key that `new` does not have yet is not compared."""
+    lists), sorted; a LATE key that `new` does not have yet is not compared, an INFO key never."""
     new = json.loads(json.dumps(new))
-    keys = {k for k in set(old) | set(new) if k in new or k not in LATE}
+    keys = {k for k in set(old) | set(new) if (k in new or k not in LATE) and k not in INFO}
     return sorted(k for k in keys if old.get(k) != new.get(k))
 
 
@@ -161,11 +168,11 @@ def confirm_finished(output: Path, manifest: dict[str, Any], digests: Iterable[s
             "--resume to replace it"
         )
     digest = (collections.deque(digests, maxlen=1) or [None])[-1]  # after the last chunk: the whole input
-    if digest != doc.get("input_sha256"):
-        then = str(doc.get("input_sha256"))[:12]
+    then = doc.get("input_sha256")
+    then = input_key(then, doc.get("images_sha256")) if isinstance(then, str) else then
+    if digest != then:
         raise ConfigError(
-            f"--resume: the input changed since {output} was written (sha256 {then}… then, "
-            f"{str(digest)[:12]}… now); rerun without --resume to replace it"
+            f"--resume: {changed(then, digest, str(output))}; rerun without --resume to replace it"
         )
     where = "its Parquet metadata" if (side := sidecar_path(output)) is None else side.name
     raise OutputFinished(

@@ -19,16 +19,18 @@ import pyarrow.compute as pc
 
 from ...core import RowError, unidentified_row_error
 from ...errors import ConfigError
+from ...values import read_at_most
 from .. import LABEL_LOGPROBS, register
 from ..base import Readout, RowFailures, RowResults
 from ..image_prompt import check_model_takes_images
 from ..rows_images import image_key, input_has_image_column
 from .calibration import Calibration, apply, load_calibration
 from .items import chosen_labels, combine, items, with_debias
+from .leads import lead_problem
 from .options import LabelLogprobsOptions
 from .prompt import INSTRUCTIONS, Prompter
 from .prompt_variants import Variants
-from .questions import QuestionError, QuestionSpec, load_questions
+from .questions import MAX_QUESTIONS_FILE_BYTES, QuestionError, QuestionSpec, load_questions
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
 
 SEP = "\x1f"  # as pipeline.summary.SEP: a question's id, type and options joined into one answer key
@@ -119,7 +121,8 @@ class LabelLogprobs(Readout):
         else:
             parsed = load_questions(opts.questions)  # raises ConfigError for a missing or bad file
             # the questions' content, not their path: an edited file must not mix old and new answers
-            sha = hashlib.sha256(opts.questions.read_bytes()).hexdigest()
+            # (read as load_questions read it: a named pipe's content is kept, a second open hung, issue 42)
+            sha = hashlib.sha256(read_at_most(opts.questions, MAX_QUESTIONS_FILE_BYTES)).hexdigest()
             out = cls(parsed, keep, sha, **own)
         if opts.debias_order > 1 and out.questions is not None:
             # shared questions: one with fewer options than the orders is refused at start
@@ -186,6 +189,12 @@ class LabelLogprobs(Readout):
         )
         if self.image_input:
             base.images.check()  # ConfigError at start for a text-only model
+        for q in self.questions or ():  # shared questions: a lead holding this model's control token is the
+            # job's error now (`--dry-run` included), not every row's once the model runs (issue 42)
+            if isinstance(q, QuestionSpec) and q.answer_lead and (
+                why := lead_problem(q.answer_lead, base.text.control_pattern)
+            ):
+                raise ConfigError(f"questions.{q.qid}.answer_lead: {why}")
         return Variants(base)
 
     def records(self, row: Row, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
@@ -251,6 +260,9 @@ class LabelLogprobs(Readout):
             key["debias_order"] = self.debias_order
         if self.calibration is not None:  # the file's content: a refitted file must not mix answers
             key["calibration_sha256"] = self.calibration.sha256
+            # where it was read, for a person reading the manifest; not compared (output/manifest.INFO): the
+            # same file moved is the same job
+            key["calibration_file"] = str(Path(self.calibration.path).absolute())
         return key
 
     def tokens(self, table: pa.Table) -> dict[str, int]:
@@ -274,16 +286,24 @@ class LabelLogprobs(Readout):
             options[k] = k.split(SEP)[2:]
         keep = pc.is_valid(table.column("answer"))
         ok = table.filter(keep)
-        single = pa.table([key.filter(keep), ok.column("answer"), ok.column("confidence")],
-                          names=["question", "answer", "confidence"])  # fmt: skip
+        # a calibrated answer below its threshold abstains (null: the file let the question go unfitted)
+        abstain = ok.column("abstain") if "abstain" in ok.column_names else pa.nulls(ok.num_rows, pa.bool_())
+        single = pa.table([key.filter(keep), ok.column("answer"), ok.column("confidence"), abstain,
+                           pa.array([1] * ok.num_rows, pa.int64())],
+                          names=["question", "answer", "confidence", "abstain", "row"])  # fmt: skip
         return pa.concat_tables([single, chosen_labels(table, key)]), options
 
     def summary_rows(self, s) -> list[tuple[str, str]]:
+        cal = self.calibration
         return [
             ("rows", f"{s.rows:,}"),
             ("questions", f"{s.questions:,}"),
             ("answered", f"{s.answered:,}"),
+            # answered, but below the calibrated threshold: for a person to route (issue 42.1: a run whose 300
+            # rows all abstained said "answered 300 · errors 0" and nothing else)
+            *((f"abstained ({q})", _share(sum(n), s.answered_rows[q])) for q, n in s.abstained.items()),
             ("errors", f"{s.errors:,}"),
+            *([("calibration", f"{cal.path} (sha256 {cal.sha256[:16]})")] if cal is not None else []),
             ("branch (logical) tokens", f"{s.branch_tokens:,}"),
             ("  of which prefix", f"{s.prefix_tokens:,}"),
             ("computed tokens", f"{s.computed_tokens:,}"),
@@ -292,3 +312,6 @@ class LabelLogprobs(Readout):
             ("output", s.output),
         ]
 
+
+def _share(n: int, of: int) -> str:
+    return f"{n:,} ({n / of:.1%})" if of else f"{n:,}"

@@ -4,10 +4,17 @@ threshold on labelled rows and writes them to a JSON file; `run --calibration FI
 File (``format: openjev-calibration/1``)::
 
     {"format": "openjev-calibration/1", "unfitted": "error",
-     "target": {"precision": 0.9},
+     "target": {"precision": 0.9, "min_kept": 30},
      "questions": {"<question id>": {"type": "choice", "options": [...], "temperature": 1.7,
-                   "abstain_below": 0.62, "n": 400, "coverage": 0.71, "selective_accuracy": 0.90,
-                   "target_met": true, "curve": [{"coverage": 0.1, "accuracy": 1.0, "threshold": 0.97}, ...]}}}
+                   "abstain_below": 0.62, "n": 400, "kept": 284, "coverage": 0.71, "selective_accuracy": 0.93,
+                   "ci95": [0.90, 0.95], "target_met": true, "accuracy": 0.8, "ece": 0.03, "brier": 0.3,
+                   "raw": {"ece": 0.1, "brier": 0.35},
+                   "curve": [{"coverage": 0.1, "accuracy": 1.0, "threshold": 0.97}, ...]}}}
+
+What `run` reads of an entry is its type, options, temperature and abstain_below (multi: threshold); the rest
+says what the fit promises (evaluation/calibration_fit.py): a missed target has `"target_met": false`,
+abstain_below 1 and a `note`; `calibrate --holdout` adds `holdout`, the same figures on rows left out of the
+fit. A key given twice (a question written twice) is refused: JSON would keep the last one silently.
 
 Applied to one answer: probs ← softmax(ln probs / T) (Guo et al. 2017, the fit of `eval --calibrate`), the
 answer, confidence, p_true and score from those; `abstain` = max(probs) < abstain_below. The raw distribution
@@ -37,6 +44,9 @@ from .questions import QuestionSpec
 FORMAT = "openjev-calibration/1"
 UNFITTED = ("error", "raw")
 CURVE_POINTS = 10  # the selective-accuracy/coverage curve at 10 %, 20 %, … 100 % coverage
+# `calibrate --min-kept`'s default: a target counts as met only on this many kept answers at least (below it
+# the Wilson bound is too wide to promise anything; 30, the usual rule of thumb for a normal approximation)
+MIN_KEPT = 30
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,7 @@ class Calibration:
     entries: dict[str, Entry]
     unfitted: str  # "error" or "raw"
     sha256: str  # the file's content: the resume key
+    path: str = ""  # where it was read (the summary and the manifest name it; not part of the resume key)
 
     def entry(self, qid: str, qtype: str, options: tuple[str, ...]) -> Entry | None:
         """The entry of question `qid` asked with `options`; None when the file lets it go unfitted. Raises
@@ -114,6 +125,21 @@ def apply(e: Entry, a: Answer) -> tuple[Answer, bool]:
 MAX_FILE_BYTES = 64 << 20  # far above a file for 64 questions a row and thousands of question ids
 
 
+class DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: json keeps the last of a repeated key, so a question written
+    twice was calibrated by its second entry without a word (issue 42.7)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKey(f"the key {k!r} is given twice (a question written twice?): keep one")
+        out[k] = v
+    return out
+
+
 def load_calibration(path: Path) -> Calibration:
     """Read and check a calibration file. Raises ConfigError naming the file and the field."""
     path = Path(path)
@@ -125,9 +151,11 @@ def load_calibration(path: Path) -> Calibration:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise ConfigError(f"--calibration {path}: over {MAX_FILE_BYTES >> 20} MiB: not a calibration file")
         raw = path.read_bytes()
-        doc = json.loads(raw)
+        doc = json.loads(raw, object_pairs_hook=_unique_keys)
     except OSError as e:
         raise ConfigError(f"--calibration {path}: cannot read ({e.strerror})") from None
+    except DuplicateKey as e:
+        raise ConfigError(f"--calibration {path}: {e}") from None
     except (ValueError, RecursionError) as e:
         raise ConfigError(f"--calibration {path}: not JSON ({e})") from None
     where = f"--calibration {path}"
@@ -160,7 +188,7 @@ def load_calibration(path: Path) -> Calibration:
                 f"(multi: threshold) ({e})"
             ) from None
         entries[str(qid)] = Entry(qtype, options, t, tau)
-    return Calibration(entries, unfitted, hashlib.sha256(raw).hexdigest())
+    return Calibration(entries, unfitted, hashlib.sha256(raw).hexdigest(), str(path))
 
 
 # A temperature outside this is no calibration: at T = 1e-320 (a subnormal a hand-edited file held) every

@@ -15,11 +15,14 @@ A branch's id is the question id for the first item (so a plain question's branc
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
+from ...errors import OptionWarning
 from .answer import Answer, confidence, label_mass, read_out
 from .questions import QuestionError, QuestionSpec
 
@@ -49,7 +52,21 @@ def with_debias(q: QuestionSpec | QuestionError, k: int) -> QuestionSpec | Quest
         why = (f"--debias-order {k} is larger than its {len(q.options)} options (at most one order per option; "
                f"a question's own `debias: {len(q.options)}` overrides the job's)")  # fmt: skip
         return QuestionError(q.qid, q.type, f"questions.{q.qid}: {why}")
+    if k < len(q.options):
+        _warn_fewer_orders(q.qid, len(q.options), k)
     return replace(q, debias=k)
+
+
+@functools.cache  # once per question id and size: per-row questions come here once per row
+def _warn_fewer_orders(qid: str, n: int, k: int) -> None:
+    """K orders of n > K options leave each option at only K of the n letters, so a model's letter preference
+    stays (MMLU at K = 2: answers piled on A and C, −6 points; evals/README.md): one warning line."""
+    warnings.warn(
+        f"--debias-order {k} is below question {qid!r}'s {n} options: each option is shown at only {k} of the "
+        f"{n} letters, so a letter preference stays; use --debias-order {n} (the option count) to cancel it",
+        OptionWarning,
+        stacklevel=3,
+    )
 
 
 def question_id(bid: str) -> str:
@@ -121,15 +138,19 @@ def combine(q: QuestionSpec, values: Sequence[Sequence[float]]) -> Combined:
 
 def chosen_labels(table: pa.Table, key: pa.ChunkedArray) -> pa.Table:
     """multi rows (no single `answer`): one entry per label in `chosen`, its P(yes) as the confidence, so the
-    answers table counts the rows that chose each label (it counted none: new-user trial, 2026-12-05)."""
-    qs, labels, p_chosen = [], [], []
+    answers table counts the rows that chose each label (it counted none: new-user trial, 2026-12-05). `row`
+    is 1 on one entry of each answered row, and a row that chose no label has one entry with a null answer,
+    so the table's share is of rows, not of chosen labels (issue 42.3)."""
+    qs, labels, p_chosen, first = [], [], [], []
     cols = ("type", "options", "probs", "chosen", "error")
     rows = zip(key.to_pylist(), *(table.column(c).to_pylist() for c in cols), strict=True)
     for k, typ, opts, probs, chosen, error in rows:
-        if typ != "multi" or error is not None or not chosen:
+        if typ != "multi" or error is not None or probs is None:
             continue
         p_yes = dict(zip(opts, probs, strict=True))
-        for label in chosen:
-            qs.append(k), labels.append(label), p_chosen.append(p_yes.get(label))
-    return pa.table([pa.array(qs, pa.string()), pa.array(labels, pa.string()), pa.array(p_chosen, pa.float64())],
-                    names=["question", "answer", "confidence"])  # fmt: skip
+        for i, label in enumerate(chosen or [None]):
+            qs.append(k), labels.append(label), p_chosen.append(p_yes.get(label)), first.append(int(i == 0))
+    n = len(qs)
+    return pa.table([pa.array(qs, pa.string()), pa.array(labels, pa.string()), pa.array(p_chosen, pa.float64()),
+                     pa.nulls(n, pa.bool_()), pa.array(first, pa.int64())],
+                    names=["question", "answer", "confidence", "abstain", "row"])  # fmt: skip

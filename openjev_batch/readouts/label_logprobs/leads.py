@@ -10,9 +10,16 @@ from __future__ import annotations
 import re
 
 # chat-template markup by its look: <|…|> (ChatML, Qwen, Llama 3, Phi), SentencePiece's <s> </s>, Llama 2's
-# [INST], Gemma's turns, and the <bos> <eos> <pad> <unk> <think> tags many tokenizers add
+# [INST], Gemma's turns, and the tags many tokenizers add: <bos> <eos> <pad> <unk> <mask> <think>, tool and
+# media tags (Qwen's <tool_call>, Gemma's <start_of_image>, <image>), fill-in-the-middle tags, BERT's [CLS]
+# [SEP] [PAD] [MASK] and Mistral's [TOOL_CALLS]-style tokens. `validate` has no tokenizer, so a model's added
+# token passed it unless it looks like one of these (issue 42); `<b>` and other tags are text.
 CONTROL_LIKE = re.compile(
-    r"<\|[^<>|\s]{1,64}\|>|</?s>|\[/?INST\]|<(?:start|end)_of_turn>|</?(?:bos|eos|pad|unk|think)>"
+    r"<\|[^<>|\s]{1,64}\|>|</?s>|\[/?INST\]|<(?:start|end)_of_turn>"
+    r"|</?(?:bos|eos|pad|unk|mask|sep|cls|think|tool_call|tool_response|tools|image|video|audio"
+    r"|(?:start|end)_of_(?:image|audio|video)|image_soft_token|fim_(?:prefix|middle|suffix|pad)|file_sep"
+    r"|repo_name)>"
+    r"|\[/?(?:PAD|CLS|SEP|MASK|UNK|IMG|[A-Z]+(?:_[A-Z]+)+)\]"
 )
 
 

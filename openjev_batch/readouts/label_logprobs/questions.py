@@ -6,6 +6,7 @@ got 1`` (rows.py adds the row id)."""
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -14,7 +15,7 @@ from pydantic import ValidationError
 
 from ...core import MAX_ID_CHARS
 from ...errors import ConfigError
-from ...values import no_duplicate_keys, text_bytes, value_problem
+from ...values import kind_of, no_duplicate_keys, text_bytes, value_problem
 from .question_schema import QUESTION_TYPES, _Question
 
 MAX_QUESTIONS = 64
@@ -64,7 +65,7 @@ def _pairs_to_dict(v: Any, what: str) -> dict:
             raise ValueError(f"duplicate keys in {what}")
         v = dict(v)
     if not isinstance(v, dict):
-        raise ValueError(f"expected an object mapping question_id → question, got {type(v).__name__}")
+        raise ValueError(f"expected an object mapping question_id → question, got {kind_of(v)}")
     return v
 
 
@@ -123,6 +124,17 @@ def _with_criteria(qid: str, raw: dict, where: str) -> dict | QuestionError:
             c = _noul_keys(c)
         except ValueError as e:
             return QuestionError(qid, "noul", f"{where}.{e}")
+    if isinstance(c, dict):
+        if dup := _same_text(c):  # the Python API's {1: "one", "1": "uno"}: two options named "1" (issue 42)
+            both = " and ".join(repr(k) for k in c if str(k) == dup)
+            return QuestionError(qid, raw.get("type"), f"{where}.criteria: option name {dup!r} given twice (as {both})")
+        if bad := next((k for k in c if name_problem(str(k))), None):
+            return QuestionError(qid, raw.get("type"), f"{where}.criteria: option {str(bad)[:40]!r}: {name_problem(str(bad))}")
+    elif isinstance(c, list) and raw.get("type") in ("choice", "multi"):
+        if (dup := _same_text(c)) and sum(str(k) == dup for k in c) > 1:
+            return QuestionError(qid, raw.get("type"), f"{where}.criteria: option name {dup!r} given twice")
+        if bad := next((k for k in c if isinstance(k, str) and name_problem(k)), None):
+            return QuestionError(qid, raw.get("type"), f"{where}.criteria: option {bad[:40]!r}: {name_problem(bad)}")
     return {**raw, "criteria": c}
 
 
@@ -213,10 +225,31 @@ def parse_questions(raw: Any) -> tuple[QuestionSpec | QuestionError, ...]:
     if any(not str(k).strip() for k in d):
         raise ValueError("a question id is empty")
     for k in d:
-        if (problem := value_problem(str(k))) is not None or len(str(k)) > MAX_ID_CHARS:
+        problem = value_problem(str(k)) or name_problem(str(k))
+        if problem is not None or len(str(k)) > MAX_ID_CHARS:
             shown = repr(str(k)[:40])
             raise ValueError(f"question id {shown}: {problem or f'longer than {MAX_ID_CHARS:,} characters'}")
+    if dup := _same_text(d):  # the Python API's {1: …, "1": …}: two questions of one id
+        raise ValueError(f"question id {dup!r} given twice (as {' and '.join(repr(k) for k in d if str(k) == dup)})")
     return tuple(parse_question(str(k), v) for k, v in d.items())
+
+
+def name_problem(name: str) -> str | None:
+    """Why a question id or option name cannot name anything in a report: a line break or another control
+    character added lines to the summary, the answers table and report.md (issue 42)."""
+    if bad := next((c for c in name if unicodedata.category(c) == "Cc"), None):
+        return f"holds a control character ({bad!r}); ids and option names are one line of text"
+    return None
+
+
+def _same_text(d: dict) -> str | None:
+    """A text two of the keys of `d` share once written as text (`1` and `"1"`), else None."""
+    seen: set[str] = set()
+    for k in d:
+        if str(k) in seen:
+            return str(k)
+        seen.add(str(k))
+    return None
 
 
 def load_questions(path: Path) -> tuple[QuestionSpec, ...]:

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core import RowError, checked_row_id, unidentified_row_error
-from ...values import MAX_STATE_BYTES, kept_values, no_duplicate_keys, text_bytes, value_problem
+from ...values import (
+    MAX_STATE_BYTES,
+    given_fields,
+    kept_values,
+    kind_of,
+    no_duplicate_keys,
+    text_bytes,
+    value_problem,
+)
 from ..rows_images import content_parts, resolve_images
 from .questions import QuestionError, QuestionSpec, parse_questions
 
@@ -50,17 +58,19 @@ _JSON_CONVERSATION = re.compile(r'^(\{\s*"messages"|\[\s*\{\s*")')
 def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
     """`state` → (messages, plain). Accepts a string, a JSON string of a message list or of
     ``{"messages": [...]}``, or those structures; any other JSON object or list (not a string holding one)
-    is a data record rendered as text by `record_text`. Raises ValueError naming the sub-field.
+    is a data record rendered as text by `record_text`. A message list is a non-empty list whose every item
+    is an object with a `role` (`_is_message_list`). Raises ValueError naming the sub-field.
 
-    A string that starts with `{` or `[` is read as JSON when it parses to a conversation (a list of objects,
-    or an object with `messages`); malformed JSON is an error only when the string starts like one
+    A string that starts with `{` or `[` is read as JSON when it parses to a conversation (a message list, or
+    an object whose `messages` is one); malformed JSON is an error only when the string starts like one
     (`{"messages"` or `[{"`). Any other string is the text of one user message, also one that begins with
     `{` or `[` ("{name} wrote: …", "[URGENT] …", "[1, 2] are my orders")."""
     if isinstance(raw, str):
         raw = _conversation_in_text(raw)
         if isinstance(raw, str):
             return (Message("user", raw),), True
-    if isinstance(raw, dict) and "messages" in raw:
+    raw = given_fields(raw)  # a Parquet struct's fields this row does not have are not `key: null` lines
+    if isinstance(raw, dict) and _is_conversation_object(raw):
         if set(raw) != {"messages"}:
             raise ValueError(
                 f"an object with 'messages' is a conversation and has only that key, got keys {sorted(raw)}"
@@ -76,7 +86,7 @@ def parse_state(raw: Any) -> tuple[tuple[Message, ...], bool]:
     if not isinstance(raw, list):
         raise ValueError(
             "expected a string, a list of messages, {'messages': [...]}, or a JSON object or list "
-            f"(rendered as text), got {type(raw).__name__}"
+            f"(rendered as text), got {kind_of(raw)}"
         )
     return _messages(raw), False
 
@@ -101,9 +111,7 @@ def _conversation_in_text(raw: str) -> Any:
         if _JSON_CONVERSATION.match(s):
             raise
         return raw
-    is_conversation = (isinstance(parsed, dict) and "messages" in parsed) or (
-        isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed)
-    )
+    is_conversation = _is_conversation_object(parsed) if isinstance(parsed, dict) else _is_message_list(parsed)
     if not is_conversation:
         return raw
     if (problem := value_problem(parsed)) is not None:
@@ -136,10 +144,19 @@ def _messages(raw: list) -> tuple[Message, ...]:
     return tuple(out)
 
 
-def _is_message_list(items: list) -> bool:
-    """A list is a conversation when any item looks like a message (an object with `role` or `content`), so a
-    malformed message (`{"role": "user"}`) is still named as one rather than read as data."""
-    return any(isinstance(m, dict) and ("role" in m or "content" in m) for m in items)
+def _is_conversation_object(raw: dict) -> bool:
+    """An object is a conversation when its `messages` is a message list (`_is_message_list`), or it is
+    `{"messages": []}` alone (an empty conversation, refused as one)."""
+    msgs = raw.get("messages")
+    return _is_message_list(msgs) or (msgs == [] and set(raw) == {"messages"})
+
+
+def _is_message_list(items: Any) -> bool:
+    """A list is a conversation when it is shaped like one: not empty, and every item an object with a `role`
+    (a malformed message, `{"role": "user"}`, is then named as one). Any other list is data: a list of records
+    with a `content` field (`[{"content": "item one", "rating": 5}]`) was read as a broken conversation, and
+    an object whose `messages` holds plain strings was refused (issue 42)."""
+    return isinstance(items, list) and bool(items) and all(isinstance(m, dict) and "role" in m for m in items)
 
 
 def _field_text(v: Any) -> str:

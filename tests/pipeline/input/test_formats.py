@@ -283,3 +283,40 @@ def test_tsv_input_reads_as_csv_with_tabs(tmp_path):
     gz = tmp_path / "in.tsv.gz"
     gz.write_bytes(gzip.compress(p.read_bytes()))
     assert [r for chunk in record_chunks(gz, 10) for _, r in chunk] == recs
+
+
+def test_may_have_images_reads_every_format_before_the_engine_starts(tmp_path):
+    """Issue 41: whether any row may carry an image (an `image` / `images` column, an image part of a message
+    as JSON text or Arrow structs), over the whole input, before the engine starts. A key inside a string
+    value of a JSONL row (escaped quotes) is no image; a key cut between two read pieces is found."""
+    import pyarrow.parquet as pq
+
+    from openjev_batch.pipeline.input.formats import may_have_images
+    from openjev_batch.pipeline.input.formats.base import scan_for_image_keys
+
+    msgs = [{"role": "user", "content": [{"type": "image", "image": "a.png"}]}]
+    text = [{"id": i, "state": f"row {i}"} for i in range(3)]
+    cases = {
+        "text.jsonl": (text, False),
+        "quoted.jsonl": ([{"id": 1, "state": 'he said "image": no'}], False),
+        "late.jsonl": ([*text, {"id": 9, "state": "x", "images": ["a.png"]}], True),
+        "parts.jsonl": ([{"id": 1, "state": msgs}], True),
+    }
+    for name, (rows, want) in cases.items():
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert may_have_images(tmp_path / name) is want, name
+    (tmp_path / "a.csv").write_text("id,state\n1,x\n")
+    (tmp_path / "b.csv").write_text("id,state,image\n1,x,a.png\n")
+    (tmp_path / "c.csv").write_text('id,state\n1,"' + json.dumps(msgs).replace('"', '""') + '"\n')
+    assert [may_have_images(tmp_path / f) for f in ("a.csv", "b.csv", "c.csv")] == [False, True, True]
+    tables = {
+        "text.parquet": (pa.table({"id": [1], "state": ["x"]}), False),
+        "column.parquet": (pa.table({"id": [1], "image": [b"png"]}), True),
+        "json.parquet": (pa.table({"id": [1, 2], "state": ["x", json.dumps(msgs)]}), True),
+        "structs.parquet": (pa.table({"id": [1], "state": [msgs]}), True),
+    }
+    for name, (t, want) in tables.items():
+        pq.write_table(t, tmp_path / name)
+        assert may_have_images(tmp_path / name) is want, name
+    key = b'{"id": 1, "image": "a.png"}'
+    assert scan_for_image_keys([key[:6], key[6:12], key[12:]]) and not scan_for_image_keys([b'{"id": 1}'])

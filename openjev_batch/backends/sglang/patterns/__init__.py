@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ....checkpoint.info import load_config
 from ....errors import BackendError, ConfigError
+from .. import hybrid
 from ..kwargs import choose_multi_item
 
 PATTERNS = ("prefix-first", "first-branch", "multi-item")
@@ -125,7 +127,20 @@ def engine_multi_item(opts: Any) -> tuple[bool, str | None]:
     except importlib.metadata.PackageNotFoundError:  # importable without its metadata: the start decides
         return False, "sglang's version is unknown before the engine starts"
     why = choose_multi_item(opts, kw, version)
+    if why is None and getattr(opts, "images", None) and takes_images_off_multi_item(opts):
+        return False, "off: the engine takes images (the input has image rows)"
     return why is None, why
+
+
+def takes_images_off_multi_item(opts: Any) -> bool:
+    """Whether an engine for a job with images turns multi-item scoring off as the backend does at start-up
+    (engine.py): a vision-language checkpoint, `--request-pattern auto`, and multi-item not asked for by
+    `--engine-arg enable_mis` (a Qwen3.5/3.6 hybrid turns it off even then: its fork is shown exact text only)."""
+    cfg = load_config(opts.model) or {}
+    if "vision_config" not in cfg or opts.sglang.request_pattern != "auto":
+        return False
+    arch = (cfg.get("architectures") or [""])[0]
+    return arch in hybrid.ARCHITECTURES or "enable_mis" not in opts.sglang.engine_args
 
 
 def planned(cfg: Any, info: Any) -> str:

@@ -26,7 +26,7 @@ from . import delimited, hf_dataset, json_array, jsonl, parquet  # noqa: F401 - 
 from .base import READERS, Reader, open_binary
 
 __all__ = ["READERS", "Reader", "count_rows", "has_rows", "input_columns", "input_format", "kept_types",
-           "open_binary", "record_chunks", "refuse_repeated_columns"]  # fmt: skip
+           "may_have_images", "open_binary", "record_chunks", "refuse_repeated_columns"]  # fmt: skip
 
 INPUT_EXT = {ext: name for name, cls in READERS.items() for ext in cls.extensions}
 FORMAT_NAMES = {name: cls.title for name, cls in READERS.items()}
@@ -82,6 +82,15 @@ def input_columns(path: Path) -> set[str] | None:
     reader, compression = _reader(path)
     with _reading(path, reader):
         return reader.columns(path, compression)
+
+
+def may_have_images(path: str | Path) -> bool:
+    """Whether any row of the input may carry an image (the reader's `may_have_images`: a column, a nested
+    field or a JSON key naming one), read before the engine starts; never False for a row that has one."""
+    path = Path(path)
+    reader, compression = _reader(path)
+    with _reading(path, reader, reader.failures):
+        return reader.may_have_images(path, compression)
 
 
 def refuse_repeated_columns(path: Path) -> None:

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ....errors import InputFileError
-from ....values import InvalidText, no_duplicate_keys, read_at_most
+from ....values import InvalidText, as_struct_values, no_duplicate_keys, read_at_most
+from .base import IMAGE_KEY_PATTERN, IMAGE_KEYS
 
 META_BYTES = 1 << 20  # a datasets folder's state.json / dataset_dict.json (a few hundred bytes as written)
 DATASETS = "a datasets folder"  # the format's name in messages
@@ -100,11 +102,29 @@ def rechunk(
 
 def batch_records(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     """A record batch (Parquet, CSV, datasets, a DataFrame) as row dicts; an undecodable cell becomes an
-    `InvalidText` (see the module doc)."""
+    `InvalidText` (see the module doc); a struct cell's dicts are StructValues (values.py: a state rendered as
+    text leaves out the fields the row does not have)."""
+    structs = [n for n, t in zip(batch.schema.names, batch.schema.types, strict=True) if _has_struct(t)]
     try:
-        return batch.to_pylist()
+        recs = batch.to_pylist()
     except UnicodeDecodeError:
-        pass
+        recs = _records_cell_by_cell(batch)
+    for rec in recs if structs else ():
+        for name in structs:
+            if isinstance(rec.get(name), dict | list):
+                rec[name] = as_struct_values(rec[name])
+    return recs
+
+
+def _has_struct(t: pa.DataType) -> bool:
+    if pa.types.is_struct(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_struct(t.value_type)
+    return False
+
+
+def _records_cell_by_cell(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     cols: dict[str, list[Any]] = {}
     for name, col in zip(batch.schema.names, batch.columns, strict=True):
         try:
@@ -145,3 +165,32 @@ def hf_kept_types(path: Path, keep: tuple[str, ...]) -> dict[str, pa.DataType]:
                 f"{path}: --keep column {k!r} has different types in the folder's Arrow files ({kinds})"
             ) from None
     return types
+
+
+def _field_names(t: pa.DataType) -> Iterator[str]:
+    """The names of the fields nested in an Arrow type (structs, lists, maps), at any depth."""
+    if pa.types.is_struct(t):
+        for f in t:
+            yield f.name
+            yield from _field_names(f.type)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        yield from _field_names(t.value_type)
+    elif pa.types.is_map(t):
+        yield from _field_names(t.key_type)
+        yield from _field_names(t.item_type)
+
+
+def arrow_may_have_images(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> bool:
+    """Whether an Arrow input's rows may carry an image: a column or a nested field named `image`, `images` or
+    `image_url` (messages as structs), or a text column holding such a JSON key (messages as JSON text),
+    scanned batch by batch."""
+    if any(f.name in IMAGE_KEYS or IMAGE_KEYS.intersection(_field_names(f.type)) for f in schema):
+        return True
+    text = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    if not text:
+        return False
+    for batch in batches:
+        for name in text:
+            if pc.any(pc.match_substring_regex(batch.column(name), IMAGE_KEY_PATTERN)).as_py():
+                return True
+    return False

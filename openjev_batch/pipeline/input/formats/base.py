@@ -4,7 +4,8 @@ decompressing binary stream the text formats read through (`open_binary`)."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,33 @@ class Reader:
 
     def kept_types(self, path: Path, keep: tuple[str, ...]) -> dict[str, pa.DataType] | None:
         return None
+
+    def may_have_images(self, path: Path, compression: str | None) -> bool:
+        """Whether a row may carry an image (an `image` / `images` column, an image part in a message), read
+        before the engine starts (pipeline.job.choose_images). Text formats: a scan of the raw bytes for such
+        a JSON key (`"image":`, `"images":`, `"image_url":`; CSV cells double the quotes) or a CSV header
+        naming one. It may say yes for a row that has none (a key inside a string value): that only starts
+        an engine that takes images."""
+        if (self.columns(path, compression) or set()) & IMAGE_KEYS:
+            return True
+        with open_binary(path, compression) as f:
+            return scan_for_image_keys(iter(lambda: f.read(1 << 22), b""))
+
+
+IMAGE_KEYS = frozenset({"image", "images", "image_url"})
+IMAGE_KEY_PATTERN = r'"(?:image|images|image_url)""?\s*:'  # RE2 (pyarrow.compute) and Python alike
+_IMAGE_KEY = re.compile(IMAGE_KEY_PATTERN.encode())
+
+
+def scan_for_image_keys(pieces: Iterable[bytes]) -> bool:
+    """Whether the bytes of `pieces`, read in order, hold a JSON key naming an image (IMAGE_KEYS). A key cut
+    between two pieces is found: each piece is searched with the end of the one before."""
+    tail = b""
+    for piece in pieces:
+        if _IMAGE_KEY.search(tail + piece):
+            return True
+        tail = piece[-32:]
+    return False
 
 
 READERS: Registry[type[Reader]] = Registry("input format", base=Reader)

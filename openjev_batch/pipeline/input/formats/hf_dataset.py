@@ -9,7 +9,15 @@ from pathlib import Path
 import pyarrow as pa
 
 from ....errors import InputFileError
-from .arrow_records import arrow_batches, arrow_schema, hf_dataset_files, hf_kept_types, json_file, rechunk
+from .arrow_records import (
+    arrow_batches,
+    arrow_may_have_images,
+    arrow_schema,
+    hf_dataset_files,
+    hf_kept_types,
+    json_file,
+    rechunk,
+)
 from .base import Chunk, Reader, register
 
 
@@ -46,6 +54,10 @@ class HFDatasetReader(Reader):
 
     def schemas(self, path: Path) -> list[tuple[Path, list[str]]]:
         return [(f, arrow_schema(f).names) for f in hf_dataset_files(path)]
+
+    def may_have_images(self, path: Path, compression: str | None) -> bool:
+        files = hf_dataset_files(path)
+        return bool(files) and arrow_may_have_images(arrow_schema(files[0]), arrow_batches(files))
 
     def count(self, path: Path, compression: str | None) -> int:
         return sum(b.num_rows for b in arrow_batches(hf_dataset_files(path)))

@@ -14,7 +14,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from ....errors import InputFileError
-from ....values import MAX_LINE_BYTES, no_duplicate_keys, refuse_mixed_line_ends, refuse_old_mac_line_ends
+from ....values import (
+    MAX_LINE_BYTES,
+    kind_of,
+    no_duplicate_keys,
+    refuse_mixed_line_ends,
+    refuse_old_mac_line_ends,
+)
 
 Chunk = list[tuple[int, Any]]  # (position, record dict or the error text of an unreadable line)
 
@@ -30,10 +36,12 @@ def _skip_long_line(f, hasher) -> None:
 
 def _parse_line(raw: bytes, lineno: int) -> dict[str, Any] | str:
     """One JSONL line → its record, or the row's error text naming the line."""
+    if b"\x00" in raw:  # UTF-16 (a Windows "Unicode" save): every line said "malformed JSON (Expecting value…)"
+        return f"line {lineno}: NUL bytes, so not UTF-8 text (UTF-16? save the file as UTF-8)"
     try:
         rec = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicate_keys)
         if not isinstance(rec, dict):
-            raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
+            raise ValueError(f"expected a JSON object, got {kind_of(rec)}")
         return rec
     except UnicodeDecodeError as e:
         return f"line {lineno}: not valid UTF-8 (byte {e.start})"
@@ -105,7 +113,7 @@ def json_records(f, name: str, chunk_rows: int, hasher=None) -> Iterator[Chunk]:
         ) from None
     if not isinstance(data, list):
         raise InputFileError(
-            f"{name}: expected a JSON array of row objects, got {type(data).__name__} "
+            f"{name}: expected a JSON array of row objects, got {kind_of(data)} "
             "(one object per line? name it .jsonl)"
         )
     for start in range(0, len(data), chunk_rows):
@@ -114,7 +122,7 @@ def json_records(f, name: str, chunk_rows: int, hasher=None) -> Iterator[Chunk]:
                 pos,
                 rec
                 if isinstance(rec, dict)
-                else f"item {pos}: expected a JSON object, got {type(rec).__name__}",
+                else f"item {pos}: expected a JSON object, got {kind_of(rec)}",
             )
             for pos, rec in enumerate(data[start : start + chunk_rows], start)
         ]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .arrow_records import rechunk
+from .arrow_records import arrow_may_have_images, rechunk
 from .base import Chunk, Reader, register
 
 
@@ -27,6 +27,10 @@ class ParquetReader(Reader):
 
     def columns(self, path: Path, compression: str | None) -> set[str] | None:
         return set(pq.read_schema(path).names)
+
+    def may_have_images(self, path: Path, compression: str | None) -> bool:
+        f = pq.ParquetFile(path)
+        return arrow_may_have_images(f.schema_arrow, f.iter_batches(batch_size=65_536))
 
     def schemas(self, path: Path) -> list[tuple[Path, list[str]]]:
         return [(path, pq.read_schema(path).names)]
