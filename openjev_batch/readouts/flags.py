@@ -12,7 +12,8 @@ class Flag:
     """How a readout option shows beyond its `Options` field (which holds its one default and bounds), put in
     the field's annotation (`Annotated[int, Flag("…")] = Field(1, ge=1, le=64)`): the CLI flag of its
     readout's command is generated from it (`--debias-order`: the field's name; cli/job_options.py), and so
-    are the flags of the other commands in `also` ("eval": an EvalConfig field too; "validate"), and the
+    are the flags of the other commands in `also` ("eval": an EvalConfig field too; "validate"; "serve": the
+    held-open readout's), and the
     Python API's keyword (a Classifier's, or with `per_run` its `run`'s). `short`: a short flag (`-q`);
     `cli_type`: the flag's type where the field's is wider (questions: a file path, or the API's mapping);
     `shown`: the default as --help names it (the flag's own default is then None: not given); `escapes`:

@@ -37,15 +37,16 @@ class LabelLogprobsOptions(ReadoutOptions):
     system_prompt: Annotated[
         str | None,
         Flag("The system message, replacing the default instructions; @FILE reads it from a file; @@TEXT is the "
-             "literal text @TEXT.", also=("eval",)),
+             "literal text @TEXT.", also=("eval", "serve")),
     ] = None  # fmt: skip
     calibration: Annotated[
-        Path | None, Flag("A file `calibrate` wrote: calibrated probs, raw_probs and an abstain column.")
+        Path | None,
+        Flag("A file `calibrate` wrote: calibrated probs, raw_probs and an abstain column.", also=("serve",)),
     ] = None
     debias_order: Annotated[
         int,
         Flag("Show choice/score options in K cyclic orders (one more suffix each), average by option; order_spread.",
-             also=("eval",)),
+             also=("eval", "serve")),
     ] = Field(1, ge=1, le=64)  # fmt: skip
 
     @field_validator("questions", mode="before")
