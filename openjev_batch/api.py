@@ -46,16 +46,15 @@ class Classifier:
     sglang (default: sglang where installed and a GPU is present). `readout`: "label-logprobs" (`run`:
     questions answered from a causal LM's label logprobs) or "classifier-head" (`classify`: a
     *ForSequenceClassification checkpoint's logits over its id2label). `threads`: CPU threads (set before
-    torch loads, when it has not been imported yet). `system_prompt` (label-logprobs): the system message
-    instead of the default instructions, as `run --system-prompt` (tokenized as text; the same limits).
-    `calibration` (label-logprobs): a file `openjev-batch calibrate` wrote, applied as `run --calibration`;
-    `debias_order`: as `run --debias-order` (choice/score options shown in K cyclic orders, averaged).
-    `images` (sglang): the rule of a held-open engine, decided here, at construction, since the engine starts
-    once: True starts it multimodal, so image rows are answered (a Qwen3.5/3.6 hybrid then runs without its
-    multi-item fork); False starts it text only (image rows are then row errors saying so); None (default):
-    a dense vision-language model starts multimodal, a Qwen3.5/3.6 hybrid text only. The command line decides
-    the same from its input file (an image column or part starts it multimodal).
-    The other keywords are the CLI's engine options (device, dtype, tp_size, dp_size, mem_fraction_static,
+    torch loads, when it has not been imported yet). `images` (sglang): the rule of a held-open engine, decided
+    here, at construction, since the engine starts once: True starts it multimodal, so image rows are answered
+    (a Qwen3.5/3.6 hybrid then runs without its multi-item fork); False starts it text only (image rows are then
+    row errors saying so); None (default): a dense vision-language model starts multimodal, a Qwen3.5/3.6 hybrid
+    text only. The command line decides the same from its input file (an image column or part starts it
+    multimodal). The other keywords are the readout's options (its `Options`, the flags of its command:
+    label-logprobs `system_prompt` as `run --system-prompt`, tokenized as text with the same limits;
+    `calibration`, a file `openjev-batch calibrate` wrote, applied as `run --calibration`; `debias_order`, as
+    `run --debias-order`: choice/score options shown in K cyclic orders, averaged), the CLI's engine options (device, dtype, tp_size, dp_size, mem_fraction_static,
     attention_backend, context_length, engine_args, batch_tokens, …) and the job options `max_branches`
     (most branches — classifier-head: rows — per window) and `chunk_rows` (rows per chunk), whose defaults
     (None: not given) are the CLI's (job_options.JOB_OPTIONS; `chunk_rows`: the readout's). Every option
@@ -73,11 +72,8 @@ class Classifier:
         readout: str = DEFAULT,
         threads: int | None = None,
         max_branches: int | None = None,
-        system_prompt: str | None = None,
-        calibration: str | os.PathLike | None = None,
-        debias_order: int | None = None,
         images: bool | None = None,
-        **engine_options: Any,
+        **options: Any,
     ):
         if threads is not None:
             apply_threads(threads)
@@ -89,15 +85,14 @@ class Classifier:
         # the CLI's door: the same checks (the 256 KiB system prompt, engine options the backend lacks, …)
         self._options = dict(
             input=Path("<data>"), model=model, backend=backend or default_backend(), readout=readout,
-            system_prompt=system_prompt, progress=False, calibration=_path(calibration),
-            debias_order=debias_order, images=images, **engine_options,
+            progress=False, images=images, **{k: _path(v) for k, v in options.items()},
         )  # fmt: skip
         if max_branches is not None:  # else the config's default, the CLI's
             self._options["max_branches"] = max_branches
         cfg = build_config(**self._options)  # chunk_rows: the readout's default, as the CLI's
         self.backend_name, self.readout = cfg.backend, readout
         self._class = readouts.readout_class(readout)
-        self.system_prompt = system_prompt
+        self.system_prompt = self._options.get("system_prompt")
         self.model = self._options["model"] = resolve_model(model)
         self.backend = load_backend(cfg.backend, cfg.backend_options(self.model), self._class.backend_kind)
         try:
@@ -115,12 +110,12 @@ class Classifier:
         data: Any,
         questions: Any = None,
         *,
-        template: str | None = None,
         keep: Iterable[str] | str | None = (),
         limit: int | None = None,
         output: str = "auto",
         on_progress: Callable[[int, int], None] | None = None,
         progress: Any = None,
+        **options: Any,
     ):
         """Read out every row of `data`; returns the CLI's output rows in input order, with its columns and
         the `keep` columns (a name, names, or "all": every input column that is not an output column).
@@ -135,9 +130,9 @@ class Classifier:
         back with its type; without one, the id is the row's position. A pandas output keeps the input's
         index, whatever the ids: each output row has the index label of its input row (polars has no
         index: join by `id`, or by the position in `id`). `questions` (label-logprobs): a mapping question_id → question (or a
-        JSON/YAML path) for every row, or None to read each row's `questions`. `template`
-        (classifier-head): the prompt over {premise} and {hypothesis} (default: the NLI template, as
-        `classify --template`). `output`: "auto" (the input's kind; polars for an iterable), "polars",
+        JSON/YAML path) for every row, or None to read each row's `questions`. `options`: the readout's
+        options given per run (`Flag.per_run`): classifier-head `template`, the prompt over {premise} and
+        {hypothesis} (default: the NLI template, as `classify --template`). `output`: "auto" (the input's kind; polars for an iterable), "polars",
         "pandas" or "arrow". `on_progress(branches, tokens)` is called after each window; `progress` (a
         `pipeline.progress.Progress`) is updated as branches finish, for a live display (its `text()`:
         done of the total, tok/s, cache hit rate, ETA). Bad rows become `error` cells, never exceptions;
@@ -148,7 +143,7 @@ class Classifier:
         data = as_frame(data, self._text_column())
         kind = kind_of(data)
         output, cols = _checked(data, kind, output, limit)
-        cfg, readout = self._job(questions, template, keep, cols, limit)
+        cfg, readout = self._job(questions, options, keep, cols, limit)
         source = FrameSource(data, kind, cfg.chunk_rows, limit)
         self.last_summary, table = loop.run(
             cfg,
@@ -163,12 +158,15 @@ class Classifier:
         index = input_index(source.positions(), data, kind) if output == "pandas" else None
         return convert(table, output, index)
 
-    def _job(self, questions: Any, template: Any, keep: Any, cols: list[str] | None, limit: int | None):
-        """This run's config (through `build_config`, as the CLI's: the questions and the template go through
-        the readout's options, the CLI's door) and readout. Raises ConfigError."""
-        if template is not None and not isinstance(template, str):
-            raise ConfigError(f"template must be a string, got {type(template).__name__}")
-        opts = {**self._options, "questions": _path(questions), "template": template, "limit": limit}
+    def _job(self, questions: Any, options: dict, keep: Any, cols: list[str] | None, limit: int | None):
+        """This run's config (through `build_config`, as the CLI's: the questions and the per-run options go
+        through the readout's options, the CLI's door) and readout. Raises ConfigError, naming a keyword that
+        is no per-run option (a Classifier's options are given when it is made)."""
+        per_run = readouts.per_run_options()
+        if bad := [k for k in options if k not in per_run]:
+            raise ConfigError(f"unknown keyword(s) of run(): {', '.join(bad)} (per run: {', '.join(per_run)})")
+        opts = {**self._options, "questions": _path(questions), "limit": limit}
+        opts.update((k, _path(v)) for k, v in options.items())
         if keep == "all":  # every input column the readout neither reads nor writes (p_<label> too)
             written = readouts.build(self.readout, build_config(**opts), self.backend.labels).schema.names
             keep = self._keep(keep, cols, {*self._class.input_columns, *written})
@@ -229,9 +227,9 @@ class Classifier:
 
 def run(data: Any, questions: Any = None, *, model: str, backend: str | None = None, **kw: Any):
     """One-shot `Classifier(model, backend, ...).run(data, questions, ...)`; the model is closed after.
-    Keywords of `Classifier.run` (template, keep, limit, output, on_progress, progress) go to the run, the
-    rest to the Classifier."""
-    names = ("template", "keep", "limit", "output", "on_progress", "progress")
+    Keywords of `Classifier.run` (keep, limit, output, on_progress, progress, the readouts' per-run options:
+    template) go to the run, the rest to the Classifier."""
+    names = ("keep", "limit", "output", "on_progress", "progress", *readouts.per_run_options())
     run_kw = {k: kw.pop(k) for k in names if k in kw}
     with Classifier(model, backend, **kw) as clf:
         return clf.run(data, questions, **run_kw)

@@ -412,3 +412,122 @@ def test_a_nested_room_on_a_lower_floor_is_checked_against_its_outer_room(tmp_pa
         "openjev_batch.pipeline.input.formats.reader -> openjev_batch.pipeline.loop "
         "(pipeline/input/formats on floor 1, pipeline on floor 2)"
     ]
+
+
+def folder_circles(graph: dict[str, set[str]], package: str) -> list[list[str]]:
+    """The circles among `package`'s rooms: each module below it drawn as the file or folder directly in it
+    (`backends.sglang.hybrid.qwen3_5_mis` as `backends.sglang.hybrid`), so a loop between two folders, or a
+    file and a folder, shows that the module-level check cannot see (mis.py <-> hybrid/qwen3_5_mis.py)."""
+
+    def room(mod: str) -> str | None:
+        return f"{package}.{mod[len(package) + 1 :].split('.')[0]}" if mod.startswith(package + ".") else None
+
+    rooms: dict[str, set[str]] = {}
+    for a, targets in graph.items():
+        if (ra := room(a)) is not None:
+            rooms.setdefault(ra, set()).update(rb for b in targets if (rb := room(b)) not in (None, ra))
+    return circles(rooms)
+
+
+def test_no_circle_between_the_folders_of_a_package():
+    """Inside every package below the top (backends/sglang/ included), its files and folders import one
+    way; the top level's rooms are held by the stated floors above."""
+    graph = import_graph()
+    packages = {m for m in graph if any(k.startswith(m + ".") for k in graph)} - {"openjev_batch"}
+    assert {p: c for p in sorted(packages) if (c := folder_circles(graph, p))} == {}
+
+
+def test_the_folder_check_sees_a_loop_through_a_folder(tmp_path):
+    root = tmp_path / "openjev_batch"
+    files = {
+        "backends/__init__.py": "",
+        "backends/mis.py": "from .hybrid import ARCH\n",
+        "backends/hybrid/__init__.py": "ARCH = 1\n",
+        "backends/hybrid/model.py": "from .. import mis\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "__init__.py").write_text("")
+    graph = import_graph(root)
+    assert circles(graph) == []  # no module imports itself round a loop
+    assert folder_circles(graph, "openjev_batch.backends") == [
+        ["openjev_batch.backends.hybrid", "openjev_batch.backends.mis"]
+    ]
+
+
+BACKEND_FACES = ("openjev_batch.backends", "openjev_batch.backends.base")  # what the rest may import of backends/
+# Modules outside backends/ allowed to import another backends/ module (at most one, the spawn guard's place;
+# empty: the guard is asked through `backends.refuse_unguarded_main`).
+BACKEND_REACH_INS: set[str] = set()
+
+
+def backend_reach_ins(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a backends/ module other than its faces from a module outside backends/: backends own
+    their facts (their specs), the rest asks them through `backends` (SPECS, load_backend) and `backends.base`."""
+    inside = "openjev_batch.backends"
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        if not (a == inside or a.startswith(inside + "."))
+        for b in targets
+        if b.startswith(inside + ".") and b not in BACKEND_FACES
+    )
+
+
+def test_outside_backends_a_module_imports_only_its_faces():
+    assert len(BACKEND_REACH_INS) <= 1
+    assert [r for r in backend_reach_ins(import_graph()) if r.split(" -> ")[0] not in BACKEND_REACH_INS] == []
+
+
+def test_the_backend_rule_sees_a_reach_in(tmp_path):
+    root = tmp_path / "openjev_batch"
+    files = {
+        "backends/__init__.py": "",
+        "backends/base.py": "",
+        "backends/sglang/__init__.py": "",
+        "backends/sglang/mis.py": "",
+        "pipeline/__init__.py": "",
+        "pipeline/job.py": "from ..backends import base\nfrom ..backends.sglang.mis import needs_fork\n",
+        "pipeline/dry.py": "from ..backends import SPECS\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "__init__.py").write_text("")
+    assert backend_reach_ins(import_graph(root)) == ["openjev_batch.pipeline.job -> openjev_batch.backends.sglang.mis"]
+
+
+def sibling_readout_imports(graph: dict[str, set[str]], root: Path = PKG) -> list[str]:
+    """Imports from one readout's folder (readouts/label_logprobs/) into another's: what both share stands in
+    readouts/ itself (images, the answer math, `Failed`)."""
+    inside = "openjev_batch.readouts."
+    folders = {p.name for p in (root / "readouts").iterdir() if (p / "__init__.py").is_file()}
+
+    def folder(mod: str) -> str | None:
+        return mod.split(".")[2] if mod.startswith(inside) and mod.split(".")[2] in folders else None
+
+    return sorted(
+        f"{a} -> {b}" for a, ts in graph.items() for b in ts if folder(a) and folder(b) and folder(a) != folder(b)
+    )
+
+
+def test_sibling_readouts_do_not_import_each_other():
+    assert sibling_readout_imports(import_graph()) == []
+
+
+def test_the_sibling_check_sees_one(tmp_path):
+    root = tmp_path / "openjev_batch"
+    files = {
+        "readouts/__init__.py": "",
+        "readouts/answer.py": "",
+        "readouts/a/__init__.py": "from ..answer import x\n",
+        "readouts/b/__init__.py": "",
+        "readouts/b/prompt.py": "from ..a import y\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "__init__.py").write_text("")
+    got = sibling_readout_imports(import_graph(root), root)
+    assert got == ["openjev_batch.readouts.b.prompt -> openjev_batch.readouts.a"]

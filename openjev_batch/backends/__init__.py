@@ -1,6 +1,8 @@
 """Backends, chosen by name and the readout kind they serve, imported lazily: the `hf` path never imports
-sglang (or CUDA). Adding a backend: a `Backend` subclass (base.py) per readout kind it serves, one line each
-in _BACKENDS."""
+sglang (or CUDA). Each backend's facts are its spec (base.BackendSpec, backends/<name>/spec.py: light, no
+engine), which the pipeline, the dry run, Ray, eval and the display ask instead of naming a backend: `SPECS`.
+Adding a backend: a folder with a `Backend` subclass (base.py) per readout kind it serves and its `spec.py`,
+one `SPECS` line below, and its name in `options.BACKENDS`."""
 
 from __future__ import annotations
 
@@ -10,15 +12,14 @@ import importlib.util
 from ..checkpoint.trust import check_model_trust
 from ..errors import BackendError
 from ..options import BACKENDS
-from .base import Backend, BackendOptions, BranchResult
+from ..registry import Registry
+from .base import Backend, BackendOptions, BackendPlan, BackendSpec, BranchResult
+from .tokenizer import tokenizer_name
 
-_BACKENDS = {
-    ("hf", "label-logprobs"): "openjev_batch.backends.hf.causal:HFBackend",
-    ("sglang", "label-logprobs"): "openjev_batch.backends.sglang.engine:SGLangBackend",
-    ("hf", "classifier-head"): "openjev_batch.backends.hf.classifier:HFClassifier",
-    ("sglang", "classifier-head"): "openjev_batch.backends.sglang.classifier:SGLangClassifier",
-}
-NAMES = tuple(dict.fromkeys(name for name, _ in _BACKENDS))
+SPECS: Registry[BackendSpec] = Registry("backend", base=BackendSpec)  # name → its spec, imported when asked
+SPECS.lazy("hf", "openjev_batch.backends.hf.spec:SPEC")
+SPECS.lazy("sglang", "openjev_batch.backends.sglang.spec:SPEC")
+NAMES = SPECS.names()
 assert set(NAMES) == set(BACKENDS), "config.BACKENDS (the --backend choices) must list every backend"
 
 
@@ -32,17 +33,26 @@ def default_backend() -> str:
     return "sglang" if torch.cuda.is_available() else "hf"
 
 
+def refuse_unguarded_main() -> None:
+    """In a process that multiprocessing's spawn is bootstrapping (a script wrapping the CLI without a main
+    guard, re-run by an engine's spawn), exit before anything starts: sglang's guard (sglang/signals.py), asked
+    here so that the CLI names no backend."""
+    from .sglang.signals import refuse_unguarded_main as guard  # lazy: keeps --help fast (imports no sglang)
+
+    guard()
+
+
 def load_backend(name: str, opts: BackendOptions, kind: str = "label-logprobs") -> Backend:
     """Import and start backend `name` for readout `kind`, configured with `opts`' request options. Raises
     BackendError for an unknown or uninstalled backend, and what the backend raises when its model cannot
     load; ConfigError for request options the started engine cannot serve."""
-    if (name, kind) not in _BACKENDS:
-        raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(NAMES)}")
+    if name not in SPECS or kind not in SPECS[name].kinds:
+        raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(SPECS)}")
 
     check_model_trust(opts)  # before any engine or loader sees the checkpoint
     if kind == "label-logprobs":
         _refuse_classifier(opts.model)
-    module, cls = _BACKENDS[name, kind].split(":")
+    module, cls = SPECS[name].kinds[kind].split(":")
     try:
         backend = getattr(importlib.import_module(module), cls)(opts)
     except BackendError as e:
@@ -78,4 +88,7 @@ def _refuse_classifier(model: str) -> None:
         )
 
 
-__all__ = ["Backend", "BackendOptions", "BranchResult", "NAMES", "default_backend", "load_backend"]
+__all__ = [
+    "SPECS", "Backend", "BackendOptions", "BackendPlan", "BackendSpec", "BranchResult", "NAMES", "default_backend",
+    "load_backend", "refuse_unguarded_main", "tokenizer_name",
+]  # fmt: skip

@@ -21,8 +21,9 @@ Contract (every backend):
   that does not report is counted when its window ends.
 - `configure(opts)` applies the request options of `options.ENGINE_OPTIONS` that a started backend can
   change (sglang: `request_pattern`, `groups_per_window`, `pipeline_depth`, `skip_prefix_warmup`):
-  `load_backend` calls it at start-up and `run_job` again for a backend passed in. Read-only facts:
-  `pattern` (the request pattern in words), `request_pattern` (its name), `kv_capacity_tokens`.
+  `load_backend` calls it at start-up and `run_job` again for a backend passed in. Read-only fact:
+  `pattern` (how it sends its work, in words); a backend's own facts are its own (sglang: `request_pattern`,
+  `kv_capacity_tokens`), and what the pipeline asks before a start is its spec's (`BackendSpec` below).
 - `close()` frees the model/engine; backends are context managers.
 Raises BackendError when the model cannot load or the engine dies.
 """
@@ -30,7 +31,8 @@ Raises BackendError when the model cannot load or the engine dies.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..checkpoint.trust import trust_hint
@@ -80,8 +82,6 @@ class Backend(ABC):
             self.on_branches(done)
 
     pattern: str = ""  # how prefill sends its work, in words (the run summary shows it)
-    request_pattern: str = ""  # sglang: prefix-first | first-branch | multi-item
-    kv_capacity_tokens: int | None = None  # sglang: the engine's KV pool (max_total_num_tokens)
 
     @abstractmethod
     def kv_budget_tokens(self) -> int: ...
@@ -126,4 +126,63 @@ class Backend(ABC):
         self.close()
 
 
-__all__ = ["Backend", "BackendOptions", "BranchResult"]
+@dataclass
+class BackendPlan:
+    """What one backend would do with a planned job (`--dry-run`, no engine): the tokens it would compute
+    (`unique_tokens`; its cache shares the rest, `cache` says how, in words), more counts by their words
+    (shown when it is the run's backend), and the request pattern it would use ('' when it has none)."""
+
+    cache: str
+    unique_tokens: int = 0
+    more: dict[str, int] = field(default_factory=dict)
+    pattern: str = ""
+
+    def hit_rate(self, logical_tokens: int) -> float:
+        return 1 - self.unique_tokens / logical_tokens if logical_tokens else 0.0
+
+
+class BackendSpec:
+    """A backend's facts, asked by the pipeline, the dry run, Ray, eval and the display, which never name a
+    backend: light (no engine, no heavy import at module level; backends/<name>/spec.py), registered in
+    `backends.SPECS`. `kinds`: readout kind → "module:Class" of the `Backend` that serves it; `cache`: how its
+    cache shares tokens, in words; `images_at_start`: whether its engine is told when it starts if the job's
+    input has image rows (`BackendOptions.images`, read first by pipeline/job_images.choose_images)."""
+
+    name: str = "?"
+    kinds: dict[str, str] = {}
+    cache: str = ""
+    images_at_start: bool = False
+
+    def count(self, plan: BackendPlan, windows: Iterable[Any]) -> None:
+        """Add to `plan` the tokens this backend would compute for planned `windows` (pipeline/plan.Window):
+        by default the planner's own count (a cache that shares any common token prefix)."""
+        plan.unique_tokens += sum(w.unique_tokens for w in windows)
+
+    def planned(self, cfg: Any, info: Any) -> str:
+        """The request pattern a run of `cfg` would use for the model `info` (checkpoint.info.ModelInfo)
+        describes, in words; '' for a backend with one way of sending its work."""
+        return ""
+
+    def prepare(self, cfg: Any, first_plan: Callable[[Any], Any]) -> tuple[Any, str]:
+        """The choices made before the engine starts: `cfg` (a RunConfig) as the job should run it, and the
+        choice in words ('' when none was made). `first_plan(cfg)` plans the job's first chunk (a
+        pipeline.dry_run.PlanSummary), for a backend whose choice depends on the job's counts."""
+        return cfg, ""
+
+    def gpus_per_worker(self, cfg: Any) -> float:
+        """The GPUs one worker of `cfg` needs on a cluster that has GPUs (Ray's default)."""
+        return 1.0
+
+    def check_gpus(self, cfg: Any, gpus: float) -> None:
+        """Raise ConfigError when `gpus` GPUs per worker (> 0) cannot serve `cfg`."""
+
+    def device(self, cfg: Any) -> str:
+        """The device a run of `cfg` uses (its `--device`, `auto` resolved: cuda where torch sees one)."""
+        if cfg.device != "auto":
+            return cfg.device
+        import torch  # here, not at the top: a spec imports nothing heavy until it is asked
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+__all__ = ["Backend", "BackendOptions", "BackendPlan", "BackendSpec", "BranchResult"]

@@ -31,7 +31,7 @@ from . import run, validate, evaluate, calibrate, models, serve  # noqa: E402, F
 
 def main() -> None:  # pragma: no cover - entry point for `python -m openjev_batch`
     # lazy: keeps --help fast (the console script's `app` loads no backend)
-    from ..backends.sglang.signals import refuse_unguarded_main
+    from ..backends import refuse_unguarded_main
 
     refuse_unguarded_main()  # a script wrapping the CLI without a main guard, re-run by sglang's spawn
     try:

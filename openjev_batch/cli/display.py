@@ -41,32 +41,21 @@ def _print_top_errors(s) -> None:
 
 def _print_plan(p, command: str = "run") -> None:
     t = Table(title=f"openjev-batch {command} --dry-run", show_header=False)
+    this, mine = p.backend, " (this run's backend)"
+    plans = p.by_backend.items()  # the run's backend first
     for k, v in [
         *([("model", p.model)] if p.model else []),
-        # the pattern sglang would use: on an hf plan too, said so (a new-user trial read it as this run's)
-        *([(f"request pattern{'' if p.backend == 'sglang' else ', if run on sglang'}", p.sglang_pattern)]
-          if p.sglang_pattern else []),  # fmt: skip
+        # the pattern each backend would use: another backend's said so (a new-user trial read it as this run's)
+        *((f"request pattern{'' if n == this else f', if run on {n}'}", b.pattern) for n, b in plans if b.pattern),
         ("rows", f"{p.rows:,}"),
         ("questions", f"{p.questions:,}"),
         ("row/question errors", f"{p.errors:,}"),
         ("branches", f"{p.branches:,}"),
         ("logical tokens", f"{p.logical_tokens:,}"),
         *([("image tokens (a row's prefix once)", f"{p.image_tokens:,} in {p.images:,} images")] if p.images else []),
-        ("unique tokens, sglang (radix cache: any shared token prefix)", f"{p.unique_tokens:,}"),
-        ("unique tokens, hf (identical prefixes only)", f"{p.unique_tokens_hf:,}"),
-        *(
-            [("tokens multi-item scoring computes (sglang, GPU)", f"{p.multi_item_tokens:,}")]
-            if p.backend == "sglang" and p.multi_item_tokens
-            else []
-        ),
-        (
-            f"expected cache hit rate, {p.backend} (this run's backend)",
-            f"{p.expected_hit_rate if p.backend == 'sglang' else p.expected_hit_rate_hf:.1%}",
-        ),
-        (
-            f"expected cache hit rate, {'hf' if p.backend == 'sglang' else 'sglang'}",
-            f"{p.expected_hit_rate_hf if p.backend == 'sglang' else p.expected_hit_rate:.1%}",
-        ),
+        *((f"unique tokens, {n} ({b.cache})", f"{b.unique_tokens:,}") for n, b in plans),
+        *((words, f"{v:,}") for words, v in p.by_backend[this].more.items() if v),
+        *((f"expected cache hit rate, {n}{mine if n == this else ''}", f"{p.hit_rate(n):.1%}") for n, _ in plans),
         ("windows", f"{p.windows:,}"),
         ("wall time", f"{p.wall_s:.1f} s"),
         ("peak RSS", f"{p.peak_rss_mb:,.0f} MiB"),

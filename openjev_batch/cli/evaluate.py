@@ -12,11 +12,9 @@ from ..interrupts import stop_on_signals
 from ..job_options import JobOptions
 from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
 from .display import _print_plan, _progress
-from .job_options import ENGINE, JOB, _engine_options
+from .job_options import ENGINE, JOB, READOUT, _engine_options
 from .options import (
     BACKEND,
-    DEBIAS_ORDER,
-    SYSTEM_PROMPT,
     _quiet,
     _resolve,
     _text_or_file,
@@ -48,11 +46,10 @@ def eval_(
     shots: int = typer.Option(0, help="Worked examples of the same category from --dev (0: zero-shot)."),
     dev: Path = typer.Option(None, help="Dev/validation split (same format) for --shots."),
     sample: int = typer.Option(None, help="Score a reproducible subset of N questions (see --seed)."),
-    system_prompt: str = SYSTEM_PROMPT,
+    readout_opts: dict = READOUT,
     show_prompt: int = show_prompt_option("questions"),
     seed: int = typer.Option(42, help="Seed of --sample and of the --calibrate split."),
     calibrate: float = typer.Option(None, help="Fit one temperature on this share, report the rest scaled."),
-    debias_order: int = DEBIAS_ORDER,
     engine: dict = ENGINE,
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output folder."),
     job: dict = JOB,
@@ -70,9 +67,8 @@ def eval_(
     stop_on_signals()  # SIGTERM (schedulers) ends the eval like Ctrl-C: message, partial kept, exit 143
     try:
         cfg, on_ray = _config(job, engine, input=input, output_dir=output_dir or Path("."), model=model,
-                      tokenizer_only=bool(show_prompt) or dry_run, system_prompt=system_prompt,
-                      backend=backend, format=fmt, shots=shots, dev=dev, sample=sample, seed=seed,
-                      calibrate=calibrate, debias_order=debias_order, force=force)  # fmt: skip
+                      tokenizer_only=bool(show_prompt) or dry_run, backend=backend, format=fmt, shots=shots,
+                      dev=dev, sample=sample, seed=seed, calibrate=calibrate, force=force, **readout_opts)  # fmt: skip
         if dry_run or show_prompt:
             _plan_only(cfg, show_prompt, dry_run=dry_run, resume=job["resume"], force=force, ray=job["ray"])
             return
@@ -102,7 +98,7 @@ def _print_report(rep: dict, output_dir: Path) -> None:
         raise typer.Exit(EXIT_ROW_ERRORS)
 
 
-def _config(job: dict, engine: dict, *, model: str, tokenizer_only: bool, system_prompt, backend, **kw):
+def _config(job: dict, engine: dict, *, model: str, tokenizer_only: bool, backend, system_prompt=None, **kw):
     """The EvalConfig from eval's options (the model name resolved, --system-prompt's @FILE read, the
     default backend) and --ray's RayOptions (None without --ray). Raises ConfigError (build_eval_config's
     refusals too, and the --ray options without --ray)."""

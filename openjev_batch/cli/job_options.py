@@ -1,5 +1,7 @@
 """How a command gets its options, generated from their one declaration: the engine options
-(options.ENGINE_OPTIONS, `_engine_options`) and the job options (job_options.JOB_OPTIONS): a command's `job`
+(options.ENGINE_OPTIONS, `_engine_options`), the readout options (each readout's `Options` fields with their
+`Flag`s: a command's `readout_opts` parameter, `_readout_options`) and the job options
+(job_options.JOB_OPTIONS): a command's `job`
 parameter stands for them all and receives them as one dict (`_job_options`, applied by `_engine_options`);
 one the command declares itself (`keep: str = job_flag("keep", "run")`) takes its flag from there too."""
 
@@ -11,14 +13,16 @@ import typing
 from pathlib import Path
 
 import typer
+from pydantic.fields import FieldInfo
 
 from ..errors import ConfigError
-from ..job_options import BY_NAME, JOB_OPTIONS, JobOption
+from ..job_options import BY_NAME, JOB_COMMANDS, JOB_OPTIONS, JobOption
 from ..options import ENGINE_OPTIONS
-from ..readouts import NAMES, readout_class
+from ..readouts import NAMES, command_options, readout_class
+from ..readouts.flags import Flag
 from .app import _fail
 from .jobfile import load_job_file
-from .options import parse_engine_args
+from .options import parse_engine_args, unescape
 
 JOB: dict = {}  # where a command's job options go (`_job_options`); never a CLI option itself
 
@@ -26,6 +30,13 @@ JOB: dict = {}  # where a command's job options go (`_job_options`); never a CLI
 def _readout_of(command: str):
     """The readout class `command` runs (`Readout.command`); None for one that runs either (eval)."""
     return next((readout_class(n) for n in NAMES if readout_class(n).command == command), None)
+
+
+def _takes(commands: tuple[str, ...], command: str) -> bool:
+    """Whether an engine or job option declared for `commands` is a flag of `command`: named there, or every job
+    command takes it (the default `commands`, JOB_COMMANDS) and `command` runs a readout (a new readout's
+    command takes them with no edit to their declarations)."""
+    return command in commands or (set(JOB_COMMANDS) <= set(commands) and _readout_of(command) is not None)
 
 
 def job_flag(name: str, command: str):
@@ -53,7 +64,7 @@ def _job_options(command: str, own: typing.Collection[str] = ()):
     in `own`, which the command declares itself with `job_flag`) where the command's `job` parameter stands;
     the command receives them as one dict `job`. Applied by `_engine_options`, inside it: its `--config`
     stays last."""
-    declared = [o for o in JOB_OPTIONS if command in o.commands and o.name not in own]
+    declared = [o for o in JOB_OPTIONS if _takes(o.commands, command) and o.name not in own]
     params = [
         inspect.Parameter(
             o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=job_flag(o.name, command),
@@ -73,6 +84,46 @@ def _job_options(command: str, own: typing.Collection[str] = ()):
     return deco
 
 
+READOUT: dict = {}  # where a command's readout options go (`_readout_options`); never a CLI option itself
+
+
+def readout_flag(name: str, field: FieldInfo, flag: Flag):
+    """The CLI option of readout option `name`, from its one declaration: its `Options` field's default and
+    bounds (ge/le → min/max), its `Flag`'s help, short flag and shown default."""
+    bounds = {k: v for m in field.metadata for k, v in (("min", getattr(m, "ge", None)), ("max", getattr(m, "le", None))) if v is not None}  # fmt: skip
+    default = None if flag.shown is not None else field.default
+    decls = ["--" + name.replace("_", "-"), *([flag.short] if flag.short else [])]
+    return typer.Option(default, *decls, help=flag.help, show_default=flag.shown or True, **bounds)
+
+
+def _readout_options(command: str):
+    """Put the readout options `command` takes (readouts.command_options: its readout's `Options` fields and
+    other readouts' that name `command` in their `Flag.also`) where the command's `readout_opts` parameter
+    stands; the command receives them as one dict of config keywords (None: not given; a `Flag.escapes`
+    text unescaped). A new readout's option is a flag of its command with no edit here."""
+    declared = command_options(command)
+    params = [
+        inspect.Parameter(
+            name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=readout_flag(name, field, flag),
+            annotation=flag.cli_type or next((t for t in typing.get_args(field.annotation) if t is not type(None)), field.annotation),
+        )
+        for name, (field, flag) in declared.items()
+    ]  # fmt: skip
+
+    def deco(f):
+        @functools.wraps(f)
+        def wrapper(**kw):
+            own = {name: kw.pop(name) for name in declared}
+            for name, (_, flag) in declared.items():
+                if flag.escapes and own[name] is not None:
+                    own[name] = unescape(own[name])
+            return f(**kw, readout_opts=own)
+
+        return _expand(f, wrapper, "readout_opts", params)
+
+    return deco
+
+
 ENGINE: dict = {}  # where a command's engine options go (`_engine_options`); never a CLI option itself
 
 
@@ -82,7 +133,7 @@ def _engine_options(command: str):
     fields (`--engine-arg key=value` pairs parsed). A `job` parameter likewise becomes the job options
     (`_job_options`). Also `--config FILE` (cli/jobfile.py): every command that runs a job takes its options
     from a file."""
-    declared = [o for o in ENGINE_OPTIONS if command in o.commands]
+    declared = [o for o in ENGINE_OPTIONS if _takes(o.commands, command)]
 
     def option(o) -> inspect.Parameter:
         if isinstance(o.default, dict):  # key=value pairs, repeatable
@@ -105,7 +156,10 @@ def _engine_options(command: str):
     )  # fmt: skip
 
     def deco(f):
-        if "job" in (own := inspect.signature(f).parameters):
+        own = inspect.signature(f).parameters
+        if "readout_opts" in own:
+            f = _readout_options(command)(f)
+        if "job" in own:
             f = _job_options(command, own)(f)
 
         @functools.wraps(f)

@@ -123,15 +123,10 @@ def _resolve(model: str, tokenizer_only: bool = False) -> str:
 
 
 # Options several commands take (run, classify, eval, validate), declared once (typer copies an option's
-# info per command); the job options' flags are generated from job_options.JOB_OPTIONS (cli/job_options.py).
+# info per command); the job options' flags are generated from job_options.JOB_OPTIONS, the readout options'
+# from each readout's `Options` (cli/job_options.py).
 BACKEND = typer.Option(
     None, "--backend", "-b", help="hf | sglang (default: sglang where installed and a GPU is present)."
-)
-SYSTEM_PROMPT = typer.Option(
-    None,
-    "--system-prompt",
-    help="The system message, replacing the default instructions; @FILE reads it from a file; @@TEXT is the "
-    "literal text @TEXT.",
 )
 
 
@@ -158,15 +153,6 @@ def show_prompt_option(what: str):
     )
 
 
-# `run`'s and `validate`'s --questions
-QUESTIONS = typer.Option(None, "--questions", "-q", help="JSON/YAML question map applied to every row.")
-DEBIAS_ORDER = typer.Option(
-    1, "--debias-order", min=1, max=64,
-    help="Show choice/score options in K cyclic orders (one more suffix each), average by option; order_spread.",
-)  # fmt: skip
-CALIBRATION = typer.Option(
-    None, "--calibration", help="A file `calibrate` wrote: calibrated probs, raw_probs and an abstain column."
-)
 
 
 def at_file(value: str) -> Path | None:

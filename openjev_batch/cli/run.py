@@ -16,14 +16,10 @@ from ..options import BACKENDS
 from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS, build
 from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
 from .display import _print_plan, _print_summary, _progress
-from .job_options import ENGINE, JOB, _engine_options, job_flag
+from .job_options import ENGINE, JOB, READOUT, _engine_options, job_flag
 from .options import (
     BACKEND,
-    CALIBRATION,
-    DEBIAS_ORDER,
-    QUESTIONS,
     STDIN_NAMES,
-    SYSTEM_PROMPT,
     _quiet,
     _resolve,
     _spool_stdin,
@@ -33,7 +29,6 @@ from .options import (
     ray_options,
     read_once,
     show_prompt_option,
-    unescape,
 )
 
 
@@ -54,22 +49,18 @@ def run(
         ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
     ),
     backend: str = BACKEND,
-    questions: Path = QUESTIONS,
+    readout_opts: dict = READOUT,
     keep: str = job_flag("keep", "run"),
     engine: dict = ENGINE,
     job: dict = JOB,
-    system_prompt: str = SYSTEM_PROMPT,
-    calibration: Path = CALIBRATION,
-    debias_order: int = DEBIAS_ORDER,
     show_prompt: int = show_prompt_option("rows (prefix, suffixes, label tokens)"),
 ) -> None:
     """Answer every question of every row from the model's next-token label logprobs."""
     _run_job(
         "run",
         dict(
-            input=input, output=output, model=model, backend=backend, readout=LABEL_LOGPROBS,
-            questions=questions, keep=keep, system_prompt=system_prompt, calibration=calibration, debias_order=debias_order,
-            **engine,
+            input=input, output=output, model=model, backend=backend, readout=LABEL_LOGPROBS, keep=keep,
+            **readout_opts, **engine,
         ),
         job, show_prompt=show_prompt,
     )  # fmt: skip
@@ -209,15 +200,14 @@ def _execute(cfg, command: str, ray_opts):
     and the Summary."""
     from ..pipeline.job import choose_request_pattern, run_job  # lazy: keeps --help fast
 
-    cfg, why = choose_request_pattern(cfg)  # a Qwen3.5/3.6 hybrid on sglang: multi-item or prefix-first
+    # built once, for the choice before the engine starts and the job; classify reads its labels here
+    # (config.json only): a checkpoint that is no classifier is refused before the progress bar starts
+    readout = build(cfg.readout, cfg)
+    cfg, why = choose_request_pattern(cfg, readout)  # the backend's choices before its engine starts
     if why:
         err.print(why, markup=False)
-
-    # classify reads its labels here (config.json only): a checkpoint that is no classifier is refused
-    # before the progress bar starts
-    readout = build(cfg.readout, cfg)
     with _progress("prefill" if command == "run" else command, f"{readout.noun}s", cfg.progress) as live:
-        s = run_job(cfg, progress=live, ray=ray_opts)
+        s = run_job(cfg, progress=live, ray=ray_opts, readout=readout)
     return readout, s
 
 
@@ -234,9 +224,7 @@ def classify(
         ..., "--model", "-m", help="A *ForSequenceClassification checkpoint with id2label."
     ),
     backend: str = BACKEND,
-    template: str = typer.Option(
-        None, help=r"Prompt over {premise} and {hypothesis}; \n is a newline [default: NLI template]"
-    ),
+    readout_opts: dict = READOUT,
     keep: str = job_flag("keep", "classify"),
     engine: dict = ENGINE,
     job: dict = JOB,
@@ -246,8 +234,7 @@ def classify(
         "classify",
         dict(
             input=input, output=output, model=model, backend=backend, readout=CLASSIFIER_HEAD,
-            template=unescape(template) if template is not None else None,
-            keep=keep, **engine,
+            keep=keep, **readout_opts, **engine,
         ),
         job,
     )  # fmt: skip

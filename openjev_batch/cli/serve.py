@@ -9,28 +9,15 @@ import typer
 from ..errors import ConfigError, OpenjevError
 from ..serve.limits import Limits
 from .app import EXIT_FAILED, _fail, app, err
-from .job_options import ENGINE, _engine_options, job_flag
+from .job_options import ENGINE, READOUT, _engine_options, _readout_options, job_flag
 from .options import BACKEND, _resolve, _text_or_file, apply_threads_option
 
 _D = Limits()  # the limits' defaults, shown by --help
-# `run`'s readout options, as `serve` takes them (issue 39 generates every command's from the readout's `Options`;
-# declared here until `serve` takes them from there)
-SYSTEM_PROMPT = typer.Option(
-    None, "--system-prompt",
-    help="The system message, replacing the default instructions; @FILE reads it from a file; @@TEXT is the "
-    "literal text @TEXT.",
-)  # fmt: skip
-CALIBRATION = typer.Option(
-    None, "--calibration", help="A file `calibrate` wrote: calibrated probs, raw_probs and an abstain column."
-)
-DEBIAS_ORDER = typer.Option(
-    1, "--debias-order", min=1, max=64,
-    help="Show choice/score options in K cyclic orders (one more suffix each), average by option; order_spread.",
-)  # fmt: skip
 
 
 @app.command(short_help="Serve the systemone HTTP API from one engine held open.")
 @_engine_options("run")
+@_readout_options("serve")  # applied first: serve takes run's held-engine options, not its --questions
 def serve(
     model: str = typer.Option(
         ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
@@ -44,9 +31,7 @@ def serve(
         "-q",
         help="JSON/YAML question map: a request may ask these by id (or, without `questions`, all of them).",
     ),
-    system_prompt: str = SYSTEM_PROMPT,
-    calibration: Path = CALIBRATION,
-    debias_order: int = DEBIAS_ORDER,
+    readout_opts: dict = READOUT,  # run's system prompt, calibration and debias order (their Flag names serve)
     max_questions: int = typer.Option(
         _D.max_questions, "--max-questions", help="Most questions a request asks (422 past it)."
     ),
@@ -103,10 +88,10 @@ def serve(
     apply_threads_option(threads)
     clf = None
     try:
-        if system_prompt is not None:
-            system_prompt = _text_or_file(system_prompt, "--system-prompt")
-        clf = Classifier(_resolve(model), backend, system_prompt=system_prompt, calibration=calibration,
-                         debias_order=debias_order, max_branches=max_branches, **engine)  # fmt: skip
+        opts = dict(readout_opts)
+        if opts.get("system_prompt") is not None:
+            opts["system_prompt"] = _text_or_file(opts["system_prompt"], "--system-prompt")
+        clf = Classifier(_resolve(model), backend, max_branches=max_branches, **opts, **engine)
         cfg, readouts = held_readouts(clf, questions)  # the -q questions checked as `run` checks them
         code = serve_forever(clf, cfg, readouts, limits, host, port, model, stop,
                              lambda s: err.print(s, markup=False, highlight=False))  # fmt: skip

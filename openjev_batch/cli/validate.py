@@ -10,25 +10,24 @@ import typer
 
 from ..errors import OpenjevError
 from ..interrupts import stop_on_signals
-from ..readouts import LABEL_LOGPROBS, build
+from ..options import BACKENDS
+from ..readouts import LABEL_LOGPROBS, NAMES, build, readout_class
 from .app import EXIT_OK, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
-from .job_options import job_flag
-from .options import QUESTIONS, _spool_stdin, read_once, unescape
+from .job_options import READOUT, _readout_options, job_flag
+from .options import _spool_stdin, read_once
 
 
 @app.command(short_help="Check an input file's rows without loading a model.")
+@_readout_options("validate")
 def validate(
     input: Path = typer.Argument(
         ..., help="Input: .parquet, .jsonl (.gz/.zst), .csv, .json, a datasets folder, or - (stdin)."
     ),
-    questions: Path = QUESTIONS,
+    readout_opts: dict = READOUT,
     readout: str = typer.Option(
         LABEL_LOGPROBS,
         "--readout",
-        help="label-logprobs (rows for `run`) | classifier-head (rows for `classify`).",
-    ),
-    template: str = typer.Option(
-        None, help=r"classifier-head: prompt over {premise} and {hypothesis} [default: NLI template]"
+        help=" | ".join(f"{n} (rows for `{readout_class(n).command}`)" for n in NAMES) + ".",
     ),
     keep: str = job_flag("keep", "validate"),
     show: int = typer.Option(20, min=0, help="Print at most this many errors."),
@@ -45,7 +44,7 @@ def validate(
         if read_once(input):
             input = _spool_stdin(stack, input)
         kept = tuple(k.strip() for k in keep.split(",") if k.strip())
-        cfg, r = _job(input, readout, questions, template, kept)
+        cfg, r = _job(input, readout, readout_opts, kept)
         s, _ = loop.run(cfg, FileSource(cfg), NullSink(), ParseOnlyRunner(), readout=r)
     except OpenjevError as e:
         _fail(e)
@@ -79,15 +78,14 @@ def validate(
     raise typer.Exit(EXIT_ROW_ERRORS if errors else EXIT_OK)
 
 
-def _job(input: Path, name: str, questions, template, keep: tuple[str, ...]):
+def _job(input: Path, name: str, own: dict, keep: tuple[str, ...]):
     """The job whose rows are checked and its readout, through the config door and the readouts registry
     `run` / `classify` use (the same refusals of --keep, --questions and --template). No model: a
     classifier's labels are not needed for its rows, and the backend is only a value the config requires."""
     from ..config import build_config  # lazy: keeps --help fast
 
     opts = dict(
-        input=input, model="", backend="hf", readout=name, questions=questions or None,
-        template=unescape(template) if template else None,
+        input=input, model="", backend=BACKENDS[0], readout=name, **{k: v or None for k, v in own.items()}
     )  # fmt: skip
     cfg = build_config(**opts, keep=() if keep == ("all",) else keep)
     if keep == ("all",):  # every input column the readout neither reads nor writes, as `run --keep all`

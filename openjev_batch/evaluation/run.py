@@ -20,9 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, create_model, model_validator
 
 from .._version import __version__
+from ..backends import SPECS
 from ..checkpoint.classifier import read_checkpoint
 from ..config import build_config, validation_message
 from ..errors import BackendError, ConfigError
@@ -32,6 +33,7 @@ from ..pipeline.dry_run import dry_run as plan_only
 from ..pipeline.dry_run import show_prompt as render
 from ..pipeline.job import run_job
 from ..pipeline.output.lock import refuse_if_held
+from ..readouts import command_options
 from ..values import sha256_file
 from .build import KEEP, build_rows, fewshot_blocks, prepare
 from .folder import (
@@ -49,12 +51,19 @@ from .report import commit, hardware, write_reports
 from .samples import log_samples, prompt_texts
 from .tasks import CLASSIFIER_HEAD, LABEL_LOGPROBS, TASKS
 
+# the readout options eval takes (a `Flag` whose `also` names eval: the system prompt, --debias-order), as fields
+# of its config with their one declaration's default and bounds (checked again by the job's RunConfig)
+_EVAL_OPTIONS = command_options("eval")
+_ReadoutFields = create_model(
+    "_ReadoutFields", **{name: (field.annotation, field) for name, (field, _) in _EVAL_OPTIONS.items()}
+)  # type: ignore[call-overload]
 
-class EvalConfig(EngineOptions, JobOptions):  # type: ignore[misc, valid-type]
+
+class EvalConfig(EngineOptions, JobOptions, _ReadoutFields):  # type: ignore[misc, valid-type]
     """One eval (frozen, unknown keys are errors): the benchmark, how it is sampled and prompted, and the
-    engine options, job options and model the job runs with (the fields of `run`, declared once: options.py,
-    job_options.py). `limit` is lm-eval's: the first N questions (after --sample); `chunk_rows`, when not
-    given, the format's readout's."""
+    engine options, job options, readout options and model the job runs with (the fields of `run`, declared
+    once: options.py, job_options.py, the readouts' `Options`). `limit` is lm-eval's: the first N questions
+    (after --sample); `chunk_rows`, when not given, the format's readout's."""
 
     input: Path
     output_dir: Path
@@ -64,10 +73,8 @@ class EvalConfig(EngineOptions, JobOptions):  # type: ignore[misc, valid-type]
     shots: int = Field(0, ge=0)
     dev: Path | None = None
     sample: int | None = Field(None, gt=0)
-    system_prompt: str | None = None  # checked by the job's RunConfig (its size limit)
     seed: int = 42
     calibrate: float | None = Field(None, gt=0, lt=1)
-    debias_order: int = Field(1, ge=1, le=64)  # `run --debias-order` for the eval's choice questions
     model_name: str | None = None  # as the user named it (a packaged name), for the report
     force: bool = False
 
@@ -87,9 +94,8 @@ class EvalConfig(EngineOptions, JobOptions):  # type: ignore[misc, valid-type]
         engine = {k: getattr(self, k) for k in EngineOptions.model_fields}
         # the job options as given; not `limit`: it cut the questions (`questions`), the job runs them all
         job = {k: getattr(self, k) for k in JobOptions.model_fields if k != "limit"}
-        # the default order (1) is left unset: a classifier-head job refuses a label-logprobs option given
-        debias = self.debias_order if self.debias_order > 1 else None
-        own = {"system_prompt": self.system_prompt, "debias_order": debias}
+        # an option at its default is left unset: a classifier-head job refuses a label-logprobs option given
+        own = {k: v for k, (field, _) in _EVAL_OPTIONS.items() if (v := getattr(self, k)) != field.default}
         return build_config(
             input=questions, output=predictions, keep=KEEP, model=self.model, backend=self.backend,
             readout=readout, **{**job, "resume": self.resume if resume is None else resume}, **own, **engine,
@@ -236,9 +242,7 @@ def _run_record(
     """What ran: model, backend, device, dtype, hardware, date, wall times, version, commit, the prompt's
     tokenization (a result reproduces only under the same one), tokens."""
     if device == "auto":
-        import torch
-
-        device = "cuda" if job.backend == "sglang" or torch.cuda.is_available() else "cpu"
+        device = SPECS[job.backend].device(job)
     return {
         "model": cfg.model_name or job.model,
         "model_path": job.model,

@@ -5,9 +5,11 @@ no output (`NullSink`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..backends import BackendPlan
 from ..config import RunConfig
+from ..readouts.base import Readout
 from . import loop
 from .input.source import FileSource
 from .job_images import choose_images
@@ -17,7 +19,9 @@ from .runners.plan_only import PlanOnlyRunner
 
 @dataclass(frozen=True)
 class PlanSummary:
-    """What `--dry-run` reports: token counts of the planned job (no model). Tokens in tokens, RSS in MiB."""
+    """What `--dry-run` reports: token counts of the planned job (no model). Tokens in tokens, RSS in MiB.
+    `by_backend`: what each backend would compute and the request pattern it would use (backends.BackendPlan,
+    counted by its spec), the run's backend (`backend`) first."""
 
     rows: int
     questions: int
@@ -29,38 +33,35 @@ class PlanSummary:
     wall_s: float
     peak_rss_mb: float
     model: str = ""  # model_info.describe() from the checkpoint's config ('' when it cannot be read)
-    sglang_pattern: str = ""  # the request pattern the sglang backend would choose for it
-    backend: str = "sglang"
-    unique_tokens_hf: int = 0
+    backend: str = ""
+    by_backend: dict[str, BackendPlan] = field(default_factory=dict)
     images: int = 0
     image_tokens: int = 0  # part of the logical tokens (in the prefixes)
-    multi_item_tokens: int = 0  # what multi-item scoring computes (each pack's prefix again, no radix cache)
 
     @property
     def expected_hit_rate(self) -> float:
-        """sglang: the radix cache shares any common token prefix (the planner's LCP count)."""
+        """The planner's count: a cache that shares any common token prefix."""
         return 1 - self.unique_tokens / self.logical_tokens if self.logical_tokens else 0.0
 
-    @property
-    def expected_hit_rate_hf(self) -> float:
-        """hf: its KV cache is reused only by the next row with an identical prefix."""
-        return 1 - self.unique_tokens_hf / self.logical_tokens if self.logical_tokens else 0.0
+    def hit_rate(self, backend: str) -> float:
+        """The cache hit rate `backend` would have (its spec's count of what it computes)."""
+        return self.by_backend[backend].hit_rate(self.logical_tokens)
 
 
-def dry_run(cfg: RunConfig, tokenizer=None) -> PlanSummary:
+def dry_run(cfg: RunConfig, tokenizer=None, readout: Readout | None = None) -> PlanSummary:
     """Read → prompt → plan the whole job with the model's tokenizer only, chunk by chunk (memory stays
-    bounded by `chunk_rows`). Unique tokens are the planner's LCP count per window (see plan.py).
+    bounded by `chunk_rows`). Unique tokens are the planner's LCP count per window (see plan.py). `readout`:
+    the job's, built once by the caller (else the loop builds it).
     Raises the same job-level errors as `run_job` for bad input or an unloadable tokenizer."""
     import resource
 
     cfg, _ = choose_images(cfg)  # the pattern an engine for this input would run: none multi-item with images
-    s, _ = loop.run(cfg, FileSource(cfg), NullSink(), PlanOnlyRunner(tokenizer))
+    s, _ = loop.run(cfg, FileSource(cfg), NullSink(), PlanOnlyRunner(tokenizer), readout=readout)
     p = s.counted
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB → MiB
     return PlanSummary(
         s.rows, s.questions, s.errors, p.branches, p.logical_tokens, p.unique_tokens, p.windows, s.wall_s,
-        rss, s.model, s.pattern, backend=cfg.backend, unique_tokens_hf=p.unique_tokens_hf,
-        images=p.images, image_tokens=p.image_tokens, multi_item_tokens=p.multi_item_tokens,
+        rss, s.model, backend=cfg.backend, by_backend=p.by_backend, images=p.images, image_tokens=p.image_tokens,
     )  # fmt: skip
 
 

@@ -4,8 +4,14 @@ multimodal for image rows and text only otherwise."""
 
 from __future__ import annotations
 
+from ..backends import SPECS
 from ..config import RunConfig
 from .input.formats import may_have_images
+
+
+def needs_images_choice(cfg: RunConfig) -> bool:
+    """Whether `choose_images` would read the input: not set yet, and the backend's engine is told at start."""
+    return cfg.images is None and SPECS[cfg.backend].images_at_start
 
 
 def choose_images(cfg: RunConfig) -> tuple[RunConfig, str]:
@@ -13,8 +19,10 @@ def choose_images(cfg: RunConfig) -> tuple[RunConfig, str]:
     JSON key naming an image, over the whole input), read before the engine starts: an sglang engine for a
     vision-language model then starts multimodal and answers them (backends/sglang/images.py
     `starts_multimodal`), a text-only job keeps the text-only engine (and a Qwen3.5/3.6 hybrid its GDN fork).
-    Returns the config with `images` set and the choice in words ('' when there are none, or it was set)."""
-    if cfg.images is not None or cfg.backend != "sglang":
+    Read only for a backend whose spec says its engine is told at start (`images_at_start`). Returns the config
+    with `images` set and the choice in words ('' when there are none, or it was set, or the backend takes no
+    such choice)."""
+    if not needs_images_choice(cfg):
         return cfg, ""
     has = may_have_images(cfg.input)
     cfg = cfg.model_copy(update={"images": has})

@@ -222,7 +222,7 @@ class Totals:
             self.cached + t["cached"],
         )
 
-    def check(self, output: Path, fix: str) -> None:
+    def check(self, output: Path | None, fix: str) -> None:
         """Raises OutputCheckError unless the output holds exactly the records the input needs (an input
         without rows is the source's to refuse: a file is, an empty DataFrame gives an empty table)."""
         if self.records != self.expected:

@@ -7,27 +7,31 @@ owns its options type (`Options`), columns, command and defaults, and builds its
 - `classifier-head` (classifier_head/): a sequence-classification head's logits (`classify`).
 
 Adding a readout: its module (a `Readout` subclass decorated `@register(name)`, with its `Options`), and one
-line in `_MODULES` here (so it loads only when used), and a backend class per backend for its
-`backend_kind` (backends/__init__.py).
+`READOUTS.lazy` line here (so it loads only when used), and a backend class per backend for its
+`backend_kind` (each backend's spec, backends/<name>/spec.py).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from pydantic.fields import FieldInfo
+
 from ..errors import ConfigError
+from ..registry import Registry
+from .flags import Flag
 
 if TYPE_CHECKING:
     from .base import Readout
 
 # the readouts' names: everything else refers to them through these two constants
 LABEL_LOGPROBS, CLASSIFIER_HEAD = "label-logprobs", "classifier-head"
-# where each readout's class lives (imported when the readout is first used); the class registers itself
-_MODULES: dict[str, str] = {LABEL_LOGPROBS: ".label_logprobs", CLASSIFIER_HEAD: ".classifier_head"}
-_CLASSES: dict[str, type[Readout]] = {}
+# where each readout's class lives (imported when the readout is first used, then checked to be a Readout)
+READOUTS: Registry[type[Readout]] = Registry("readout", base="openjev_batch.readouts.base:Readout")
+READOUTS.lazy(LABEL_LOGPROBS, "openjev_batch.readouts.label_logprobs:LabelLogprobs")
+READOUTS.lazy(CLASSIFIER_HEAD, "openjev_batch.readouts.classifier_head:ClassifierHead")
 
-NAMES = tuple(_MODULES)
+NAMES = READOUTS.names()
 DEFAULT = LABEL_LOGPROBS  # a job's readout when none is named (`run`'s, and the Python API's)
 
 
@@ -36,19 +40,16 @@ def register(name: str):
 
     def add(cls):
         cls.name = name
-        _CLASSES[name] = cls
-        return cls
+        return READOUTS.register(name)(cls)  # fills its lazy entry when its module is imported
 
     return add
 
 
 def readout_class(name: str) -> type[Readout]:
     """The class of readout `name` (its module imported on first use). Raises ConfigError for an unknown one."""
-    if name not in _MODULES:
-        raise ConfigError(f"unknown readout {name!r}; expected one of {', '.join(_MODULES)}")
-    if name not in _CLASSES:
-        importlib.import_module(_MODULES[name], __name__)
-    return _CLASSES[name]
+    if name not in READOUTS:
+        raise ConfigError(f"unknown readout {name!r}; expected one of {', '.join(READOUTS)}")
+    return READOUTS[name]
 
 
 def build(name: str, cfg: Any, labels: tuple[str, ...] | None = None) -> Readout:
@@ -93,6 +94,30 @@ def foreign_option(name: str, field: str) -> str | None:
             flag = "--" + field.replace("_", "-")
             return f"{flag} is for {cls.command} ({other}), not for {mine.command} ({name})"
     return None
+
+
+def command_options(command: str) -> dict[str, tuple[FieldInfo, Flag]]:
+    """The readout options `command` takes, by field name, each with its `Options` field (default, bounds)
+    and its `Flag`: every option of the readout that `command` runs (`Readout.command`), and each other
+    readout's whose `Flag.also` names `command` (eval: the system prompt, validate: the questions)."""
+    out = {}
+    for n in NAMES:
+        cls = readout_class(n)
+        for name, field in cls.Options.model_fields.items():
+            flag = next((m for m in field.metadata if isinstance(m, Flag)), None)
+            if flag is not None and (cls.command == command or command in flag.also):
+                out.setdefault(name, (field, flag))
+    return out
+
+
+def per_run_options() -> tuple[str, ...]:
+    """The readout options the Python API takes per run (`Classifier.run`; `Flag.per_run`), not per Classifier."""
+    return tuple(
+        name
+        for n in NAMES
+        for name, field in readout_class(n).Options.model_fields.items()
+        if any(isinstance(m, Flag) and m.per_run for m in field.metadata)
+    )
 
 
 def option_names() -> set[str]:

@@ -19,6 +19,7 @@ nested in a job's RunConfig as `readout_options`; `from_config(cfg, labels)` bui
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,10 +35,20 @@ RowResults = dict[str, tuple[int, BranchResult]]
 RowFailures = dict[str, str]
 
 
+@dataclass(frozen=True)
+class Failed:
+    """A question (a classifier-head row: its one branch) that could not be prompted (over a token limit, or
+    invalid upstream): a row failure both readouts' prompters return, never raise."""
+
+    qid: str
+    error: str
+
+
 class ReadoutOptions(BaseModel):
     """A readout's own job options (frozen; another readout's option is an unknown key). A subclass declares
-    each option once, with its default; the CLI flag is the field's name (`system_prompt` →
-    `--system-prompt`). RunConfig nests the chosen readout's as `readout_options`."""
+    each option once, with its default and bounds, and its `Flag` (help, the commands besides its own that
+    take it); the CLI flag is the field's name (`system_prompt` → `--system-prompt`). RunConfig nests the
+    chosen readout's as `readout_options`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 

@@ -18,7 +18,7 @@ from ..readouts import build
 from ..readouts.label_logprobs import LabelLogprobs
 from ..readouts.label_logprobs.questions import QuestionError, QuestionSpec
 from ..readouts.label_logprobs.rows import Row, parse_state
-from ..readouts.label_logprobs.rows_images import PendingImage
+from ..readouts.rows_images import PendingImage
 from ..values import no_duplicate_keys, value_problem
 from .limits import FIELDS, HTTPError, Limits, row_error
 

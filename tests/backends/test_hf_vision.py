@@ -165,7 +165,7 @@ def test_the_start_check_reads_no_weights(tiny_model, tiny_vl):
     """The refusal comes from the tokenizer's template and the image processor, when the readout is built
     (before a backend loads): a text-only Qwen3 is refused, the vision-language model is not."""
     from openjev_batch.errors import ConfigError
-    from openjev_batch.readouts.label_logprobs.image_prompt import check_model_takes_images
+    from openjev_batch.readouts.image_prompt import check_model_takes_images
 
     with pytest.raises(ConfigError, match="its chat template refuses image parts"):
         check_model_takes_images(str(tiny_model))

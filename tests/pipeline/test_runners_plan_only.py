@@ -58,8 +58,10 @@ def test_plans_each_chunk_and_counts_through_the_loop(tmp_path, qwen3_tok, qwen3
     good = [r for chunk in job_rows(cfg, readout)[0] for r in chunk if not isinstance(r, RowError)]
     built = [rp for rp, _ in prompter.build_many(good) if rp is not None]
     assert p.logical_tokens == sum(len(rp.prefix) + len(b.suffix) for rp in built for b in rp.branches)
-    assert p.unique_tokens_hf == sum(len(rp.prefix) + sum(len(b.suffix) for b in rp.branches) for rp in built)
-    assert 0 < p.unique_tokens < p.unique_tokens_hf  # the radix count shares the template's common start
+    hf = p.by_backend["hf"].unique_tokens  # each spec counts its own cache, the run's backend first
+    assert list(p.by_backend) == ["hf", "sglang"] and p.by_backend["sglang"].unique_tokens == p.unique_tokens
+    assert hf == sum(len(rp.prefix) + sum(len(b.suffix) for b in rp.branches) for rp in built)
+    assert 0 < p.unique_tokens < hf  # the radix count shares the template's common start
     assert result is None and sorted(x.name for x in tmp_path.iterdir()) == ["in.jsonl"]  # nothing written
 
 
@@ -67,8 +69,9 @@ def test_dry_run_reports_the_loops_counts_and_writes_no_output(tmp_path, qwen3_t
     out = tmp_path / "o.parquet"
     p = dry_run(config(tmp_path, qwen3_tok_dir, output=out), qwen3_tok)
     assert (p.rows, p.questions, p.errors, p.branches, p.windows) == (8, 15, 4, 11, 3)
-    assert p.model == "" and p.sglang_pattern == ""  # a tokenizer folder: no config.json to describe
-    assert p.backend == "hf" and 0 < p.expected_hit_rate_hf < p.expected_hit_rate < 1
+    # a tokenizer folder: no config.json to describe, so no backend names a pattern
+    assert p.model == "" and all(b.pattern == "" for b in p.by_backend.values())
+    assert p.backend == "hf" and 0 < p.hit_rate("hf") < p.hit_rate("sglang") == p.expected_hit_rate < 1
     assert sorted(x.name for x in tmp_path.iterdir()) == ["in.jsonl"]  # no OUT, OUT.partial or OUT.lock
 
 

@@ -1,8 +1,11 @@
 """The readout registry (readouts/__init__.py) is the one place that names readouts: each declares the job
 options it reads (its `Options` type), and the config refuses another readout's, naming the command it
-belongs to. A third readout is its own module (a class decorated `@register`) plus one line in `_MODULES`."""
+belongs to. A third readout is its own module (a class decorated `@register`) plus one `READOUTS.lazy` line."""
 
+import inspect
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -57,8 +60,8 @@ def test_a_third_readout_is_its_module_and_one_registry_line(tmp_path, monkeypat
         "        return (cfg.readout_options.echo_prefix, cfg.keep)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(readouts, "_MODULES", {**readouts._MODULES, "echo": "echo_readout"})
-    monkeypatch.setattr(readouts, "_CLASSES", {**readouts._CLASSES})
+    monkeypatch.setattr(readouts.READOUTS, "_items", dict(readouts.READOUTS._items))
+    readouts.READOUTS.lazy("echo", "echo_readout:Echo")
     monkeypatch.setattr(readouts, "NAMES", (*readouts.NAMES, "echo"))
     monkeypatch.setattr(config, "NAMES", readouts.NAMES)  # RunConfig checks the readout's name against it
     cfg = _cfg(readout="echo", keep=("channel",), echo_prefix="»")
@@ -97,3 +100,102 @@ def test_each_readout_declares_its_options_once_with_their_defaults():
         _cfg(system_prompt=" ")
     with pytest.raises(ConfigError, match="Extra inputs are not permitted"):  # no readout declares it
         _cfg(questions_file=Path("q.yaml"))
+
+
+ECHO = '''
+from typing import Annotated
+from pydantic import Field
+from openjev_batch.readouts import register
+from openjev_batch.readouts.flags import Flag
+from openjev_batch.readouts.label_logprobs import LabelLogprobs
+from openjev_batch.readouts.label_logprobs.options import LabelLogprobsOptions
+
+class EchoOptions(LabelLogprobsOptions):
+    echo_voice: Annotated[str | None, Flag("Answer in this voice (the system prompt).", also=("run",))] = None
+    echo_depth: Annotated[int, Flag("How deep the echo goes.", also=("run",))] = Field(2, ge=1, le=9)
+
+@register("echo")
+class Echo(LabelLogprobs):
+    command = "echo"
+    Options = EchoOptions
+
+    @classmethod
+    def from_config(cls, cfg, labels=None):
+        opts = cfg.readout_options
+        voice = cfg.model_copy(update={"readout_options": opts.model_copy(update={"system_prompt": opts.echo_voice})})
+        return super().from_config(voice, labels)
+'''
+
+
+def _register_echo(tmp_path, monkeypatch):
+    (tmp_path / "echo_voice.py").write_text(ECHO)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(readouts.READOUTS, "_items", dict(readouts.READOUTS._items))
+    readouts.READOUTS.lazy("echo", "echo_voice:Echo")
+    monkeypatch.setattr(readouts, "NAMES", (*readouts.NAMES, "echo"))
+    monkeypatch.setattr(config, "NAMES", readouts.NAMES)
+
+
+def test_a_third_readouts_option_is_a_flag_with_its_declared_default_and_bounds(tmp_path):
+    """Generated like the job options (cli/job_options.py): a readout registered before the CLI loads gets its
+    options on the commands its `Flag`s name, with no edit to any command; its own command (one function that
+    names its readout) gets its options, every job command's engine and job options and its chunk size."""
+    (tmp_path / "echo_voice.py").write_text(ECHO)
+    script = (
+        "import sys; from openjev_batch import config, readouts\n"
+        "readouts.READOUTS.lazy('echo', 'echo_voice:Echo'); readouts.NAMES = config.NAMES = (*readouts.NAMES, 'echo')\n"
+        "from openjev_batch.cli import app\n"
+        "from openjev_batch.cli.job_options import ENGINE, JOB, READOUT, _engine_options\n"
+        "@app.command()\n"
+        "@_engine_options('echo')\n"
+        "def echo(readout_opts: dict = READOUT, engine: dict = ENGINE, job: dict = JOB) -> None: ...\n"
+        "app([sys.argv[1], '--help'], prog_name='openjev-batch')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}  # fmt: skip
+    helps = {}
+    for command in ("run", "echo"):
+        r = subprocess.run([sys.executable, "-c", script, command], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr
+        helps[command] = " ".join(r.stdout.split())
+    text = helps["run"]
+    assert "--echo-voice <str> Answer in this voice (the system prompt)." in text
+    assert "--echo-depth <int range> How deep the echo goes. [default: 2; 1<=x<=9]" in text
+    assert "--debias-order" in text  # run's own stay
+    echo = helps["echo"]
+    assert "--echo-depth" in echo and "--debias-order" in echo and "-q, --questions" in echo  # all of its Options
+    assert "--device" in echo and "--resume" in echo and "--chunk-rows <int>" in echo and "[default: 2048]" in echo
+
+
+def test_a_third_readouts_option_is_a_python_api_keyword(tiny_model, tmp_path, monkeypatch):
+    from openjev_batch import Classifier
+
+    _register_echo(tmp_path, monkeypatch)
+    q = {"u": {"type": "noul", "instructions": "Urgent?"}}
+    with Classifier(tiny_model, "hf", device="cpu", readout="echo", echo_voice="Speak like a pirate.") as clf:
+        assert "Speak like a pirate." in clf.show_prompt(["my invoice is wrong"], q)
+        assert clf.run(["my invoice is wrong"], q, output="polars")["error"].to_list() == [None]
+    with pytest.raises(ConfigError, match="echo_depth: Input should be less than or equal to 9"):
+        Classifier(tiny_model, "hf", device="cpu", readout="echo", echo_depth=10)
+    sys.modules.pop("echo_voice", None)
+
+
+@pytest.mark.parametrize("flag", ["--debias-order", "--template", "--system-prompt", "--calibration"])
+def test_a_readout_option_is_declared_once(flag):
+    """Its default and bounds are written in one place, its readout's `Options` field; every command's flag,
+    eval's field and the Python API's keyword come from there (no module writes the flag, eval's field is
+    the same declaration, neither Classifier signature names it)."""
+    from openjev_batch import Classifier
+    from openjev_batch.evaluation.run import EvalConfig
+
+    name = flag.removeprefix("--").replace("-", "_")
+    pkg = Path(readouts.__file__).parent.parent
+    by_hand = re.compile(rf"Option\(\s*[^()]{{0,200}}?[\"']{flag}[\"']")  # typer.Option(1, "--debias-order", …)
+    assert [p.name for p in pkg.rglob("*.py") if by_hand.search(p.read_text())] == []
+    (owner,) = [n for n in readouts.NAMES if name in readouts.readout_class(n).Options.model_fields]
+    field = readouts.readout_class(owner).Options.model_fields[name]
+    if name in EvalConfig.model_fields:
+        same = EvalConfig.model_fields[name]
+        assert (same.default, same.metadata) == (field.default, field.metadata)
+    for fn in (Classifier.__init__, Classifier.run):
+        assert name not in inspect.signature(fn).parameters

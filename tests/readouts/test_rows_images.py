@@ -1,4 +1,4 @@
-"""readouts/label_logprobs/rows_images.py: a label-readout row's images (the `image` / `images` column and
+"""readouts/rows_images.py: a label-readout row's images (the `image` / `images` column and
 content parts in its messages) parsed into the row, every problem the row's error naming row and field; the
 prefix key tells rows with one text and other images apart. No model: real image files made with PIL."""
 
@@ -12,8 +12,8 @@ from PIL import Image
 
 from openjev_batch.core import RowError
 from openjev_batch.images import MAX_IMAGES_PER_ROW
+from openjev_batch.readouts.image_prompt import body_pieces
 from openjev_batch.readouts.label_logprobs import LabelLogprobs
-from openjev_batch.readouts.label_logprobs.image_prompt import body_pieces
 
 Q = {"q": {"type": "noul", "instructions": "Is it red?"}}
 

@@ -33,6 +33,8 @@ FALLBACK_SLOTS = 48  # sglang reported no state or running-request budget: a sma
 
 class SGLangBackend(Backend):
     name = "sglang"
+    request_pattern: str = ""  # prefix-first | first-branch | multi-item (configure sets it)
+    kv_capacity_tokens: int | None = None  # the engine's KV pool (max_total_num_tokens)
 
     def __init__(self, opts: BackendOptions):
         opts.check_backend("sglang")  # ConfigError naming an hf option given here

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core import Window
-from .hybrid import ARCHITECTURES as FORK_ARCHITECTURES
 
 DELIMITER_ID = 9999  # sglang's MIS_DELIMITER_TOKEN_ID; a placeholder only (positions travel with the request)
 MAX_ITEM_TOKENS = 65_535  # sglang/flashinfer keep an item's positions in uint16
@@ -48,6 +47,17 @@ EXACT_ARCHITECTURES = frozenset(
     }
 )
 
+
+# The architectures the state-fork override (backends/sglang/hybrid) serves: what a config.json says → the class it
+# registers under the same name. The fact stands here, beside `exactness`, which decides by it; hybrid/ imports it.
+FORK_ARCHITECTURES = frozenset(
+    {
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5ForCausalLM",
+        "Qwen3_5MoeForCausalLM",
+    }
+)
 
 # sglang releases the Qwen3.5/3.6 fork (backends/sglang/hybrid) serves. It calls sglang internals; each name and
 # signature it touches is checked when the override loads (hybrid/check.py, which refuses a release that moved one),

@@ -72,16 +72,17 @@ def check_has_column(path: str | Path, column: str, hint: str) -> None:
     job error (InputFileError) naming the columns it has, before the model loads. Later rows without it stay
     row errors, as are unreadable rows (the check is then left to the rows)."""
     first = next(record_chunks(Path(path), KEEP_SCAN_ROWS), [])
-    if any(not isinstance(rec, dict) for _, rec in first):
+    recs = [rec for _, rec in first if isinstance(rec, dict)]  # a list of dicts (mypy narrows no any())
+    if len(recs) < len(first):
         # an unreadable row (invalid UTF-8, UTF-16, a repeated key, a ragged CSV line) is a row error naming its
         # line, and the rows after it are read: 1,000 unreadable leading rows were refused as "no row has a
         # `state` field … rename", a false hint, with the good rows after them unanswered (issue 42)
         return
-    if not any(_given(rec.get(column)) for _, rec in first):
+    if not any(_given(rec.get(column)) for rec in recs):
         scope = (
             "no row has" if len(first) < KEEP_SCAN_ROWS else f"none of the first {KEEP_SCAN_ROWS:,} rows has"
         )
-        if any(rec.get(column) is not None for _, rec in first):  # `questions: {}` in every row (issue 42)
+        if any(rec.get(column) is not None for rec in recs):  # `questions: {}` in every row (issue 42)
             every = "every row's" if len(first) < KEEP_SCAN_ROWS else f"each of the first {KEEP_SCAN_ROWS:,} rows'"
             raise InputFileError(f"{path}: no {column}: {every} `{column}` is empty; {hint}")
         seen = list(dict.fromkeys(str(k) for _, rec in first if isinstance(rec, dict) for k in rec))

@@ -174,7 +174,7 @@ def confirm_finished(output: Path, manifest: dict[str, Any], digests: Iterable[s
         raise ConfigError(
             f"--resume: {changed(then, digest, str(output))}; rerun without --resume to replace it"
         )
-    where = "its Parquet metadata" if sidecar_path(output) is None else sidecar_path(output).name
+    where = "its Parquet metadata" if (side := sidecar_path(output)) is None else side.name
     raise OutputFinished(
         f"{output} is finished: this job made it from this input (the manifest in {where}); nothing to do"
     )

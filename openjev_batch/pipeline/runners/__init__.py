@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 class Runner(Protocol):
     """What the loop asks of a runner (the docstring above says each part); every runner here is one."""
 
-    summary_type: type[Summary]
+    @property  # read-only, so a runner may name a Summary subclass (RayRunner: RaySummary)
+    def summary_type(self) -> type[Summary]: ...
 
     @property
     def labels(self) -> tuple[str, ...] | None: ...

@@ -7,8 +7,7 @@ import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ...backends import Backend, load_backend
-from ...backends.tokenizer import tokenizer_name
+from ...backends import Backend, load_backend, tokenizer_name
 from ...checkpoint.info import model_info
 from ...readouts.base import Readout
 from ..prefill import FailureTracker
@@ -34,18 +33,23 @@ class LocalRunner:
 
     @property
     def name(self) -> str:
-        return self.backend.name
+        return self._started().name
+
+    def _started(self) -> Backend:
+        """The backend: given, or loaded by `open` (the loop asks nothing else of a runner before it opens)."""
+        assert self.backend is not None, "LocalRunner: open() loads the backend"
+        return self.backend
 
     @contextlib.contextmanager
     def open(self, cfg: Any, readout: Readout):
         if self.own:
             self.backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
         else:
-            self.backend.configure(
+            self._started().configure(
                 cfg
             )  # this job's request options (--request-pattern, …) on a started backend
         try:
-            b = self.backend
+            b = self._started()
             # Branches longer than the model's (sglang: the engine's) limit are refused in the prompt stage,
             # before any model call.
             self.prompter = self.held_prompter or readout.prompter(b.tokenizer, b.context_length)
@@ -55,7 +59,7 @@ class LocalRunner:
             yield self
         finally:
             if self.own:
-                self.backend.close()
+                self._started().close()
 
     def describe(self) -> dict[str, Any]:
         """The Summary's backend facts: the model's kind, the request pattern, the start-up it ran here."""
@@ -73,7 +77,7 @@ class LocalRunner:
         rendering + tokenizing it) runs in a thread while this chunk is on the engine (the tokenizer's
         batch calls release the GIL). Only that thread pulls `todo` and uses the prompter; each chunk is
         planned and prefilled exactly as without it, so the output is the same."""
-        b = self.backend
+        b = self._started()
 
         def host():
             item = next(todo, None)

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...backends.base import load_tokenizer
-from ...backends.sglang.patterns import multi_item_recompute, planned
+from ...backends import SPECS
+from ...backends.base import BackendPlan, load_tokenizer
 from ...checkpoint.info import model_info
 from ...readouts.base import Readout
 from ..plan import plan
@@ -23,37 +23,32 @@ from . import stand_ins
 @dataclass
 class PlanCounts:
     """What the planner counted over a job (tokens in tokens): windows, branches, logical tokens (Σ branch
-    lengths), unique tokens for sglang (the planner's LCP count per window: a radix cache shares any common
-    token prefix) and for hf (its KV cache is reused only by the next row with an identical prefix).
-    `shown`: with `show`, each chunk's rendered rows."""
+    lengths), unique tokens (the planner's LCP count per window: a cache that shares any common token prefix),
+    and per backend what it would compute (`by_backend`: each spec counts its own cache, the run's backend
+    first). `shown`: with `show`, each chunk's rendered rows."""
 
     windows: int = 0
     branches: int = 0
     logical_tokens: int = 0
     unique_tokens: int = 0
-    unique_tokens_hf: int = 0
     images: int = 0  # images in the rows' prefixes (each row's once)
     image_tokens: int = 0  # their tokens (counted in the prefix tokens too)
-    multi_item_tokens: int = 0  # what sglang's multi-item scoring computes (no radix cache: patterns.advice)
+    by_backend: dict[str, BackendPlan] = field(default_factory=dict)
     shown: list[str] = field(default_factory=list)
     # with `texts`: {(row id, question id): the ids a job sends, decoded with their control tokens}
     texts: dict[tuple[str, str], str] = field(default_factory=dict)
     tokenization: str = ""  # the prompter's tokenization by name (label readout; eval's report)
 
     def add(self, windows, image_id: int | None = None) -> None:
+        windows = list(windows)
+        for name, counts in self.by_backend.items():
+            SPECS[name].count(counts, windows)
         for w in windows:
             self.windows += 1
             self.branches += w.n_branches
             self.logical_tokens += w.logical_tokens
             self.unique_tokens += w.unique_tokens
-            self.multi_item_tokens += multi_item_recompute([w])[0]
-            # the hf backend keeps one prefix's cache: only an identical next prefix (and images) reuses it
-            prev = None
             for r in w.rows:
-                key = (r.prefix, tuple(im.sha256 for im in r.images))
-                fresh = len(r.prefix) if key != prev else 0
-                self.unique_tokens_hf += fresh + sum(len(b.suffix) for b in r.branches)
-                prev = key
                 if r.images:
                     self.images += len(r.images)
                     self.image_tokens += sum(1 for i in r.prefix if i == image_id)
@@ -85,18 +80,20 @@ class PlanOnlyRunner:
         )
         # no engine to ask: a budget no chunk reaches, so windows are cut by max_branches alone
         self.budget = cfg.kv_budget_tokens or 1 << 20
-        self.counts = PlanCounts()
+        names = [cfg.backend, *(n for n in SPECS if n != cfg.backend)]  # the run's backend first
+        self.counts = PlanCounts(by_backend={n: BackendPlan(SPECS[n].cache) for n in names})
+        for n, counts in self.counts.by_backend.items():  # what each backend would choose for it, in words
+            counts.pattern = SPECS[n].planned(cfg, self.info)
         # Variants (order-debiased questions) wraps the base Prompter; a classifier-head prompter has none
         self.counts.tokenization = getattr(getattr(self.prompter, "base", self.prompter), "tokenization", "")
         yield self
 
     def describe(self) -> dict[str, Any]:
-        """The model's kind and the request pattern the sglang backend would choose for it, from its
+        """The model's kind and the request pattern the run's backend would choose for it, from its
         config.json (both '' when it cannot be read), and the plan's counts."""
-        info = self.info
         return {
-            "model": describe_model(info),
-            "pattern": planned(self.cfg, info) if info.known else "",  # the backend's own resolver
+            "model": describe_model(self.info),
+            "pattern": self.counts.by_backend[self.cfg.backend].pattern,
             "counted": self.counts,
         }
 

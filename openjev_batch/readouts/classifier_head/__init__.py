@@ -38,10 +38,10 @@ import pyarrow.compute as pc
 from ...core import RowError, unidentified_row_error
 from ...errors import ConfigError
 from .. import CLASSIFIER_HEAD, register
+from ..answer import confidence, softmax
 from ..base import Readout, RowFailures, RowResults
-from ..label_logprobs.answer import confidence, softmax
-from ..label_logprobs.image_prompt import check_model_takes_images
-from ..label_logprobs.rows_images import input_has_image_column
+from ..image_prompt import check_model_takes_images
+from ..rows_images import input_has_image_column
 from .options import ClassifierHeadOptions
 from .prompt import ClassifierPrompter
 from .rows import ClsRow, parse_cls_row

@@ -1,6 +1,6 @@
 """The classifier-head readout's prompt stage: a row's whole prompt tokenized as text, split into the shared
 prefix and its one branch. An image row's images take the markup and the image-token count the checkpoint's
-chat template and image processor give an image (label_logprobs/image_prompt.py), where its premise has them;
+chat template and image processor give an image (readouts/image_prompt.py), where its premise has them;
 the text between them is tokenized as text (the markup is control tokens, which the tokenizer cuts at anyway,
 so the ids equal the checkpoint's processor's for the same text). The images sit in the prefix."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ...core import BranchSpec, RowPrompt, lcp
 from ...images import ImageProblem
-from ..label_logprobs.branches import Failed
-from ..label_logprobs.image_prompt import ImageSlots
+from ..base import Failed
+from ..image_prompt import ImageSlots
 from ..text import TextTokenizer
 from .rows import ClsRow
 

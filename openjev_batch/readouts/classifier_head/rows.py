@@ -10,7 +10,7 @@ from typing import Any
 
 from ...core import RowError, checked_row_id, unidentified_row_error
 from ...values import MAX_STATE_BYTES, kept_values, text_bytes, text_field
-from ..label_logprobs.rows_images import resolve_images
+from ..rows_images import resolve_images
 from .template import TEMPLATE_FIELDS, Template
 
 

@@ -22,8 +22,9 @@ from ...errors import ConfigError
 from ...values import read_at_most
 from .. import LABEL_LOGPROBS, register
 from ..base import Readout, RowFailures, RowResults
+from ..image_prompt import check_model_takes_images
+from ..rows_images import image_key, input_has_image_column
 from .calibration import Calibration, apply, load_calibration
-from .image_prompt import check_model_takes_images
 from .items import chosen_labels, combine, items, with_debias
 from .leads import lead_problem
 from .options import LabelLogprobsOptions
@@ -31,7 +32,6 @@ from .prompt import INSTRUCTIONS, Prompter
 from .prompt_variants import Variants
 from .questions import MAX_QUESTIONS_FILE_BYTES, QuestionError, QuestionSpec, load_questions
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
-from .rows_images import image_key, input_has_image_column
 
 SEP = "\x1f"  # as pipeline.summary.SEP: a question's id, type and options joined into one answer key
 
@@ -78,7 +78,8 @@ class LabelLogprobs(Readout):
     image_root: str | None = None  # the input file's folder (relative image paths); None: absolute only
     image_input: bool = False  # the input has an image column: a model that takes no images is refused
     calibration: Calibration | None = None
-    debias_order: int = 1  # --debias-order: choice/score questions without their own `debias` (items.py)
+    # --debias-order: choice/score questions without their own `debias` (items.py); its default is the option's
+    debias_order: int = LabelLogprobsOptions.model_fields["debias_order"].default
 
     backend_kind = "label-logprobs"
     unit = "branches"

@@ -5,21 +5,13 @@ and the limit, never an exception (row errors are values)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ...core import BranchSpec, RowPrompt
+from ..base import Failed
 from .items import items, question_id
 from .labels import Label
 from .questions import QuestionError
 from .rows import Row
-
-
-@dataclass(frozen=True)
-class Failed:
-    """A question that could not be prompted (over a token limit, or invalid upstream)."""
-
-    qid: str
-    error: str
 
 
 def row_prompt(

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 
 from ...errors import ConfigError
 from ...values import no_symlink_loop, option_text_problem, text_bytes
 from ..base import ReadoutOptions
+from ..flags import Flag
 from .questions import MAX_QUESTION_BYTES, QuestionSpec, shared_questions
 
 
@@ -28,10 +29,25 @@ class LabelLogprobsOptions(ReadoutOptions):
     `debias_order`: choice/score options also shown in K − 1 more cyclic orders, averaged (items.py); part
     of the resume key when > 1."""
 
-    questions: Path | tuple[QuestionSpec, ...] | None = None
-    system_prompt: str | None = None
-    calibration: Path | None = None
-    debias_order: int = Field(1, ge=1, le=64)
+    questions: Annotated[
+        Path | tuple[QuestionSpec, ...] | None,
+        Flag("JSON/YAML question map applied to every row.", also=("validate",), short="-q", cli_type=Path,
+             per_run=True),
+    ] = None  # fmt: skip
+    system_prompt: Annotated[
+        str | None,
+        Flag("The system message, replacing the default instructions; @FILE reads it from a file; @@TEXT is the "
+             "literal text @TEXT.", also=("eval", "serve")),
+    ] = None  # fmt: skip
+    calibration: Annotated[
+        Path | None,
+        Flag("A file `calibrate` wrote: calibrated probs, raw_probs and an abstain column.", also=("serve",)),
+    ] = None
+    debias_order: Annotated[
+        int,
+        Flag("Show choice/score options in K cyclic orders (one more suffix each), average by option; order_spread.",
+             also=("eval", "serve")),
+    ] = Field(1, ge=1, le=64)  # fmt: skip
 
     @field_validator("questions", mode="before")
     @classmethod

@@ -38,9 +38,9 @@ from dataclasses import replace
 from ...core import RowPrompt
 from ...errors import PromptError
 from ...images import ImageProblem
+from ..image_prompt import ImageSlots, has_images, image_fields
 from ..text import TextTokenizer
 from .branches import Failed, row_prompt
-from .image_prompt import ImageSlots, has_images, image_fields
 from .items import items
 from .labels import Label, select_labels
 from .leads import lead_problem
@@ -285,7 +285,7 @@ class Prompter:
             if not has_images(row):
                 out.append(row_prompt(row, by_text[t], suffixes, self.labels, *limits))
                 continue
-            try:  # the images' tokens in the prefix (image_prompt.py)
+            try:  # the images' tokens in the prefix (readouts/image_prompt.py)
                 prefix, images = self.images.prefix(row, SEP[: self.cut])
             except ImageProblem as e:
                 why = f"row {row.id}: {image_fields(row)}: {e}"

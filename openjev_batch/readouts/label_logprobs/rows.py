@@ -20,8 +20,8 @@ from ...values import (
     text_bytes,
     value_problem,
 )
+from ..rows_images import content_parts, resolve_images
 from .questions import QuestionError, QuestionSpec, parse_questions
-from .rows_images import content_parts, resolve_images
 
 MAX_BRANCH_TOKENS = 32_768
 MAX_ROW_TOKENS = 262_144
@@ -31,7 +31,7 @@ ROLES = frozenset({"system", "user", "assistant", "tool"})
 @dataclass(frozen=True)
 class Message:
     """`content`: the message's text (its text parts joined); `parts`: for content given as parts with images,
-    the text pieces and images in order (str | ImageRef; rows_images.py), else empty."""
+    the text pieces and images in order (str | ImageRef; readouts/rows_images.py), else empty."""
 
     role: str
     content: str

@@ -19,6 +19,8 @@ This ``__init__`` imports neither sglang nor torch.
 
 from __future__ import annotations
 
+from ..mis import FORK_ARCHITECTURES
+
 PACKAGE = __name__
 MARKER = "openjev_batch.hybrid_mis"
 FORK_VERSION = 1.0
@@ -26,12 +28,5 @@ FORK_VERSION = 1.0
 # "keep-delimiter" lets each item's recurrence start at its delimiter (sglang 0.5.20's semantics).
 CONTROL_ENV = "OPENJEV_MIS_CONTROL"
 
-# The architectures the override serves: what a config.json says → the class registered under the same name.
-ARCHITECTURES = frozenset(
-    {
-        "Qwen3_5ForConditionalGeneration",
-        "Qwen3_5MoeForConditionalGeneration",
-        "Qwen3_5ForCausalLM",
-        "Qwen3_5MoeForCausalLM",
-    }
-)
+# The architectures the override serves (declared in mis.py, beside `exactness`, which decides by them).
+ARCHITECTURES = FORK_ARCHITECTURES

@@ -83,7 +83,7 @@ def scan_for_image_keys(pieces: Iterable[bytes]) -> bool:
     return False
 
 
-READERS: Registry[type[Reader]] = Registry("input format")
+READERS: Registry[type[Reader]] = Registry("input format", base=Reader)
 
 
 def register(name: str):

@@ -33,4 +33,4 @@ class Writer:
         self.close()
 
 
-WRITERS: Registry[type[Writer]] = Registry("output format")
+WRITERS: Registry[type[Writer]] = Registry("output format", base=Writer)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .... import errors
+from ....backends import SPECS
 from ....config import RunConfig
 from ....errors import BackendError, ConfigError, OpenjevError
 from ....readouts.base import Readout
@@ -60,26 +61,24 @@ def _connect(ray, opts: RayOptions, render_workers: int) -> bool:
     return True
 
 
-def _gpus(ray, cfg: RunConfig, opts: RayOptions) -> float:
+def _gpus(have: float, cfg: RunConfig, opts: RayOptions) -> float:
+    """The GPUs each engine actor takes on a cluster of `have` GPUs: `--gpus-per-worker`, else the backend's
+    own (its spec), 0 on a CPU cluster or with --device cpu. Raises ConfigError for what cannot be served."""
     if opts.gpus_per_worker is not None:
         g = opts.gpus_per_worker
-    elif cfg.device == "cpu" or not ray.cluster_resources().get("GPU", 0):
+    elif cfg.device == "cpu" or not have:
         g = 0
     else:
-        g = cfg.tp_size * cfg.dp_size if cfg.backend == "sglang" else 1
+        g = SPECS[cfg.backend].gpus_per_worker(cfg)
     if g < 0:
         raise ConfigError("--gpus-per-worker must be ≥ 0")
-    have = ray.cluster_resources().get("GPU", 0)
     if g and opts.workers * g > have:
         raise ConfigError(
             f"--workers {opts.workers} × --gpus-per-worker {g:g} needs {opts.workers * g:g} GPUs; "
             f"the Ray cluster has {have:g}"
         )
-    if g and cfg.backend == "sglang" and cfg.tp_size * cfg.dp_size > g:
-        raise ConfigError(
-            f"sglang with tp_size {cfg.tp_size} × dp_size {cfg.dp_size} needs "
-            f"{cfg.tp_size * cfg.dp_size} GPUs per worker; --gpus-per-worker is {g:g}"
-        )
+    if g:
+        SPECS[cfg.backend].check_gpus(cfg, g)
     if not g and cfg.device == "cuda":
         raise ConfigError(
             "--device cuda with 0 GPUs per worker (the Ray cluster has none, or --gpus-per-worker 0)"
@@ -123,7 +122,8 @@ def _iter_results(
         parts = min(n_buckets, 4 * opts.workers)
         ds = ds.groupby("bucket", num_partitions=parts).map_groups(ScoreStage, **score)
     else:
-        ds = (internal if gpus else ds.map_batches)(ScoreStage, batch_size=None, **score)
+        # (gpus and internal is None took the branch above)
+        ds = (internal if gpus and internal is not None else ds.map_batches)(ScoreStage, batch_size=None, **score)
     return ds.iter_batches(batch_size=None, batch_format="pyarrow")
 
 

@@ -33,8 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ....backends import tokenizer_name
 from ....backends.base import load_tokenizer
-from ....backends.tokenizer import tokenizer_name
 from ....errors import ConfigError, OpenjevError
 from ....readouts.base import Readout
 from ...prefill import FailureTracker
@@ -91,7 +91,7 @@ class RayRunner:
             raise ConfigError("--workers, bucket_rows and ship_rows must be ≥ 1, cpus_per_worker ≥ 0")
         if opts.grouping not in ("blocks", "groupby"):
             raise ConfigError(f"grouping must be blocks or groupby, got {opts.grouping!r}")
-        self.results = None  # the Ray Data iterator while results stream
+        self.results: Iterator | None = None  # the Ray Data iterator while results stream
 
     @property
     def name(self) -> str:
@@ -115,7 +115,7 @@ class RayRunner:
         except Exception as e:  # an address that does not answer, a cluster that cannot start
             raise _domain_error(e) from e
         try:
-            self.gpus = _gpus(ray, cfg, opts)
+            self.gpus = _gpus(ray.cluster_resources().get("GPU", 0), cfg, opts)
             yield self
         finally:
             self._close_results()

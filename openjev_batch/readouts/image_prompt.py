@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ConfigError
-from ...images import ImageProblem, ImageRef
-from ..text import TextTokenizer
+from ..errors import ConfigError
+from ..images import ImageProblem, ImageRef
 from .rows_images import has_images
+from .text import TextTokenizer
 
 _A, _B = "\ue000openjev-a\ue001", "\ue000openjev-b\ue001"  # start-up rendering only (as prompt.py's slots)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...images import MAX_IMAGES_PER_ROW, ImageProblem, image_list, image_ref
+from ..images import MAX_IMAGES_PER_ROW, ImageProblem, image_list, image_ref
 
 IMAGE_COLUMNS = ("image", "images")
 
@@ -119,7 +119,7 @@ def input_has_image_column(path: Any) -> bool:
     1,000 rows), so that a text-only model is refused at start. False when the file cannot be read (the
     reader reports that)."""
     # lazy: pyarrow's readers, keeps --help fast (the readouts load at --help)
-    from ...pipeline.input.formats import input_columns, record_chunks
+    from ..pipeline.input.formats import input_columns, record_chunks
 
     try:
         names = input_columns(path)

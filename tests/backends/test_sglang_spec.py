@@ -1,12 +1,16 @@
-"""`--request-pattern auto` on a Qwen3.5/3.6 hybrid on sglang (pipeline/job.choose_request_pattern): the planner's
+"""`--request-pattern auto` on a Qwen3.5/3.6 hybrid on sglang (backends/sglang/spec.py's `prepare`, asked by
+pipeline/job.choose_request_pattern for the job's backend): the planner's
 counts over the job's first chunk pick multi-item scoring (one request per ticket) or prefix-first (a long block
-shared by different rows, which multi-item would compute in every pack). Tokenizer and config.json only."""
+shared by different rows, which multi-item would compute in every pack). Before it, the input is read for images
+(issue 41: pipeline/job_images.choose_images, for a backend whose spec has `images_at_start`): a job with images
+starts a vision-language model's engine multimodal and runs no multi-item. Tokenizer and config.json only."""
 
 from __future__ import annotations
 
 import json
 import shutil
 
+import pytest
 from conftest import write_jsonl
 
 from openjev_batch.config import build_config
@@ -51,6 +55,25 @@ def test_only_an_auto_job_on_a_forked_hybrid_on_sglang_is_chosen_for(tmp_path, q
     assert choose_request_pattern(plain) == (plain.model_copy(update=text_only), "")
     hf = build_config(input=tmp_path / "in.jsonl", model=str(model), backend="hf", progress=False)
     assert choose_request_pattern(hf) == (hf, "")
+
+
+def test_the_choice_plans_with_the_jobs_readout_built_once(tmp_path, qwen3_tok_dir):
+    """The CLI builds a job's readout once and hands it to the choice and the job: the first chunk's plan reads
+    no questions file again (here gone after the build, so a second build would fail)."""
+    from openjev_batch import readouts
+    from openjev_batch.errors import OpenjevError
+
+    model = hybrid_folder(tmp_path, qwen3_tok_dir)
+    q = tmp_path / "q.json"
+    q.write_text(json.dumps(Q))
+    rows = [{"id": f"t{i}", "state": f"ticket {i}: " + f"word{i} " * 60} for i in range(4)]
+    job = cfg(tmp_path, model, rows, questions=q)
+    readout = readouts.build(job.readout, job)
+    q.unlink()
+    c, why = choose_request_pattern(job, readout)
+    assert c.sglang.request_pattern == "auto" and "on the first 4 rows" in why
+    with pytest.raises(OpenjevError, match="q.json"):
+        choose_request_pattern(job)  # built again: the file it names is gone
 
 
 def test_an_input_with_images_starts_the_engine_multimodal_and_runs_no_multi_item(tmp_path, qwen3_tok_dir):
