@@ -29,8 +29,8 @@ __all__ = ["app", "main", "printable"]
 from . import run, validate, evaluate, calibrate, models, serve  # noqa: E402, F401, I001
 
 
-def main() -> None:  # pragma: no cover - entry point for `python -m openjev_batch`
-    # lazy: keeps --help fast (the console script's `app` loads no backend)
+def main() -> None:  # pragma: no cover - the entry point (`python -m openjev_batch`, the console script)
+    # lazy: keeps --help fast (backends/__init__ is light, but only the guard needs it)
     from ..backends import refuse_unguarded_main
 
     refuse_unguarded_main()  # a script wrapping the CLI without a main guard, re-run by sglang's spawn
