@@ -842,6 +842,9 @@ def test_sigterm_during_the_stdin_copy_removes_the_copy(tmp_path, signame, code)
         [sys.executable, "-m", "openjev_batch", "validate", "-", "-q", "q.json"],
         stdin=feed.stdout, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         env={**os.environ, "TMPDIR": str(tmp)},
+        # a terminal's command: SIGHUP at its default even when pytest runs under nohup (its SIG_IGN is inherited,
+        # and the product rightly keeps a nohup's ignore: this test then hung)
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )  # fmt: skip
     feed.stdout.close()
     try:

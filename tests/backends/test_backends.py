@@ -307,14 +307,15 @@ def test_multi_item_choice(tiny_model, tmp_path, monkeypatch):
     (hybrid / "config.json").write_text(json.dumps({**cfg, "architectures": ["Qwen3NextForCausalLM"]}))
     with pytest.raises(BackendError, match="not a 1-D RoPE full-attention model"):
         choose(model=hybrid, engine_args={"enable_mis": True})
-    # the Qwen3.5/3.6 hybrids: exact through the product's state fork on sglang 0.5.17, refused on another release
+    # the Qwen3.5/3.6 hybrids: exact through the product's state fork on sglang 0.5.17-0.5.23 (mis.FORK_SGLANG), refused on another release
     qwen35 = tmp_path / "qwen35"
     shutil.copytree(tiny_model, qwen35)
     (qwen35 / "config.json").write_text(json.dumps({**cfg, "architectures": ["Qwen3_5ForCausalLM"]}))
     assert choose(model=qwen35)[0] is None and choose(model=qwen35)[1]["enable_mis"] is True
     opts35 = BackendOptions(model=str(qwen35), engine_args={"enable_mis": True})
-    with pytest.raises(BackendError, match="written for sglang 0.5.17, not 0.5.20"):
-        sb.choose_multi_item(opts35, {"device": "cuda", **opts35.engine_args}, "0.5.20")
+    sb.choose_multi_item(opts35, {"device": "cuda", **opts35.engine_args}, "0.5.20")  # a release the fork serves
+    with pytest.raises(BackendError, match="serves sglang 0.5.17-0.5.23, not 0.5.24"):
+        sb.choose_multi_item(opts35, {"device": "cuda", **opts35.engine_args}, "0.5.24")
     monkeypatch.setattr(sb, "MULTI_ITEM_DEFAULT", False)
     assert choose()[0] == "off by default"
     monkeypatch.setattr(sb, "MULTI_ITEM_DEFAULT", True)

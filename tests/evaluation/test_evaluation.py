@@ -313,7 +313,7 @@ def test_eval_output_folder_that_cannot_be_made_is_a_job_error(tiny_model, tmp_p
     """Hostile trial: `eval -o afile/sub` gave rc 1 and a traceback (NotADirectoryError from mkdir)."""
     (tmp_path / "afile").write_text("x")
     r = cli("eval", TEST, "-o", tmp_path / "afile" / "sub", "-m", tiny_model, "-b", "hf", "--no-progress")
-    assert r.returncode == 4 and "Not a directory" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 4 and "afile/sub: not a directory" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_eval_resume_refuses_another_job_naming_what_changed(tiny_model, tmp_path):
