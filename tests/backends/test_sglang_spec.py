@@ -149,3 +149,18 @@ def test_the_release_line_for_a_release_the_fork_does_not_serve():
     assert mis.fork_release(None).startswith("sglang not installed")
     assert mis.fork_release("0.5.17").endswith("exactness measured on a GPU")
     assert "unused" in mis.fork_release("0.5.21")
+
+
+def test_the_run_summary_says_what_the_dry_run_says(tmp_path, qwen3_tok_dir, tiny_model):
+    """The started backend's request-pattern line (`SGLangBackend.pattern`, built with `patterns.with_release`
+    and the engine's own `sglang.__version__`) carries the same release line as `--dry-run` on a hybrid; the
+    CPU engine runs no hybrid, so the line is checked here from the model's config, and a dense model gets
+    none."""
+    from openjev_batch.backends.sglang import mis
+    from openjev_batch.backends.sglang.patterns import with_release
+    from openjev_batch.checkpoint.info import model_info
+
+    hybrid = model_info(str(hybrid_folder(tmp_path, qwen3_tok_dir, arch="Qwen3_5ForCausalLM")))
+    assert with_release("prefix-first", hybrid, "0.5.24") == f"prefix-first; {mis.fork_release('0.5.24')}"
+    assert with_release("multi-item", hybrid, "0.5.19").startswith("multi-item; sglang 0.5.19 installed: the exact")
+    assert with_release("first-branch", model_info(str(tiny_model)), "0.5.19") == "first-branch"
