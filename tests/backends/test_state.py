@@ -2,7 +2,13 @@
 
 from pipeline.test_plan import row
 
-from openjev_batch.backends.sglang.state import StateBudget, state_budget_from_info, state_groups
+from openjev_batch.backends.sglang.state import (
+    StateBudget,
+    prefix_runs,
+    state_budget_from_info,
+    state_groups,
+    steps_in_flight,
+)
 
 # The H200 numbers for the 35B-A3B shape (../shared/research/hybrid-models.md): 422 slots, 3 per running
 # request, at most 140 running.
@@ -146,3 +152,60 @@ def test_pipelined_state_groups_keep_both_steps_within_the_running_cap():
     assert max(sizes) == 33 and sum(sizes) == 300
     uncapped = StateBudget(slots=807, per_request=1)  # no cap known: the slots alone decide
     assert max(y - x for x, y in state_groups(w3, uncapped, overlap=True, lead=2)) > 33
+
+
+def _schedule_peaks(rows, groups, lead, budget):
+    """The pipelined schedule as prefix_first sends it (step j: group j-lead's branches, group j's prefix-only
+    requests; `lead` steps in flight), every window of steps, the tail included: (most requests running, most
+    slots held), counted as `StateBudget.steps_fit` counts them."""
+    pr = [(prefix_runs(rows, a, b), sum(len(r.branches) for r in rows[a:b])) for a, b in groups]
+    n = len(pr)
+    P = lambda j: pr[j][0] if 0 <= j < n else 0  # noqa: E731
+    R = lambda j: pr[j][1] if 0 <= j < n else 0  # noqa: E731
+    peak_run = peak_slots = 0
+    for k in range(n + lead):
+        running = sum(R(j - lead) + P(j) for j in range(k - lead + 1, k + 1))
+        cached = sum(P(j) for j in range(k - lead, k + 1))
+        peak_run = max(peak_run, running)
+        peak_slots = max(peak_slots, cached + budget.per_request * min(running, budget.max_running or running))
+    return peak_run, peak_slots
+
+
+def test_prefix_first_never_collapses_to_one_prefix_a_group_where_state_slots_are_few():
+    """Issue 38.3, the arithmetic of an 80 GB card (docs/benchmarks.md: bf16 35B-A3B weights leave about 64-85
+    state slots at 5 a running request, ≤ 13-17 running; not measured on a GPU): two steps in flight keep three
+    groups of prefix states beside two steps of requests, so each W3 group is one ticket (one row a forward);
+    one step in flight takes 2-3 tickets a group, and the schedule takes it. Where the slots are many (the
+    H200's batch-job engines) the asked two steps stand, as measured."""
+    w3 = [row(i, [i] * 50, n_q=3) for i in range(300)]
+    for slots, cap in ((64, 12), (80, 16), (85, 17)):
+        b = StateBudget(slots=slots, per_request=5, max_running=cap)
+        assert max(y - x for x, y in state_groups(w3, b, overlap=True, lead=2)) == 1  # the collapse
+        assert steps_in_flight(w3, b, 2) == 1
+        assert min(y - x for x, y in state_groups(w3, b, overlap=True, lead=1)[:-1]) >= 2
+    for b in (StateBudget(slots=807, per_request=3, max_running=269), StateBudget(807, 5, 161), H200_35B):
+        assert steps_in_flight(w3, b, 2) == 2
+    assert steps_in_flight(w3, StateBudget(80, 5, 16), 1) == 1  # --pipeline-depth 1 is kept
+    # rows too large for two a group even at one step (8 questions: 40 slots a row at 5): the asked lead
+    w1 = [row(i, [i] * 50, n_q=8) for i in range(64)]
+    assert steps_in_flight(w1, StateBudget(80, 5, 16), 2) == 2
+    assert steps_in_flight(w3[:1], StateBudget(80, 5, 16), 2) == 2  # one prefix: nothing to group
+
+
+def test_the_pipelined_schedule_as_sent_never_runs_more_than_the_engine_holds():
+    """Groups of different sizes (8-question rows, then 1-question rows, then 3): every window of `lead` steps
+    as prefix_first sends them stays within the engine's running cap and its usable state slots, counted from
+    the groups as they are (the budget's own formula assumes all groups the size of the one being cut)."""
+    mixed = (
+        [row(i, [i] * 50, n_q=8) for i in range(20)]
+        + [row(100 + i, [100 + i] * 50, n_q=1) for i in range(60)]
+        + [row(200 + i, [200 + i] * 50, n_q=3) for i in range(40)]
+    )
+    small = StateBudget(80, 5, 16)  # an 80 GB card's: an 8-question row alone is 2 · 9 > 16 at two steps
+    for b in (StateBudget(207, 3, 69), StateBudget(807, 5, 161), StateBudget(807, 1, 269), small):
+        rows = mixed[20:] if b is small else mixed  # a prefix run too large for the budget runs as one group
+        for lead in (2, 3):
+            groups = state_groups(rows, b, overlap=True, lead=lead)
+            assert [i for a, c in groups for i in range(a, c)] == list(range(len(rows)))
+            running, slots = _schedule_peaks(rows, groups, lead, b)
+            assert running <= b.max_running and slots <= b.usable(), (b, lead, running, slots)

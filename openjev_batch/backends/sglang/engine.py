@@ -36,6 +36,8 @@ class SGLangBackend(Backend):
     request_pattern: str = ""  # prefix-first | first-branch | multi-item (configure sets it)
     kv_capacity_tokens: int | None = None  # the engine's KV pool (max_total_num_tokens)
 
+    release_line = ""  # a Qwen3.5/3.6 hybrid: the installed release and the fork (patterns.with_release)
+
     def __init__(self, opts: BackendOptions):
         opts.check_backend("sglang")  # ConfigError naming an hf option given here
         if opts.sglang.connect:  # a server already running: driven over HTTP, the same patterns (remote.py)
@@ -43,10 +45,30 @@ class SGLangBackend(Backend):
             return
         sglang = import_sglang()
         self.model_info: ModelInfo = model_info(opts.model)
+        kw, vision = self._engine_kwargs(opts, sglang.__version__)
+        self.release_line = patterns.with_release("", self.model_info, sglang.__version__).removeprefix("; ")
+        self.tokenizer = load_tokenizer(opts.model, opts.trust_remote_code)  # BackendError naming the option
+        self.engine = None
+        t_start = time.perf_counter()
+        self._start(opts, kw)
+        self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
+        self.images, self.no_images = images.for_engine(opts, kw, vision)
+        self._read_engine(self.engine.get_server_info(), kw)
+        self._pattern_words = self._describe_pattern()
+        self.job_tokens = [0, 0]  # this job's planner counts for `patterns.advice`: multi-item's, unique
+        self.start_s = round(time.perf_counter() - t_start, 1)
+        warm = kw.get("device") == "cuda"  # the CPU engine compiles nothing
+        self.warmup_s = (self._warm_up_multi_item() if self.multi_item else self._warm_up()) if warm else 0.0
+        self.startup = self._startup_words(warm)
+
+    def _engine_kwargs(self, opts: BackendOptions, version: str) -> tuple[Any, bool]:
+        """The engine's arguments (kwargs.engine_kwargs) with the choices made before it starts: multimodal or
+        text only, multi-item scoring and the hybrid fork, the fused-MoE configs; and whether the checkpoint
+        is a vision-language one (rows may carry images: images.py)."""
         kw = engine_kwargs(opts, recurrent=self.model_info.recurrent)
         from ..hf.vision import is_vision_checkpoint  # lazy: torch (hf/vision.py)
 
-        vision = is_vision_checkpoint(opts.model, opts.trust_remote_code)  # rows may carry images (images.py)
+        vision = is_vision_checkpoint(opts.model, opts.trust_remote_code)
         arch = self.model_info.architecture
         asked = opts.sglang.engine_args.get("enable_multimodal")
         # the job's input read before the engine starts (pipeline.job.choose_images): images → multimodal
@@ -56,7 +78,7 @@ class SGLangBackend(Backend):
             self.vision_attention = images.multimodal_kwargs(opts, kw)  # FA3 or a backend that exists; deepstack
         else:
             text_only(kw, opts)
-        self.multi_item_off_reason = choose_multi_item(opts, kw, sglang.__version__)
+        self.multi_item_off_reason = choose_multi_item(opts, kw, version)
         auto = opts.sglang.request_pattern == "auto" and (
             arch in hybrid.ARCHITECTURES or "enable_mis" not in opts.sglang.engine_args
         )
@@ -67,19 +89,20 @@ class SGLangBackend(Backend):
             self.multi_item_off_reason = "off: the engine takes images (the input has image rows)"
         # The Qwen3.5/3.6 hybrids score items exactly only through our model override (backends/sglang/hybrid):
         # registered while this engine starts, then proven loaded (sglang's stock classes leak item to item)
-        self.fork = bool(kw.get("enable_mis")) and mis.needs_fork({"architectures": [self.model_info.architecture]})
+        self.fork = bool(kw.get("enable_mis")) and mis.needs_fork({"architectures": [arch]})
         self.batch_memory = kw.batch_memory
         self.moe_config_dir = None
         if self.model_info.moe and kw.get("device") != "cpu":
             # tuned fused-MoE kernel configs sglang 0.5.17 lacks (E=256, N=512 on the H200); see moe_configs
             self.moe_config_dir = moe_configs.use_for_engine()
-        self.tokenizer = load_tokenizer(opts.model, opts.trust_remote_code)  # BackendError naming the option
-        self.engine = None
-        t_start = time.perf_counter()
-        # sglang's SIGQUIT handlers SIGKILL this process when an engine process fails: the product handles
-        # it instead (sglang_signals), at start-up through sglang's own `custom_sigquit_handler` hook.
-        # `engine_class` imports sglang's Engine (and sgl_kernel): inside start_engine's `try`, so a missing
-        # kernel is its one-line message, not a traceback raised while the call's arguments are evaluated
+        return kw, vision
+
+    def _start(self, opts: BackendOptions, kw: Any) -> None:
+        """Start the engine (and prove the fork loaded). sglang's SIGQUIT handlers SIGKILL this process when an
+        engine process fails: the product handles it instead (sglang_signals), at start-up through sglang's own
+        `custom_sigquit_handler` hook. `engine_class` imports sglang's Engine (and sgl_kernel): inside
+        start_engine's `try`, so a missing kernel is its one-line message, not a traceback raised while the
+        call's arguments are evaluated."""
         self.engine, self._error_file = sglang_signals.start_engine(
             lambda **kw: engine_class(opts.sglang.sglang_patches)(**kw),
             kw,
@@ -88,15 +111,9 @@ class SGLangBackend(Backend):
         )
         if self.fork:
             self._check_fork()
-        self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
-        self.images, self.no_images = images.for_engine(opts, kw, vision)
-        self._read_engine(self.engine.get_server_info(), kw)
-        self._pattern_words = self._describe_pattern()
-        self.job_tokens = [0, 0]  # this job's planner counts for `patterns.advice`: multi-item's, unique
-        self.start_s = round(time.perf_counter() - t_start, 1)
-        warm = kw.get("device") == "cuda"  # the CPU engine compiles nothing
-        self.warmup_s = (self._warm_up_multi_item() if self.multi_item else self._warm_up()) if warm else 0.0
-        self.startup = (
+
+    def _startup_words(self, warm: bool) -> str:
+        return (
             f"engine {self.start_s:.1f} s"
             + (f", kernel warm-up {self.warmup_s:.1f} s" if warm else "")
             + (f"; multimodal, {self.vision_attention}" if self.vision_attention else "")
@@ -260,10 +277,12 @@ class SGLangBackend(Backend):
     @property
     def pattern(self) -> str:
         """The request pattern in words (run summary); on a hybrid multi-item job, with the planner's advice on
-        whether prefix-first would have computed fewer tokens (`patterns.advice`)."""
+        whether prefix-first would have computed fewer tokens (`patterns.advice`); on a Qwen3.5/3.6 hybrid, the
+        installed sglang release and whether the exact fork serves it (`release_line`, as `--dry-run` says)."""
+        words = self._pattern_words
         if self.fork and self.job_tokens[1]:
-            return f"{self._pattern_words}; {patterns.advice(*self.job_tokens)}"
-        return self._pattern_words
+            words = f"{words}; {patterns.advice(*self.job_tokens)}"
+        return f"{words}; {self.release_line}" if self.release_line else words
 
     def kv_budget_tokens(self) -> int:
         # Leave room for the running batch's own activations and fragmentation of the radix tree.

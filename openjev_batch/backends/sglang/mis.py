@@ -85,6 +85,23 @@ def fork_note(sglang_version: str | None) -> str:
     return note
 
 
+def fork_release(sglang_version: str | None) -> str:
+    """One line for a Qwen3.5/3.6 hybrid on sglang (`needs_fork`), shown by `--dry-run` and the run summary beside
+    the request pattern: the installed sglang release, whether the exact multi-item fork serves it
+    (`FORK_SGLANG`, which the package's `sglang` extra and the README name too) and how far that is verified
+    (`fork_note`). `sglang_version` None: sglang is not installed."""
+    served = f"{FORK_SGLANG[0]}-{FORK_SGLANG[-1]}"
+    if sglang_version is None:
+        return f"sglang not installed; the exact hybrid multi-item fork serves sglang {served}"
+    if sglang_version not in FORK_SGLANG:
+        return (
+            f"sglang {sglang_version} installed: the exact hybrid multi-item fork serves sglang {served}, not this "
+            "release (prefix-first runs instead)"
+        )
+    verified = fork_note(sglang_version).split(": ", 1)[1]
+    return f"sglang {sglang_version} installed: the exact hybrid multi-item fork serves it ({served}); {verified}"
+
+
 def _release(v: str) -> tuple[int, ...]:
     out = []
     for part in v.split(".")[:3]:

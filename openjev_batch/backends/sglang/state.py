@@ -62,6 +62,21 @@ class StateBudget:
         cap_ok = not self.max_running or lead * (prefixes + requests) <= self.max_running
         return cap_ok and self.pipelined_cost(prefixes, requests, lead) <= self.usable()
 
+    def steps_fit(self, groups: Sequence[tuple[int, int]], lead: int) -> bool:
+        """Whether the pipelined schedule's window of `lead` steps ending at the last of `groups` ((prefixes,
+        requests) per group, in order) fits, counted from the groups as they are, not as if all were the last
+        one's size: step j sends group j-lead's requests and group j's prefix-only requests, so the window
+        runs Σ (R[j-lead] + P[j]) requests (≤ the running cap) beside the prefix states of its groups and
+        the `lead` before them (`pipelined_cost`'s lead + 1 groups, here each its own size)."""
+        k = len(groups) - 1
+        running = sum(
+            (groups[j - lead][1] if j >= lead else 0) + groups[j][0] for j in range(max(0, k - lead + 1), k + 1)
+        )
+        if self.max_running and running > self.max_running:
+            return False
+        cached = sum(groups[j][0] for j in range(max(0, k - lead), k + 1))
+        return cached + self.per_request * running <= self.usable()
+
     def fits(self, prefixes: int, requests: int, depth: int = 1, ahead: int = 0) -> bool:
         """Whether `depth` groups of this size in flight fit the pool (and the running-request cap)."""
         cap_ok = not self.max_running or (requests + ahead) * max(1, depth) <= self.max_running
@@ -87,9 +102,11 @@ def state_groups(
     prefixes = requests = 0
     prev: tuple[int, int] | None = None  # the previous group's (prefixes, requests)
 
+    done: list[tuple[int, int]] = []  # the groups cut so far: (prefixes, requests)
+
     def ok(p: int, r: int) -> bool:
-        if lead > 1:
-            return budget.pipelined_fits(p, r, lead)
+        if lead > 1:  # this size for the groups ahead, and the window it closes as the groups before really are
+            return budget.pipelined_fits(p, r, lead) and budget.steps_fit([*done, (p, r)], lead)
         if not overlap:
             return budget.fits(p, r, depth)
         before = prev is None or budget.fits(prev[0], prev[1], depth, ahead=p)
@@ -106,12 +123,45 @@ def state_groups(
         if i > start and not ok(p, r):
             groups.append((start, i))
             prev = (prefixes, requests)
+            done.append(prev)
             start, p, r = i, 1, run_branches
         prefixes, requests = p, r
         i = j
     if start < len(rows):
         groups.append((start, len(rows)))
     return groups
+
+
+def prefix_runs(rows: Sequence[RowPrompt], a: int, b: int) -> int:
+    """Distinct prefixes (runs of rows that share one) in rows[a:b]: a group's prefix-only requests."""
+    return sum(1 for i in range(a, b) if i == a or prefix_key(rows[i]) != prefix_key(rows[i - 1]))
+
+
+def steps_in_flight(rows: Sequence[RowPrompt], budget: StateBudget, asked: int) -> int:
+    """The steps in flight prefix-first runs for a window (`asked`: --pipeline-depth, 2 by default), so that it
+    never collapses. Each step in flight keeps one more group of prefix states beside its running requests
+    (`pipelined_cost`), so where the engine's state slots are few the asked lead can shrink every group to a
+    single prefix: one row a forward, and on a MoE model every forward reads all its experts' weights for it.
+    Then fewer steps in flight are taken, the most that keep at least two prefixes a group (else the lead with
+    the largest groups; the asked one on a tie): larger forwards with a round trip between them. Where the
+    slots are many (the H200's 807 with the batch-job memory: 29 W3 rows a group at lead 2) the asked lead
+    stands, as measured (docs/benchmarks.md run 5b: two steps 57.6 s against one step 68.4 s).
+
+    NOT measured on a GPU (issue 38's device time was spent). The arithmetic (docs/benchmarks.md, issue 38):
+    an 80 GB card with the bf16 35B-A3B weights keeps about 64-85 state slots at 5 a running request (≤ 13-17
+    running); with 80 slots, cap 16, W3 rows (1 prefix, 3 questions) lead 2 fits one row a group (3 + 5 · 8 =
+    43 of 78 usable; two rows: 6 + 5 · 16 = 86) and lead 1 three rows (6 + 5 · 12 = 66). Even so prefix-first
+    within 2x of multi-item (1 slot a request) on such a card looks out of reach without fp8 weights. Pure."""
+    asked = max(1, asked)
+    if asked == 1 or prefix_runs(rows, 0, len(rows)) < 2:
+        return asked
+    per_group = {}
+    for lead in range(asked, 0, -1):
+        groups = state_groups(rows, budget, 1, overlap=True, lead=lead)
+        per_group[lead] = sum(prefix_runs(rows, a, b) for a, b in groups) / len(groups)
+        if per_group[lead] >= 2:
+            return lead
+    return max(per_group, key=lambda lead: (per_group[lead], lead))
 
 
 def state_budget_from_info(info: dict[str, Any]) -> StateBudget | None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ....checkpoint.info import load_config
 from ....errors import BackendError, ConfigError
-from .. import hybrid
+from .. import hybrid, mis
 from ..kwargs import choose_multi_item
 
 PATTERNS = ("prefix-first", "first-branch", "multi-item")
@@ -155,5 +155,22 @@ def planned(cfg: Any, info: Any) -> str:
             cfg.sglang.request_pattern, multi_item=multi, hybrid=info.recurrent, multi_item_off=why
         )
     except (BackendError, ConfigError) as e:
-        return f"refused when the engine starts: {e}"
-    return words(name, info)
+        return with_release(f"refused when the engine starts: {e}", info)
+    return with_release(words(name, info), info)
+
+
+def with_release(text: str, info: Any, version: str | None = "") -> str:
+    """`text` (a pattern in words) and, for a Qwen3.5/3.6 hybrid (`mis.needs_fork`), which sglang release is
+    installed and whether the exact multi-item fork serves it (`mis.fork_release`): `--dry-run` and the run
+    summary say the same as the package's extra and the README (issue 38.4). `version` '' reads the installed
+    release (None: not installed)."""
+    if not mis.needs_fork({"architectures": [getattr(info, "architecture", "") or ""]}):
+        return text
+    if version == "":
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version("sglang")
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+    return f"{text}; {mis.fork_release(version)}"

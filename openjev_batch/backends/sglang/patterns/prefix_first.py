@@ -17,7 +17,7 @@ from typing import Any
 from ....core import BranchResult, Window
 from .. import requests
 from ..images import item_of, prefix_key
-from ..state import state_groups
+from ..state import state_groups, steps_in_flight
 
 
 def describe(backend: Any) -> str:
@@ -27,7 +27,7 @@ def describe(backend: Any) -> str:
         f"({b.per_request} state slots per request, ≤ {b.max_running or '?'} running, as sglang reports), "
         + (
             f"{backend.hybrid_lead} steps in flight (group k's branches beside group "
-            f"k+{backend.hybrid_lead}'s prefixes)"
+            f"k+{backend.hybrid_lead}'s prefixes; fewer where the slots would leave one prefix a group)"
             if backend.hybrid_overlap
             else "one group at a time"
         )
@@ -72,7 +72,7 @@ def _pipelined(backend: Any, rows: list, step) -> None:
     each round trip (measured on the H200 with lead 1, W3: the GPU busy 52 % of the traced span,
     docs/benchmarks.md run 5). A failure stops the steps after it; the steps in flight finish (or fail)
     before the window's BackendError is raised."""
-    lead = max(1, backend.hybrid_lead)
+    lead = steps_in_flight(rows, backend.state_budget, backend.hybrid_lead)  # fewer where groups would collapse
     groups = state_groups(rows, backend.state_budget, 1, overlap=True, lead=lead)
     n = len(groups)
     steps = [(groups[k - lead] if k >= lead else None, groups[k] if k < n else None) for k in range(n + lead)]
