@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from openjev_batch.backends.sglang import scheduler_patch
+from openjev_batch.backends.sglang.scheduler_patches import readback
 
 # Per request: the label ids asked for and the number of its delimiter positions (multi-item items); a
 # request without ids or without items gets [] from sglang's gather, the others a [items, ids] tensor.
@@ -121,9 +122,8 @@ def test_copy_to_cpu_starts_the_readback_and_never_fails(monkeypatch):
     assert all(a is b for a, b in zip(r.logits_output.input_token_ids_logprobs_val, vals, strict=True))
 
     real = scheduler_patch.host_copy_token_ids_logprobs
-    monkeypatch.setattr(
-        scheduler_patch, "host_copy_token_ids_logprobs", functools.partial(real, cpu_too=True)
-    )
+    # the wrapper calls the copy of the module that defines it (scheduler_patches/readback.py)
+    monkeypatch.setattr(readback, "host_copy_token_ids_logprobs", functools.partial(real, cpu_too=True))
     r = result(list(vals), idxs)
     r.copy_to_cpu(return_logprob=True, return_hidden_states=False)
     got = r.logits_output.input_token_ids_logprobs_val
@@ -133,7 +133,7 @@ def test_copy_to_cpu_starts_the_readback_and_never_fails(monkeypatch):
     def broken(v):
         raise RuntimeError("no pinned memory")
 
-    monkeypatch.setattr(scheduler_patch, "host_copy_token_ids_logprobs", broken)
+    monkeypatch.setattr(readback, "host_copy_token_ids_logprobs", broken)
     r = result(list(vals), idxs)
     r.copy_to_cpu(True)
     assert read_back(r.logits_output.input_token_ids_logprobs_val, idxs) == want

@@ -1,7 +1,7 @@
 """The sglang backends: engine.py (label logprobs), classifier.py (classifier heads), scheduler_patch.py
-(runs in sglang's scheduler processes), heads/ (bias-free classification heads, an external model
-package), moe_configs/ (fused-MoE tuning files). `SGLangBackend` resolves lazily to engine.py; a submodule
-(`sglang.kwargs`) is imported as any module is."""
+(runs in sglang's scheduler processes; the patches in scheduler_patches/), heads/ (bias-free classification
+heads, an external model package), moe_configs/ (fused-MoE tuning files). `SGLangBackend` resolves lazily to
+engine.py; a submodule (`sglang.kwargs`) is imported as any module is."""
 
 from __future__ import annotations
 

@@ -108,6 +108,35 @@ def _gpu_events(prof: Any) -> list[tuple[str, int, int]]:
     return out
 
 
+def _begin(state: dict[str, Any]) -> None:
+    """Start the GPU profiler before the window's first batch (its `prof` and start time into `state`)."""
+    import time
+
+    import torch
+
+    torch.cuda.synchronize()
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+    prof.__enter__()
+    state.update(prof=prof, t0=time.perf_counter())
+
+
+def _end(state: dict[str, Any], out_dir: Path, start: int, steps: int) -> None:
+    """Stop the profiler once the window's `steps` batches from batch `start` have run; write the summary."""
+    import time
+
+    import torch
+
+    torch.cuda.synchronize()  # the window's last forwards have run
+    wall = time.perf_counter() - state["t0"]
+    prof = state.pop("prof")
+    prof.__exit__(None, None, None)
+    summary = summarize(_gpu_events(prof), steps=steps)
+    summary.update(host_wall_ms=round(wall * 1000, 2), first_batch=start, device=torch.cuda.get_device_name())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"gpu-profile-{os.getpid()}.json").write_text(json.dumps(summary, indent=1))
+    log.warning("openjev-batch GPU profile written to %s", out_dir)
+
+
 def install_from_env() -> bool:
     """Wrap sglang's `Scheduler.run_batch` to profile the window `ENV` names (in this, the scheduler process).
     Returns False (and changes nothing) when the variable is unset or sglang has no such method."""
@@ -126,42 +155,15 @@ def install_from_env() -> bool:
         return callable(stock)
     state: dict[str, Any] = {"n": 0, "prof": None, "t0": 0}
 
-    def begin() -> None:
-        import time
-
-        import torch
-
-        torch.cuda.synchronize()
-        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
-        prof.__enter__()
-        state.update(prof=prof, t0=time.perf_counter())
-
-    def end() -> None:
-        import time
-
-        import torch
-
-        torch.cuda.synchronize()  # the window's last forwards have run
-        wall = time.perf_counter() - state["t0"]
-        prof = state.pop("prof")
-        prof.__exit__(None, None, None)
-        summary = summarize(_gpu_events(prof), steps=steps)
-        summary.update(
-            host_wall_ms=round(wall * 1000, 2), first_batch=start, device=torch.cuda.get_device_name()
-        )
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / f"gpu-profile-{os.getpid()}.json").write_text(json.dumps(summary, indent=1))
-        log.warning("openjev-batch GPU profile written to %s", out_dir)
-
     @functools.wraps(stock)
     def run_batch(self, *args: Any, **kwargs: Any) -> Any:
         n = state["n"]
         state["n"] = n + 1
         try:
             if n == start:
-                begin()
+                _begin(state)
             elif n == start + steps and state.get("prof") is not None:
-                end()
+                _end(state, out_dir, start, steps)
         except Exception as e:  # noqa: BLE001 - a diagnosis never ends the scheduler
             state["prof"] = None
             log.warning("openjev-batch GPU profile failed: %s: %s", type(e).__name__, e)
