@@ -58,38 +58,58 @@ def calibrate(
 ) -> None:
     """Fit, per question, a temperature and an abstain threshold (multi: the P(yes) its labels are chosen at);
     print the selective-accuracy/coverage curve (multi: precision and recall)."""
-    from ..config import check_output_path  # lazy: keeps --help fast
-    from ..evaluation.calibration_fit import (  # lazy: keeps --help fast
-        curve_table,
-        fit,
-        missed,
-        read_labelled,
-    )
-
     try:
-        if target_precision is not None and target_coverage is not None:
-            raise ConfigError("calibrate: give --target-precision or --target-coverage, not both")
-        if target_coverage is None and target_precision is None:
-            target_precision = 0.9
-        if output.is_dir():
-            raise ConfigError(f"calibrate: -o {output} is a folder: give the calibration file's path")
-        if output.suffix.lower() != ".json":
-            raise ConfigError(f"calibrate: -o must be a .json file, got {output}")
-        if output.exists() and labelled.exists() and os.path.samefile(output, labelled):
-            raise ConfigError(f"calibrate: -o {output} is the labelled input: writing it would destroy it")
-        try:
-            check_output_path(output.with_suffix(".parquet"))  # the folder exists and is writable
-        except ValueError as e:
-            raise ConfigError(f"calibrate: {e}") from None
-        if unfitted not in ("error", "raw"):
-            raise ConfigError(f"calibrate: --unfitted must be error or raw, got {unfitted!r}")
-        if holdout is not None and not 0 < holdout < 1:
-            raise ConfigError(f"calibrate: --holdout must be between 0 and 1 (a share of the rows), got {holdout}")
-        records = read_labelled(labelled, gold, tuple(question or ()))
-        doc = fit(records, target_precision, target_coverage, min_kept, holdout)
-        doc["unfitted"] = unfitted
+        doc = fit_file(labelled, gold, output, target_precision, target_coverage, tuple(question or ()), min_kept,
+                       holdout, unfitted)  # fmt: skip
     except OpenjevError as e:
         _fail(e)
+    write_and_print(doc, output)
+
+
+def fit_file(labelled: Path, gold: str, output: Path, target_precision: float | None, target_coverage: float | None,
+             questions: tuple[str, ...], min_kept: int, holdout: float | None, unfitted: str) -> dict:  # fmt: skip
+    """The calibration document of `calibrate`'s options, checked before anything is read (no precision and no
+    coverage: a precision of 0.9). Raises ConfigError (OpenjevError)."""
+    from ..evaluation.calibration_fit import fit  # lazy: keeps --help fast
+    from ..evaluation.calibration_labelled import read_labelled  # lazy: keeps --help fast
+
+    if target_precision is not None and target_coverage is not None:
+        raise ConfigError("calibrate: give --target-precision or --target-coverage, not both")
+    if target_coverage is None and target_precision is None:
+        target_precision = 0.9
+    check_output(output, labelled)
+    if unfitted not in ("error", "raw"):
+        raise ConfigError(f"calibrate: --unfitted must be error or raw, got {unfitted!r}")
+    if holdout is not None and not 0 < holdout < 1:
+        raise ConfigError(f"calibrate: --holdout must be between 0 and 1 (a share of the rows), got {holdout}")
+    records = read_labelled(labelled, gold, questions)
+    doc = fit(records, target_precision, target_coverage, min_kept, holdout)
+    doc["unfitted"] = unfitted
+    return doc
+
+
+def check_output(output: Path, labelled: Path) -> None:
+    """`-o`: a .json file, not a folder nor the labelled input, in a folder that exists and is writable.
+    Raises ConfigError."""
+    from ..config import check_output_path  # lazy: keeps --help fast
+
+    if output.is_dir():
+        raise ConfigError(f"calibrate: -o {output} is a folder: give the calibration file's path")
+    if output.suffix.lower() != ".json":
+        raise ConfigError(f"calibrate: -o must be a .json file, got {output}")
+    if output.exists() and labelled.exists() and os.path.samefile(output, labelled):
+        raise ConfigError(f"calibrate: -o {output} is the labelled input: writing it would destroy it")
+    try:
+        check_output_path(output.with_suffix(".parquet"))  # the folder exists and is writable
+    except ValueError as e:
+        raise ConfigError(f"calibrate: {e}") from None
+
+
+def write_and_print(doc: dict, output: Path) -> None:
+    """The calibration file written atomically, its curves printed, and a warning per question whose target was
+    missed (every row of it will abstain)."""
+    from ..evaluation.calibration_fit import curve_table, missed  # lazy: keeps --help fast
+
     tmp = output.with_name(output.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(output)  # atomic: a nightly job never reads half a file

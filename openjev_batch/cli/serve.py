@@ -2,22 +2,53 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
+import typing
 from pathlib import Path
 
 import typer
 
 from ..errors import ConfigError, OpenjevError
-from ..serve.limits import Limits
+from ..serve.limits import Limits, flag
 from .app import EXIT_FAILED, _fail, app, err
-from .job_options import ENGINE, READOUT, _engine_options, _readout_options, job_flag
+from .job_options import ENGINE, READOUT, _engine_options, _expand, _readout_options, job_flag
 from .options import BACKEND, _resolve, _text_or_file, apply_threads_option
 
-_D = Limits()  # the limits' defaults, shown by --help
+LIMITS = Limits()  # where serve's request limits go (`_limit_options`); never a CLI option itself
+
+
+def _limit_options(f):
+    """Put the request limits (serve/limits.Limits: each field with a help, its default and help declared
+    there) where the command's `limits` parameter stands, each as its CLI option; the command receives them as
+    one `Limits`, a limit out of its bounds refused before the command runs (exit 4 naming its flag)."""
+    hints = typing.get_type_hints(Limits)
+    declared = [x for x in dataclasses.fields(Limits) if "help" in x.metadata]
+    params = [
+        inspect.Parameter(
+            x.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=hints[x.name],
+            default=typer.Option(x.default, flag(x.name), help=x.metadata["help"]),
+        )
+        for x in declared
+    ]  # fmt: skip
+
+    @functools.wraps(f)
+    def wrapper(**kw):
+        given = {x.name: kw.pop(x.name) for x in declared}
+        try:
+            limits = Limits(**given)
+        except ValueError as e:
+            _fail(ConfigError(f"invalid options: {e}"))
+        return f(**kw, limits=limits)
+
+    return _expand(f, wrapper, "limits", params)
 
 
 @app.command(short_help="Serve the systemone HTTP API from one engine held open.")
 @_engine_options("run")
 @_readout_options("serve")  # applied first: serve takes run's held-engine options, not its --questions
+@_limit_options
 def serve(
     model: str = typer.Option(
         ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
@@ -32,66 +63,42 @@ def serve(
         help="JSON/YAML question map: a request may ask these by id (or, without `questions`, all of them).",
     ),
     readout_opts: dict = READOUT,  # run's system prompt, calibration and debias order (their Flag names serve)
-    max_questions: int = typer.Option(
-        _D.max_questions, "--max-questions", help="Most questions a request asks (422 past it)."
-    ),
-    max_options: int = typer.Option(
-        _D.max_options, "--max-options", help="Most options a question has (422 past it)."
-    ),
-    max_body_bytes: int = typer.Option(
-        _D.max_body_bytes, "--max-body-bytes", help="Largest request body (413 past it)."
-    ),
-    max_branch_tokens: int = typer.Option(
-        _D.max_branch_tokens,
-        "--max-branch-tokens",
-        help="Most tokens a branch (prefix + one question) holds (422 past it).",
-    ),
-    max_request_tokens: int = typer.Option(
-        _D.max_request_tokens,
-        "--max-request-tokens",
-        help="Most input tokens a request holds, prefix and every suffix (422 past it).",
-    ),
-    max_concurrent: int = typer.Option(
-        _D.max_concurrent,
-        "--max-concurrent",
-        help="Most requests evaluated at once (529 with Retry-After past it).",
-    ),
-    timeout: float = typer.Option(
-        _D.timeout_s, "--timeout", help="Seconds a request waits for the engine (504 past it)."
-    ),
-    batch_wait_ms: float = typer.Option(
-        _D.batch_wait_ms,
-        "--batch-wait-ms",
-        help="How long an idle engine waits for more requests to join a batch.",
-    ),
-    max_batch: int = typer.Option(
-        _D.max_batch, "--max-batch", help="Most requests in one engine batch (0: every request waiting)."
-    ),
+    limits: Limits = LIMITS,  # --max-questions … --max-batch (serve/limits.py)
     max_branches: int = job_flag("max_branches", "run"),
     threads: int = job_flag("threads", "run"),
     engine: dict = ENGINE,
 ) -> None:
     """Serve the systemone API: POST /v1/systemone with one row (`id`, `state` or `messages`, `questions`) gets
     one answer per question, with the columns and numbers `run` writes for that row."""
-    from ..api import Classifier  # lazy: keeps --help fast (torch, the backend)
     from ..serve.app import Stop  # lazy: keeps --help fast
-    from ..serve.app import serve as serve_forever  # lazy: keeps --help fast (starlette, uvicorn)
-    from ..serve.request import held_readouts  # lazy: keeps --help fast
 
-    try:
-        limits = Limits(max_questions, max_options, max_body_bytes, max_branch_tokens, max_request_tokens,
-                        max_concurrent, timeout, batch_wait_ms, max_batch)  # fmt: skip
-    except ValueError as e:
-        _fail(ConfigError(f"invalid options: {e}"))
     stop = Stop()
     stop.install()  # before the model loads: a SIGTERM during start-up still ends the server with 143
     apply_threads_option(threads)
+    opts = dict(readout_opts, max_branches=max_branches)
+    code = run_server(stop, model, backend, questions, opts, engine, limits, host, port)
+    if code:
+        err.print(
+            f"stopped ({'SIGTERM' if code == 143 else 'SIGINT'}): the requests in flight were answered",
+            markup=False,
+        )
+    raise typer.Exit(code)
+
+
+def run_server(stop, model: str, backend: str, questions: Path | None, opts: dict, engine: dict, limits: Limits,
+               host: str, port: int) -> int:  # fmt: skip
+    """Load the model (its Classifier held open with the readout options `opts`), check the `-q` questions as
+    `run` checks them, and serve until stopped: the exit code (143 / 130 after a drain). A failure ends the
+    command (exit 4), and a stop during start-up with its own code, the model closed either way."""
+    from ..api import Classifier  # lazy: keeps --help fast (torch, the backend)
+    from ..serve.app import serve as serve_forever  # lazy: keeps --help fast (starlette, uvicorn)
+    from ..serve.request import held_readouts  # lazy: keeps --help fast
+
     clf = None
     try:
-        opts = dict(readout_opts)
         if opts.get("system_prompt") is not None:
             opts["system_prompt"] = _text_or_file(opts["system_prompt"], "--system-prompt")
-        clf = Classifier(_resolve(model), backend, max_branches=max_branches, **opts, **engine)
+        clf = Classifier(_resolve(model), backend, **opts, **engine)
         cfg, readouts = held_readouts(clf, questions)  # the -q questions checked as `run` checks them
         code = serve_forever(clf, cfg, readouts, limits, host, port, model, stop,
                              lambda s: err.print(s, markup=False, highlight=False))  # fmt: skip
@@ -106,9 +113,4 @@ def serve(
             clf.close()
         raise typer.Exit(stop.code or EXIT_FAILED) from None
     clf.close()
-    if code:
-        err.print(
-            f"stopped ({'SIGTERM' if code == 143 else 'SIGINT'}): the requests in flight were answered",
-            markup=False,
-        )
-    raise typer.Exit(code)
+    return code

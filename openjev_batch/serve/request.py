@@ -4,14 +4,14 @@ is (UTF-8, a JSON object, no key given twice), `id` and `state` are the row's (a
 `questions` is a question map (as a questions file holds) or a list of ids of the server's `-q` questions
 (absent: all of them). The row is parsed by the readout's own `parse_row`; a row or question it refuses is a
 422 naming the field (limits.row_error). Images are taken inline only (`data:` URLs): a server reads no path
-a client names."""
+a client names. The body itself is read within `--max-body-bytes` (`read_body`, 413)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import build_config
 from ..readouts import build
@@ -21,6 +21,9 @@ from ..readouts.label_logprobs.rows import Row, parse_state
 from ..readouts.rows_images import PendingImage
 from ..values import no_duplicate_keys, value_problem
 from .limits import FIELDS, HTTPError, Limits, row_error
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,40 @@ def held_readouts(clf: Any, questions: Path | None) -> tuple[Any, Readouts]:
     shared = build(cfg.readout, cfg, clf.backend.labels)
     own = replace(shared, questions=None, questions_sha256=None)  # a request's own question map
     return cfg, Readouts(own, shared if questions is not None else None)
+
+
+async def read_body(request: Request, limits: Limits) -> bytes:
+    """The body's bytes, no more than `limits.max_body_bytes` read (a larger declared length refused before
+    any is). Raises HTTPError 413."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise HTTPError(
+            413, f"body: {int(declared):,} bytes, this server takes at most {limits.max_body_bytes:,}"
+        )
+    parts, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > limits.max_body_bytes:
+            raise HTTPError(
+                413, f"body: over {limits.max_body_bytes:,} bytes, the most this server takes"
+            )
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def read_row(raw: bytes, readouts: Readouts, limits: Limits) -> Row:
+    """The row of a body (`parse_body`, `parse_request`). Raises HTTPError 422, also for a body the readers
+    did not foresee (its one line, not a traceback)."""
+    try:
+        return parse_request(parse_body(raw), readouts, limits)
+    except HTTPError:
+        raise
+    except RecursionError:
+        raise HTTPError(422, "body: nested too deeply") from None
+    except Exception as e:  # noqa: BLE001 - a body the readers did not foresee: its one line, not a traceback
+        raise HTTPError(
+            422, f"body: cannot be read as a row: {type(e).__name__}: {str(e)[:300]}"
+        ) from None
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:

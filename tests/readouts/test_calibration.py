@@ -171,7 +171,7 @@ def test_hostile_calibration_inputs_are_one_line_errors(tmp_path):
 
     import pyarrow as pa
 
-    from openjev_batch.evaluation.calibration_fit import read_labelled
+    from openjev_batch.evaluation.calibration_labelled import read_labelled
 
     fifo = tmp_path / "cal.json"
     os.mkfifo(fifo)
@@ -238,7 +238,7 @@ def test_multi_gold_forms_and_bad_rows(tmp_path):
     names separated by commas; [] is a row with no label; an unknown label or bad P(yes) names the row."""
     import pyarrow as pa
 
-    from openjev_batch.evaluation.calibration_fit import read_labelled
+    from openjev_batch.evaluation.calibration_labelled import read_labelled
 
     base = {"id": "r", "question_id": "m", "type": "multi", "options": ["a", "b", "c"], "probs": [0.9, 0.2, 0.6],
             "error": None}  # fmt: skip
@@ -369,7 +369,7 @@ def test_hand_edited_calibration_numbers_are_refused_in_one_line(tmp_path, chang
 def test_damaged_labelled_files_are_one_line_errors(tmp_path, content, match):
     """A hostile trial: a cell that is not JSON, a missing `type`, a list of numbers, a record that is a
     number, 100,000 brackets, a list for a question id and null options each ended `calibrate` in a traceback."""
-    from openjev_batch.evaluation.calibration_fit import read_labelled
+    from openjev_batch.evaluation.calibration_labelled import read_labelled
 
     f = tmp_path / ("lab.csv" if content.startswith("id,") else "lab.json")
     f.write_text(content)
@@ -487,7 +487,7 @@ def test_an_integer_gold_on_number_named_options_is_read_as_a_name(tmp_path):
     refused; an eval folder's `gold` stays an index (what eval writes)."""
     import pyarrow as pa
 
-    from openjev_batch.evaluation.calibration_fit import read_labelled
+    from openjev_batch.evaluation.calibration_labelled import read_labelled
 
     base = {"id": "r", "question_id": "q", "type": "score", "options": ["1", "2", "3", "4"],
             "probs": [0.1, 0.2, 0.3, 0.4], "error": None}  # fmt: skip

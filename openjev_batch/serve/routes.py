@@ -1,0 +1,86 @@
+"""The server's endpoints (`Endpoints.routes`), each a handler over the service held open:
+
+    POST /v1/systemone   one row → its answers (response.py), at most `--max-concurrent` evaluated at once
+                         (529 with Retry-After past it), `--timeout` seconds waited for (504)
+    GET  /health         200 while the engine serves, 503 once it has stopped or the server drains
+    GET  /v1/models      the model, its manifest hashes and the releases (app.models_info)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .limits import HTTPError, Limits
+from .request import Readouts, read_body, read_row
+from .response import answer_response, error_response
+from .service import Service
+
+BIG_BODY = 64 * 2**10  # bodies over this are parsed in a worker thread, off the event loop
+
+
+class Endpoints:
+    """The handlers over `service`; `models` is GET /v1/models's document, `draining` says whether the server
+    stopped accepting (a signal came). `in_flight`: the requests being evaluated (on the event loop's one
+    thread, so counted without a lock)."""
+
+    def __init__(self, service: Service, readouts: Readouts, limits: Limits, models: dict[str, Any],
+                 draining: Callable[[], bool]) -> None:  # fmt: skip
+        self.service, self.readouts, self.limits = service, readouts, limits
+        self.models, self.draining = models, draining
+        self.model_name = models["data"][0]["id"]
+        self.in_flight = 0
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/systemone", self.systemone, methods=["POST"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/v1/models", self.list_models, methods=["GET"]),
+        ]
+
+    async def systemone(self, request: Request) -> Response:
+        t0 = time.perf_counter()
+        limits = self.limits
+        if self.in_flight >= limits.max_concurrent:
+            return error_response(HTTPError(529, f"{limits.max_concurrent} requests are being evaluated, the most "
+                                  "this server takes at once: retry", headers={"Retry-After": str(limits.retry_after_s)}))  # fmt: skip
+        self.in_flight += 1
+        try:
+            raw = await read_body(request, limits)
+            if len(raw) > BIG_BODY:
+                row = await run_in_threadpool(read_row, raw, self.readouts, limits)
+            else:
+                row = read_row(raw, self.readouts, limits)
+            t_parse = time.perf_counter() - t0
+            fut = self.service.submit(row, asyncio.get_running_loop())
+            try:
+                got = await asyncio.wait_for(fut, limits.timeout_s)
+            except asyncio.TimeoutError:
+                raise HTTPError(504, f"no answer from the engine within {limits.timeout_s:g} s") from None
+            if isinstance(got, HTTPError):
+                raise got
+            return answer_response(row.id, got, t_parse, self.model_name)
+        except HTTPError as e:
+            return error_response(e)
+        except ClientDisconnect:  # the client left before its body arrived: nobody to answer
+            return Response(status_code=400)
+        finally:
+            self.in_flight -= 1
+
+    async def health(self, request: Request) -> Response:
+        if self.service.dead is not None:
+            return JSONResponse({"status": "dead", "why": self.service.dead}, status_code=503)
+        if self.draining():
+            return JSONResponse({"status": "draining"}, status_code=503)
+        return JSONResponse({"status": "ok", "model": self.model_name, "in_flight": self.in_flight,
+                             "batches": self.service.batches})  # fmt: skip
+
+    async def list_models(self, request: Request) -> Response:
+        return JSONResponse(self.models)
