@@ -35,6 +35,9 @@ class Summary:
     output: str
     unique_tokens: int = 0
     model: str = ""  # model_info.describe(): architecture, hybrid/recurrent layers, MoE
+    # the backend that ran the job and its device ("NAME on cpu"): without `-b` the default is chosen for the
+    # machine, and only the output's manifest said which (new-user trial)
+    backend: str = ""
     tokenizer: str = ""  # the class that tokenized (backends/tokenizer.tokenizer_name)
     pattern: str = ""  # the request pattern the backend chose for it
     startup: str = (
