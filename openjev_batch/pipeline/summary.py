@@ -21,7 +21,17 @@ class Summary:
     row). Tokens: logical = Σ branch lengths (what a no-reuse run computes); prefix_tokens = the prefix part
     of it (Σ over answered branches of their row's prefix length, so a row's prefix counts once per
     question); computed = Σ (branch − cached) + prefix warm-up passes; unique_tokens = what the planner
-    counted for the answered branches of the chunks run now (a radix tree over each window holds)."""
+    counted for the answered branches of the chunks run now (a radix tree over each window holds).
+
+    `answers` (the end-of-run answer distribution; `Classifier.last_summary.answers`): a dict from question
+    id, in first-seen order, to a tuple with one `(option, rows, mean_confidence)` per option of the question,
+    in the question's option order: `rows` is how many rows got that option as their answer, and
+    `mean_confidence` their mean `confidence`, None when no row got it. For a `multi` question (its id in
+    `multi`) each entry is `(label, rows that chose it, their mean P(yes) of it)`. classify has one question,
+    `label`, whose options are the classifier's labels. E.g. `{"urgency": (("low", 2, 0.81), ("high", 1,
+    0.64), ("critical", 0, None))}`. `answered_rows[q]` is the rows answered for `q` (the denominator of a
+    share) and `abstained[q]`, for a calibrated question, the rows per option that abstained, aligned with
+    `answers[q]`."""
 
     rows: int
     questions: int
@@ -35,6 +45,9 @@ class Summary:
     output: str
     unique_tokens: int = 0
     model: str = ""  # model_info.describe(): architecture, hybrid/recurrent layers, MoE
+    # the backend that ran the job and its device ("NAME on cpu"): without `-b` the default is chosen for the
+    # machine, and only the output's manifest said which (new-user trial)
+    backend: str = ""
     tokenizer: str = ""  # the class that tokenized (backends/tokenizer.tokenizer_name)
     pattern: str = ""  # the request pattern the backend chose for it
     startup: str = (

@@ -189,7 +189,7 @@ def test_job_level_errors_are_messages_not_tracebacks(args, msg, tmp_path):
 
 def test_validate(tmp_path):
     r = cli("validate", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml")
-    assert r.returncode == 0 and "0 errors" in r.stdout
+    assert r.returncode == 0 and "0 questions with errors" in r.stdout
     p = write_jsonl(
         tmp_path / "v.jsonl",
         [{"id": "a", "state": "x", "questions": {"k": {"type": "rank", "instructions": "?"}}}],
@@ -197,6 +197,60 @@ def test_validate(tmp_path):
     r = cli("validate", p)
     assert r.returncode == 3 and "questions.k.type: unknown question type 'rank'" in r.stderr
 
+
+
+def _trial_parquet(path: Path) -> Path:
+    """The new-user trial's file: 5 rows, a bad criteria list, a duplicate id and an empty state."""
+    one = {"u": {"type": "noul", "instructions": "Urgent?"}}
+    two = {**one, "k": {"type": "choice", "instructions": "Kind?", "criteria": ["a"]}}
+    pl.DataFrame([
+        {"id": "r1", "state": "hi", "questions": json.dumps(one)},
+        {"id": "r2", "state": "hi", "questions": json.dumps(two)},  # k: a list, not an object
+        {"id": "r1", "state": "hi", "questions": json.dumps(one)},  # the id again
+        {"id": "r4", "state": "", "questions": json.dumps(one)},  # empty
+        {"id": "r5", "state": "fine", "questions": json.dumps(one)},
+    ]).write_parquet(path)  # fmt: skip
+    return path
+
+
+def _summary_row(text: str, key: str) -> str:
+    m = re.search(rf"^\W*{re.escape(key)}\s*│\s*(.*?)\s*│?$", text, re.M)
+    assert m, text
+    return m.group(1)
+
+
+def test_validate_counts_questions_and_errors_as_run_does(tiny_model, tmp_path):
+    # the trial: validate said "5 rows, 4 questions, 3 errors" (the refused rows' questions left out, errors
+    # counted per message) where run said "questions 6, answered 3, errors 3"
+    src = _trial_parquet(tmp_path / "in.parquet")
+    v = cli("validate", src)
+    assert v.returncode == 3, v.stderr
+    assert v.stdout.startswith("5 rows, 6 questions, 3 questions with errors ("), v.stdout
+    out = tmp_path / "out.parquet"
+    r = cli("run", src, "-m", tiny_model, "-b", "hf", "--no-progress", "-o", out)
+    assert r.returncode == 3, r.stderr
+    df = pl.read_parquet(out)
+    assert (df.height, df["error"].is_not_null().sum()) == (6, 3)
+    assert (_summary_row(r.stderr, "questions"), _summary_row(r.stderr, "errors")) == ("6", "3")
+
+
+def test_the_run_summary_names_the_backend_it_chose(tiny_model, tmp_path):
+    # the trial: a run without -b took the default backend, and only the output's manifest said which
+    from types import SimpleNamespace
+
+    from openjev_batch.backends import SPECS, default_backend
+
+    out = tmp_path / "out.parquet"
+    r = cli("run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-m", tiny_model,
+            "--no-progress", "-o", out)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    name = default_backend()
+    want = f"{name} on {SPECS[name].device(SimpleNamespace(device='auto'))}"
+    assert _summary_row(r.stderr, "backend") == want
+    # named where the model is: the row after it
+    rows = [[c.strip() for c in line.split("│") if c.strip()] for line in r.stderr.splitlines()]
+    keys = [cells[0] for cells in rows if len(cells) == 2]
+    assert keys[keys.index("backend") - 1] == "model", keys
 
 
 def test_validate_keep_all_checks_every_other_column_as_run_keeps_them(tmp_path):
@@ -209,7 +263,7 @@ def test_validate_keep_all_checks_every_other_column_as_run_keeps_them(tmp_path)
     ])  # fmt: skip
     r = cli("validate", p, "--keep", "all")
     assert r.returncode == 0, r.stderr
-    assert "2 rows, 2 questions, 0 errors" in r.stdout
+    assert "2 rows, 2 questions, 0 questions with errors" in r.stdout
 
 @pytest.mark.sglang
 def test_sglang_backend_cli_matches_hf(tiny_model, tmp_path, monkeypatch):

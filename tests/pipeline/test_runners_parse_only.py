@@ -1,5 +1,5 @@
 """The parse-only runner (pipeline/runners/parse_only.py, `validate`) in the one loop: each row's problems in
-input order, the questions of the rows that parsed, no tokenizer or model (the model is "": loading
+input order, every row's questions (as `run` counts them), no tokenizer or model (the model is "": loading
 anything would fail), and the null sink's one-chunk part."""
 
 from __future__ import annotations
@@ -28,13 +28,15 @@ def test_checks_every_row_without_a_tokenizer(tmp_path):
     cfg = build_config(input=src, model="", backend="hf", chunk_rows=2)
     s, result = loop.run(cfg, FileSource(cfg), NullSink(), ParseOnlyRunner())
     c = s.counted
-    assert s.rows == 5 and c.questions == 2 + 3 + 2  # a, b, c: the rows refused whole have none to count
-    assert len(c.errors) == 3
+    # every row's questions, a row refused whole too (the broken line's one record, the duplicate's two), as
+    # `run`'s output has them (validate said 7 where run said 10)
+    assert s.rows == 5 and c.questions == 2 + 1 + 3 + 2 + 2
+    assert len(c.errors) == 3 and c.covers == [1, 1, 2] and c.questions_with_errors == 4
     assert c.errors[0].startswith("row at index 1: ")  # input order: the unreadable line first
     assert c.errors[1].startswith("row b: questions.w.type: unknown question type 'rank'")
     assert "duplicate id 'a'" in c.errors[2]
     # the loop's records: every row's (the duplicate's two with its error, the broken line's one)
-    assert (s.questions, s.errors) == (2 + 1 + 3 + 2 + 2, 1 + 1 + 2)
+    assert (s.questions, s.errors) == (c.questions, c.questions_with_errors)
     assert result is None and sorted(x.name for x in tmp_path.iterdir()) == ["in.jsonl"]
 
 

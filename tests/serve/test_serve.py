@@ -255,6 +255,21 @@ def test_models_and_health(server, tiny_model):
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
 
 
+def test_the_readme_names_every_field_of_a_response(server, tiny_model):
+    # a new-user trial found `id` and `model` in every response, in no line of the README's Response section
+    import re
+
+    with_id, without = server.post(tickets(1)[0]), server.post({"state": "Where is my parcel?"})
+    assert with_id.status_code == without.status_code == 200, with_id.text + without.text
+    assert (with_id.json()["id"], without.json()["id"]) == (tickets(1)[0]["id"], "0")
+    assert with_id.json()["model"] == str(tiny_model) == httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
+    readme = (ROOT / "README.md").read_text()
+    section = re.search(r"^- \*\*Response\*\*: (.*?)(?=^- \*\*)", readme, re.M | re.S)
+    assert section, "README: no serve Response section"
+    named = set(re.findall(r"`([a-z_]+)`", section.group(1)))
+    assert set(with_id.json()) <= named, sorted(set(with_id.json()) - named)
+
+
 def test_limits_are_options_529_and_504(tiny_model, tmp_path):
     """Every limit lowered by its option; past --max-concurrent a 529 with Retry-After, past --timeout a 504
     (the engine here waits --batch-wait-ms for more requests, longer than the timeout)."""

@@ -7,7 +7,7 @@ import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ...backends import Backend, load_backend, tokenizer_name
+from ...backends import SPECS, Backend, load_backend, tokenizer_name
 from ...checkpoint.info import model_info
 from ...readouts.base import Readout
 from ..prefill import FailureTracker
@@ -62,9 +62,11 @@ class LocalRunner:
                 self._started().close()
 
     def describe(self) -> dict[str, Any]:
-        """The Summary's backend facts: the model's kind, the request pattern, the start-up it ran here."""
-        b = self.backend
+        """The Summary's backend facts: the backend and its device, the model's kind, the request pattern,
+        the start-up it ran here."""
+        b, cfg = self.backend, self.cfg
         return {
+            "backend": f"{cfg.backend} on {SPECS[cfg.backend].device(cfg)}",
             "model": describe_model(getattr(b, "model_info", None) or model_info(self.cfg.model)),
             "tokenizer": self.tokenizer_name,
             "pattern": getattr(b, "pattern", ""),

@@ -64,7 +64,7 @@ def test_a_quoted_csv_field_may_span_lines_and_a_swallowing_one_is_warned(tmp_pa
         ("c", "plain"),
     ]
     r = cli("validate", ok, "-q", qfile)
-    assert r.returncode == 0 and "3 rows, 3 questions, 0 errors" in r.stdout and not r.stderr, r.stderr
+    assert r.returncode == 0 and "3 rows, 3 questions, 0 questions with errors" in r.stdout and not r.stderr, r.stderr
 
     bad = tmp_path / "bad.csv"
     bad.write_text('id,state\na,hello\nb,"open\nc,third row\nd,"fourth" row\ne,fifth\n')
@@ -104,7 +104,7 @@ def test_a_long_csv_cell_is_that_rows_error(tmp_path, qfile):
     assert [r.id for r in rows] == ["a", "b", "c"] and isinstance(rows[2], Row)
     assert rows[1].error == "row b: state: 3,000,000 bytes of text, limit 2,097,152"
     r = cli("validate", src, "-q", qfile)
-    assert r.returncode == 3 and "3 rows, 2 questions, 1 error" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 3 and "3 rows, 3 questions, 1 question with errors" in r.stdout, r.stdout + r.stderr
 
     huge = tmp_path / "huge.csv"  # over the record limit, quoted and spanning lines: skipped, then resynced
     huge.write_text(
@@ -167,7 +167,7 @@ def test_a_question_id_twice_in_a_json_cell_is_that_rows_error(tmp_path):
         assert rows[2].error == "row r3: state: duplicate key 'content' in a JSON object"
         assert isinstance(rows[3], Row)
         r = cli("validate", src)
-        assert r.returncode == 3 and "4 rows, 2 questions, 3 errors" in r.stdout, r.stdout + r.stderr
+        assert r.returncode == 3 and "4 rows, 4 questions, 3 questions with errors" in r.stdout, r.stdout + r.stderr
         assert "row r1: questions: duplicate key 'refund'" in r.stderr
 
 
@@ -296,9 +296,9 @@ def test_stdin_is_sniffed_past_a_bom_and_through_gzip(tmp_path, qfile):
     jsonl = b'{"id": "a", "state": "hi"}\n{"id": "b", "state": "yo"}\n'
     for data in (b"\xef\xbb\xbf" + jsonl, gzip.compress(jsonl), gzip.compress(b"\xef\xbb\xbf" + jsonl)):
         r = _stdin_cli("validate", "-", "-q", qfile, data=data)
-        assert r.returncode == 0 and b"2 rows, 2 questions, 0 errors" in r.stdout, r.stdout + r.stderr
+        assert r.returncode == 0 and b"2 rows, 2 questions, 0 questions with errors" in r.stdout, r.stdout + r.stderr
     r = _stdin_cli("validate", "-", "-q", qfile, data=gzip.compress(b"id,state\na,hi\n"))
-    assert r.returncode == 0 and b"1 row, 1 question, 0 errors" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and b"1 row, 1 question, 0 questions with errors" in r.stdout, r.stdout + r.stderr
     r = _stdin_cli("validate", "-", "-q", qfile, data=b"\x1f\x8b" + b"not gzip" * 10)
     assert (
         r.returncode == 4 and b"error: -: standard input starts like gzip but does not decompress" in r.stderr
@@ -507,7 +507,7 @@ def test_a_csv_of_100000_columns_reads_whole(tmp_path, qfile):
     rows = _rows(src, questions=QS, keep=("c0", f"c{n - 1}"))
     assert [(r.id, r.kept) for r in rows] == [(f"r{k}", {"c0": "0", f"c{n - 1}": str(n - 1)}) for k in range(3)]
     r = cli("validate", src, "-q", qfile, "--keep", f"c{n - 1}")
-    assert r.returncode == 0 and "3 rows, 3 questions, 0 errors" in r.stdout + r.stderr, r.stderr
+    assert r.returncode == 0 and "3 rows, 3 questions, 0 questions with errors" in r.stdout + r.stderr, r.stderr
     dup = tmp_path / "dup.csv"
     dup.write_text(",".join([*names, "c5"]) + "\n" + f"r,text,{cells},5\n")
     with pytest.raises(InputFileError, match=r"names column\(s\) 'c5' twice"):

@@ -135,7 +135,9 @@ class RayRunner:
         self.staged = np.bincount(self.old_pos) if old.num_rows else np.zeros(0, int)
 
     def describe(self) -> dict[str, Any]:
-        return {"tokenizer": self.tokenizer_name, "workers": self.opts.workers, "buckets": len(self.used),
+        # the backend by name: each worker resolves its own device, on its own host
+        return {"backend": f"{self.cfg.backend} on the Ray workers", "tokenizer": self.tokenizer_name,
+                "workers": self.opts.workers, "buckets": len(self.used),
                 "shipped_rows": self.shipped}  # fmt: skip
 
     def score(self, todo: Todo, tracker: FailureTracker, progress: Progress | None = None,
