@@ -52,6 +52,11 @@ def validate(
         _stopped(e, None)
     finally:
         stack.close()  # removes standard input's copy, also on SIGTERM (it stayed in TMPDIR: issue 42)
+    raise typer.Exit(_report(s, r.noun, show))
+
+
+def _report(s, noun: str, show: int) -> int:
+    """Print the first `show` errors and the counts line; the exit code (3 when a row has an error)."""
     c = s.counted
     rows, n_q, errors = s.rows, c.questions, c.errors
     for e in errors[:show]:
@@ -71,7 +76,6 @@ def validate(
 
     # counted as `run` counts them (its summary's "questions" and "errors"): every question of every row,
     # a row refused whole too, and the questions with an error (a refused row's all of them)
-    noun = r.noun
     counts = n(rows, "row") + (f", {n(n_q, noun)}" if noun != "row" else "")
     out.print(  # the error kinds quote the input's field names: escaped, never markup (hostile trial)
         printable(
@@ -81,7 +85,7 @@ def validate(
         markup=False,
         highlight=False,
     )
-    raise typer.Exit(EXIT_ROW_ERRORS if errors else EXIT_OK)
+    return EXIT_ROW_ERRORS if errors else EXIT_OK
 
 
 def _job(input: Path, name: str, own: dict, keep: tuple[str, ...]):

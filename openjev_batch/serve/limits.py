@@ -1,6 +1,6 @@
 """The limits a request is held to before any model call, and the HTTP error each gives (`HTTPError`): the body
 over `max_body_bytes` is 413; a malformed body, too many questions or options, a branch or a request over its
-token limit is 422 naming the field; more than `max_concurrent` requests evaluated at once is 529 with
+token limit is 422 naming the field; a body not sent within `body_timeout_s` is 408; more than `max_concurrent` requests evaluated at once is 529 with
 Retry-After; no answer within `timeout_s` is 504. The token and count limits default to the readout's own
 (readouts/label_logprobs: 64 questions, 2–64 options, 32,768 tokens a branch, 262,144 a row) and may only be
 lowered: the readout refuses more anyway. Each limit is declared once here, its default with its flag's help
@@ -43,6 +43,10 @@ class Limits:
     )
     max_concurrent: int = _limit(16, "Most requests evaluated at once (529 with Retry-After past it).")
     timeout_s: float = _limit(120.0, "Seconds a request waits for the engine (504 past it).")
+    # A client that stalls mid-body (or declares more bytes than it sends) held a --max-concurrent slot for as
+    # long as it liked: 16 idle connections answered every other client 529 (hostile trial, 2026-12-05). The body
+    # is now read before a slot is taken, within this limit.
+    body_timeout_s: float = _limit(30.0, "Seconds a client may take to send its body (408 past it).")
     batch_wait_ms: float = _limit(2.0, "How long an idle engine waits for more requests to join a batch.")
     # Below the clients in flight, the next batch is tokenized and the last one answered while the engine runs one
     # (not measured on a GPU yet)
@@ -56,7 +60,7 @@ class Limits:
             v = getattr(self, name)
             if not 1 <= v <= cap:
                 raise ValueError(f"{flag(name)} must be 1 to {cap:,} (the readout's own limit), got {v:,}")
-        for name in ("max_body_bytes", "max_concurrent", "timeout_s"):
+        for name in ("max_body_bytes", "max_concurrent", "timeout_s", "body_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{flag(name)} must be positive")
         if self.batch_wait_ms < 0:

@@ -48,12 +48,19 @@ class Endpoints:
     async def systemone(self, request: Request) -> Response:
         t0 = time.perf_counter()
         limits = self.limits
+        try:  # the body first, outside the slots: a client slow to send it holds none (408 past its limit)
+            raw = await asyncio.wait_for(read_body(request, limits), limits.body_timeout_s)
+        except asyncio.TimeoutError:
+            return error_response(HTTPError(408, f"body: not sent within {limits.body_timeout_s:g} s"))
+        except HTTPError as e:
+            return error_response(e)
+        except ClientDisconnect:  # the client left before its body arrived: nobody to answer
+            return Response(status_code=400)
         if self.in_flight >= limits.max_concurrent:
             return error_response(HTTPError(529, f"{limits.max_concurrent} requests are being evaluated, the most "
                                   "this server takes at once: retry", headers={"Retry-After": str(limits.retry_after_s)}))  # fmt: skip
         self.in_flight += 1
         try:
-            raw = await read_body(request, limits)
             if len(raw) > BIG_BODY:
                 row = await run_in_threadpool(read_row, raw, self.readouts, limits)
             else:
@@ -69,8 +76,6 @@ class Endpoints:
             return answer_response(row.id, got, t_parse, self.model_name)
         except HTTPError as e:
             return error_response(e)
-        except ClientDisconnect:  # the client left before its body arrived: nobody to answer
-            return Response(status_code=400)
         finally:
             self.in_flight -= 1
 

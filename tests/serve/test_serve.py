@@ -312,6 +312,31 @@ def test_limits_are_options_529_and_504(tiny_model, tmp_path):
         assert s.stop() == 143, s.log
 
 
+def test_clients_stalled_mid_body_hold_no_slot_and_get_408(tiny_model, tmp_path):
+    """Hostile trial (2026-12-05): 16 connections that sent half a body and stalled held every --max-concurrent slot,
+    so every other client got 529 for as long as they stayed. The body is read before a slot is taken, within
+    --body-timeout (408 past it)."""
+    s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "-q", str(QUESTIONS), "--max-concurrent", "2",
+               "--body-timeout", "4")  # fmt: skip
+    stalled = []
+    try:
+        for _ in range(6):  # three times the slots
+            c = socket.create_connection(("127.0.0.1", s.port))
+            c.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b'{"state": "')
+            stalled.append(c)
+        time.sleep(0.5)
+        ok = s.post({"id": "t", "state": "My card was charged twice", "questions": ["refund_request"]})
+        assert ok.status_code == 200 and ok.json()["id"] == "t", ok.text
+        assert httpx.get(s.url + "/health", timeout=5).json()["in_flight"] == 0
+        stalled[0].settimeout(30)
+        head = stalled[0].recv(4096).decode()  # the stalled client's own answer, after --body-timeout
+        assert head.startswith("HTTP/1.1 408") and "not sent within 4 s" in head, head
+    finally:
+        for c in stalled:
+            c.close()
+        assert s.stop() == 143, s.log
+
+
 def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
     """SIGTERM while a request waits for the engine: it is answered (with --calibration's columns, equal to
     `run --calibration`'s), new connections are refused, and the server exits 143."""

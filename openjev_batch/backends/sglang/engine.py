@@ -19,7 +19,7 @@ from ...checkpoint.info import ModelInfo, model_info
 from ...core import Window
 from ...errors import BackendError
 from ..base import Backend, BackendOptions, BranchResult, load_tokenizer
-from . import hybrid, images, mis, moe_configs, patterns, remote, requests
+from . import hybrid, images, mis, moe_configs, patterns, remote, requests, warmup
 from . import signals as sglang_signals
 from .kwargs import _version_tuple, choose_multi_item, engine_kwargs, import_sglang, text_only
 from .patterns import first_branch, multi_item, prefix_first
@@ -165,63 +165,11 @@ class SGLangBackend(Backend):
         ]
         self.context_length = min((n for n in limits if n > 0), default=None)
 
-    # Warm-up forwards (requests × tokens): Triton compiles a kernel per config, and fused-MoE and the
-    # linear-attention kernels pick their config by the batch's token count. Measured on the H200 (35B-A3B
-    # shape, docs/benchmarks.md run 5): a cold Triton cache costs ~60 s of compile on the first job's batches;
-    # sizes up to the 32k prefill budget cover a job's shapes, so the compile happens here, before the
-    # user's job, and is reported apart (`startup`). Triton keeps what it compiled on disk
-    # (~/.triton/cache, TRITON_CACHE_DIR), so a second night's engine warms up in seconds.
-    WARMUP_SHAPES = ((4, 64), (64, 128), (32, 500), (16, 2048), (1, 8192), (64, 400))
-
     def _warm_up(self) -> float:
-        t = time.perf_counter()
-        tok = int(self.tokenizer.eos_token_id or 0)
-        budget = int(self.pack_tokens or 16_384)
-        try:
-            for n, length in self.WARMUP_SHAPES:
-                length = min(length, max(1, (self.context_length or length) - 1))
-                n = max(1, min(n, budget // max(1, length)))
-                requests.generate(
-                    self.engine,
-                    [[tok] * length for _ in range(n)],
-                    [[0] for _ in range(n)],
-                    self.max_new_tokens,
-                )
-            self.engine.flush_cache()
-        except BackendError:
-            self.close()  # the engine died during its warm-up: no engine process is left behind
-            raise
-        except Exception as e:  # noqa: BLE001 - a warm-up is an optimisation: the job then compiles as it goes
-            log.warning(
-                "sglang kernel warm-up stopped (%s: %s); the job compiles as it goes", type(e).__name__, e
-            )
-        return round(time.perf_counter() - t, 1)
-
-    # A multi-item engine's kernels (flashinfer's multi-item prefill, which JIT-compiles on a fresh machine: 78 s
-    # inside the first job on an H200, issue 30; the GDN fork's varlen kernels; fused MoE per token count): packs
-    # of a prefix and N items at the job shapes, up to the pack budget. (packs, prefix, items, item tokens)
-    WARMUP_PACKS = ((4, 64, 3, 16), (16, 300, 3, 40), (8, 1000, 8, 40), (2, 2000, 16, 60), (64, 300, 3, 40))
+        return warmup.kernels(self)
 
     def _warm_up_multi_item(self) -> float:
-        t = time.perf_counter()
-        tok = int(self.tokenizer.eos_token_id or 0)
-        budget = int(self.pack_tokens or 16_384)
-        try:
-            for n, prefix, k, item in self.WARMUP_PACKS:
-                packs = []
-                for _ in range(n):
-                    ids, delims = mis.build([tok] * prefix, [[tok] * item] * k, self.delimiter_id)
-                    if len(ids) > budget:
-                        break
-                    packs.append(mis.Pack(ids, delims, (tok,), tuple((0, j) for j in range(k)), prefix))
-                if packs:
-                    requests.wait(self.engine, multi_item.generate(self.engine, packs))
-        except BackendError:
-            self.close()
-            raise
-        except Exception as e:  # noqa: BLE001 - an optimisation only: the job then compiles as it goes
-            log.warning("sglang multi-item warm-up stopped (%s: %s); the job compiles as it goes", type(e).__name__, e)
-        return round(time.perf_counter() - t, 1)
+        return warmup.multi_item_kernels(self)
 
     # Pipeline shape (measured on the H200, docs/benchmarks.md): groups per window and groups in flight.
     groups_per_window = 8

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core import Window
+from .fork_releases import FORK_GPU_VERIFIED, FORK_SGLANG, fork_note, fork_release  # noqa: F401 - re-exported
 
 DELIMITER_ID = 9999  # sglang's MIS_DELIMITER_TOKEN_ID; a placeholder only (positions travel with the request)
 MAX_ITEM_TOKENS = 65_535  # sglang/flashinfer keep an item's positions in uint16
@@ -58,57 +59,6 @@ FORK_ARCHITECTURES = frozenset(
         "Qwen3_5MoeForCausalLM",
     }
 )
-
-# sglang releases the Qwen3.5/3.6 fork (backends/sglang/hybrid) serves. It calls sglang internals; each name and
-# signature it touches is checked when the override loads (hybrid/check.py, which refuses a release that moved one),
-# and was read in every release below (issue 38: `python -m openjev_batch.backends.sglang.hybrid.check` on each
-# wheel's source: all fit; the MIS engine settings (radix cache and chunked prefill off, flashinfer's per-item
-# positions) and the in-place default of the GDN extend kernel are the same). Exactness was measured on a GPU on
-# 0.5.17 only (benchmarks/hybrid_mis_exact_gpu.py); the others are load-checked. The package's `sglang` extra
-# installs 0.5.18-0.5.23.
-FORK_SGLANG = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
-FORK_GPU_VERIFIED = ("0.5.17",)
-
-
-def fork_note(sglang_version: str | None) -> str:
-    """One line on how far the fork is verified on this sglang release (run summary, --dry-run)."""
-    if sglang_version in FORK_GPU_VERIFIED:
-        return f"sglang {sglang_version}: exactness measured on a GPU"
-    note = (
-        f"sglang {sglang_version}: the fork's sglang names are load-checked; exactness is measured on a GPU on "
-        f"{', '.join(FORK_GPU_VERIFIED)} only"
-    )
-    if sglang_version and _release(sglang_version) >= (0, 5, 20):
-        # 0.5.20+ `GDNAttnBackend.init_forward_metadata` builds its own multi-item metadata (PR #33922), which
-        # the fork does not use: host work per forward, not a different answer
-        note += "; this release also builds sglang's own (unused) GDN multi-item plan every forward"
-    return note
-
-
-def fork_release(sglang_version: str | None) -> str:
-    """One line for a Qwen3.5/3.6 hybrid on sglang (`needs_fork`), shown by `--dry-run` and the run summary beside
-    the request pattern: the installed sglang release, whether the exact multi-item fork serves it
-    (`FORK_SGLANG`, which the package's `sglang` extra and the README name too) and how far that is verified
-    (`fork_note`). `sglang_version` None: sglang is not installed."""
-    served = f"{FORK_SGLANG[0]}-{FORK_SGLANG[-1]}"
-    if sglang_version is None:
-        return f"sglang not installed; the exact hybrid multi-item fork serves sglang {served}"
-    if sglang_version not in FORK_SGLANG:
-        return (
-            f"sglang {sglang_version} installed: the exact hybrid multi-item fork serves sglang {served}, not this "
-            "release (prefix-first runs instead)"
-        )
-    verified = fork_note(sglang_version).split(": ", 1)[1]
-    return f"sglang {sglang_version} installed: the exact hybrid multi-item fork serves it ({served}); {verified}"
-
-
-def _release(v: str) -> tuple[int, ...]:
-    out = []
-    for part in v.split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit())
-        out.append(int(digits or 0))
-    return tuple(out)
-
 
 def exactness(config: Any, sglang_version: str | None = None) -> str | None:
     """None when multi-item scoring gives each item the logprobs of its own request (up to float order) for a
