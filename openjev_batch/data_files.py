@@ -71,4 +71,14 @@ def load_data_file(path: Path, what: str, limit: int, why: str = "") -> Any:
     except RecursionError:  # PyYAML composes and constructs recursively, one frame per level
         raise ConfigError(f"{what} {path}: cannot parse: nested too deeply") from None
     except (yaml.YAMLError, ValueError) as e:  # ValueError: UnicodeDecodeError, a duplicate JSON key
-        raise ConfigError(f"{what} {path}: cannot parse: {e}") from None
+        raise ConfigError(f"{what} {path}: cannot parse: {_one_line(e)}") from None
+
+
+def _one_line(e: Exception) -> str:
+    """A parse error in one line: PyYAML's message spans five (its context, the problem, the quoted source line
+    and a caret), and a job error is one line (hostile trial, 2026-12-05)."""
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+        m = e.problem_mark
+        said = "; ".join(x for x in (e.context, e.problem) if x)
+        return f"{said} (line {m.line + 1}, column {m.column + 1})"
+    return " ".join(str(e).split())

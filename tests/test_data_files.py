@@ -34,3 +34,23 @@ def test_yaml_merge_keys_merge_and_keys_given_override(tmp_path):
     q.write_text("base: &b {type: noul, instructions: x}\nr: {<<: *b, instructions: y, instructions: z}\n")
     with pytest.raises(ConfigError, match="duplicate key 'instructions'"):
         load_questions(q)
+
+
+def test_a_yaml_parse_error_is_one_line_naming_where(tmp_path):
+    """Hostile trial (2026-12-05): PyYAML's errors span five lines (a tab, a self-referencing alias, a python tag);
+    a job error is one line, with the line and column."""
+    import pytest
+
+    from openjev_batch.errors import ConfigError
+
+    cases = {
+        "q:\n\ttype: noul\n": "(line 2, column 1)",
+        "q: !!python/object/apply:os.system ['true']\n": "python/object/apply",
+        "q: [unclosed\n": "line 2",
+    }
+    for i, (text, said) in enumerate(cases.items()):
+        f = tmp_path / f"q{i}.yaml"
+        f.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            load_questions(f)
+        assert "\n" not in str(e.value) and "cannot parse" in str(e.value) and said in str(e.value), str(e.value)
