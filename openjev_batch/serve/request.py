@@ -92,7 +92,9 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise HTTPError(422, f"body: malformed JSON ({e.msg} at char {e.pos})") from None
     except RecursionError:  # json's C decoder recurses once per level
         raise HTTPError(422, "body: JSON nested too deeply") from None
-    except ValueError as e:  # a key twice
+    except ValueError as e:  # a key twice; an integer past Python's 4,300-digit parse limit
+        if "int_max_str_digits" in str(e) or "digits" in str(e):  # not Python's advice to the server's operator
+            raise HTTPError(422, "body: a number over 4,300 digits") from None
         raise HTTPError(422, f"body: {e}") from None
     if not isinstance(body, dict):
         raise HTTPError(422, f"body: expected a JSON object, got {type(body).__name__}")
