@@ -22,7 +22,7 @@ def fork_note(sglang_version: str | None) -> str:
         f"sglang {sglang_version}: the fork's sglang names are load-checked; exactness is measured on a GPU on "
         f"{', '.join(FORK_GPU_VERIFIED)} only"
     )
-    if sglang_version and _release(sglang_version) >= (0, 5, 20):
+    if sglang_version and version_tuple(sglang_version) >= (0, 5, 20):
         # 0.5.20+ `GDNAttnBackend.init_forward_metadata` builds its own multi-item metadata (PR #33922), which
         # the fork does not use: host work per forward, not a different answer
         note += "; this release also builds sglang's own (unused) GDN multi-item plan every forward"
@@ -46,7 +46,8 @@ def fork_release(sglang_version: str | None) -> str:
     return f"sglang {sglang_version} installed: the exact hybrid multi-item fork serves it ({served}); {verified}"
 
 
-def _release(v: str) -> tuple[int, ...]:
+def version_tuple(v: str) -> tuple[int, ...]:
+    """`0.5.17rc1` → (0, 5, 17): a release's first three numbers, for comparisons."""
     out = []
     for part in v.split(".")[:3]:
         digits = "".join(c for c in part if c.isdigit())

@@ -11,16 +11,11 @@ from typing import Any
 from ...checkpoint.info import _text_config
 from ...errors import BackendError
 from ..base import BackendOptions
+from .fork_releases import version_tuple
 from .mis import exactness
 from .options import engine_arguments
 
-
-def _version_tuple(v: str) -> tuple[int, ...]:
-    out = []
-    for part in v.split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit())
-        out.append(int(digits or 0))
-    return tuple(out)
+_version_tuple = version_tuple  # engine.py and remote.py compare releases through this name
 
 
 NO_SGL_KERNEL = (
