@@ -71,8 +71,14 @@ def _value(path: Path, param: Any, v: Any) -> Any:
     click turns a bool or a float default into an integer option's int (`debias-order: true` was K = 1, no
     debiasing, silently; hostile trial): an integer option takes an integer (or its text) only."""
     name = _spelling(param)
-    if _takes_int(param) and isinstance(v, bool | float):
+    if _takes_int(param) and (isinstance(v, bool | float) or (isinstance(v, str) and not _int_text(v))):
         raise ConfigError(f"--config {path}: {name}: expected an integer, got {v!r}")
+    # a wrong type for a flag or a number was click's usage error (exit 2) naming `--progress`, not the file,
+    # while other keys' errors named the file (exit 4; hostile trial): each is the file's error now
+    if _takes(param, bool) and not (isinstance(v, bool) or str(v).strip().lower() in _BOOL_TEXTS):
+        raise ConfigError(f"--config {path}: {name}: expected true or false, got {_shown(v)}")
+    if _takes(param, float) and not _float_value(v):
+        raise ConfigError(f"--config {path}: {name}: expected a number, got {_shown(v)}")
     if getattr(param, "multiple", False):
         if isinstance(v, dict):
             return [f"{k}={json.dumps(x)}" for k, x in v.items()]
@@ -90,6 +96,37 @@ def _value(path: Path, param: Any, v: Any) -> Any:
     if _takes_text(param) and isinstance(v, bool):  # YAML's unquoted yes/no/true/off: quote it to mean text
         raise ConfigError(f"--config {path}: {name}: expected text, got {str(v).lower()} (quote it for text)")
     return v
+
+
+_BOOL_TEXTS = ("true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f")  # what a flag's text takes
+
+
+def _shown(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) or v is None else repr(v)
+
+
+def _int_text(v: str) -> bool:
+    try:
+        int(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _float_value(v: Any) -> bool:
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        return False
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _takes(param: Any, t: type) -> bool:
+    """An option whose annotation is `t` or `t | None`."""
+    ann = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    return ann is t or (t in get_args(ann) and not (set(get_args(ann)) - {t, type(None)}))
 
 
 def _takes_text(param: Any) -> bool:

@@ -87,3 +87,27 @@ def test_a_list_or_a_boolean_for_a_text_option_is_refused(tmp_path, tiny_model):
         assert shown in " ".join(r.stderr.split()) and "class '" not in r.stderr, (key, r.stderr)
     job = _job(tmp_path, tiny_model, **{"system-prompt": "'yes'"})  # quoted: the text "yes"
     assert cli("run", "--config", job, "--dry-run").returncode == 0
+
+
+def test_a_wrong_type_for_a_number_or_a_flag_names_the_file_with_exit_4(tmp_path, tiny_model):
+    """Hostile trial: `chunk-rows: abc` or `progress: 7` was click's usage error (exit 2) naming `--chunk-rows`,
+    while a list for the same key named the file (exit 4). Each is now the file's error, exit 4."""
+    cases = (
+        ("threads", "abc", "threads: expected an integer, got 'abc'"),
+        ("resume", "7", "resume: expected true or false, got 7"),
+        ("mem-fraction-static", "lots", "mem-fraction-static: expected a number, got 'lots'"),
+        ("gpus-per-worker", "true", "gpus-per-worker: expected a number, got true"),
+    )
+    for key, value, shown in cases:
+        job = _job(tmp_path, tiny_model, output=tmp_path / "o.parquet", **{key: value})
+        r = cli("run", "--config", job)
+        assert r.returncode == 4 and not (tmp_path / "o.parquet").exists(), (key, r.stderr)
+        assert f"--config {job}: {shown}" in " ".join(r.stderr.split()), (key, r.stderr)
+    # what a flag's own text takes still goes: `resume: "no"`, a number as text
+    job = _job(tmp_path, tiny_model, resume="'no'", threads="'2'")
+    r = cli("run", "--config", job, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    # a number as text reaches the option's own check (hf takes no --mem-fraction-static), not the file's
+    job = _job(tmp_path, tiny_model, **{"mem-fraction-static": "'0.5'"})
+    r = cli("run", "--config", job, "--dry-run")
+    assert r.returncode == 4 and "does not read --mem-fraction-static" in r.stderr, r.stderr

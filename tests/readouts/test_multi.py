@@ -24,7 +24,9 @@ TEXTS = ["I was charged twice and now I cannot log in", "The whole site is down"
         ({**MULTI, "criteria": ["a", "b"]}, "multi needs an object mapping label name"),
         ({**MULTI, "threshold": 1.5}, r"questions.m.threshold"),
         ({**MULTI, "threshold": -0.1}, r"questions.m.threshold: Input should be greater than or equal to 0"),
-        ({**MULTI, "threshold": float("nan")}, r"questions.m.threshold"),
+        # NaN and infinity once said "less than or equal to 1" (hostile trial)
+        ({**MULTI, "threshold": float("nan")}, r"questions.m.threshold: Input should be a finite number"),
+        ({**MULTI, "threshold": float("inf")}, r"questions.m.threshold: Input should be a finite number"),
         ({**MULTI, "threshold": True}, r"questions.m.threshold: expected a P\(yes\) in \[0, 1\], not true"),
         ({"type": "choice", "instructions": "x", "criteria": {"a": None, "b": None}, "threshold": 0.3},
          r"questions.m.threshold: only multi questions"),

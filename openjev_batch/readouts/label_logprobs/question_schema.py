@@ -31,7 +31,7 @@ class _Question(BaseModel):
     examples: list[Any] | None = None
     # closed, as a calibration file's threshold and abstain_below are (calibration.py): 0 chooses every
     # label, 1 only a certain one; both are answers a fitted file may give
-    threshold: float | None = Field(None, ge=0, le=1)
+    threshold: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)  # NaN said "<= 1" (hostile trial)
     debias: int | None = Field(None, ge=1, le=MAX_DEBIAS)
 
     @field_validator("threshold", "debias", mode="before")
