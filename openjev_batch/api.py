@@ -19,6 +19,7 @@ when a Classifier is created, not when the package is imported.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from .pipeline.input.source import FrameSource
 from .pipeline.output.sink import MemorySink, NullSink
 from .pipeline.runners.local import LocalRunner
 from .pipeline.runners.plan_only import PlanOnlyRunner
+from .pipeline.summary import abstain_warnings
 from .readouts import DEFAULT
 from .threads import apply_threads
 
@@ -154,6 +156,10 @@ class Classifier:
             progress=progress,
             on_progress=on_progress,
         )
+        # the CLI's `warning:` lines, for a notebook or a nightly script: a missed calibration target abstains
+        # on every row, and the table alone shows it only in its `abstain` column
+        for line in abstain_warnings(self.last_summary, readout):
+            warnings.warn(line, UserWarning, stacklevel=2)
         table = restore_ids(table, data, kind)
         index = input_index(source.positions(), data, kind) if output == "pandas" else None
         return convert(table, output, index)

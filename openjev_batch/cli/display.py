@@ -240,26 +240,10 @@ def _answers_table(answers: dict, s, cols: list[str], title: str, max_questions:
     err.print(t)
 
 
-# a calibrated question abstaining on more than this share of its rows gets a `warning:` line
-ABSTAIN_WARN = 0.5
-
-
 def _warn_abstained(readout, s) -> None:
     """One `warning:` line (a log grep finds it) per calibrated question that abstained on more than half its
-    answered rows: a missed calibration target writes a threshold of 1, and the run abstains on every row
-    (issue 42.1)."""
-    cal = getattr(readout, "calibration", None)
-    for qid, per_option in s.abstained.items():
-        n, of = sum(per_option), s.answered_rows.get(qid, 0)
-        if not of or n / of <= ABSTAIN_WARN:
-            continue
-        entry = cal.entries.get(qid) if cal is not None else None
-        why = ""
-        if entry is not None:
-            why = f", abstain_below {entry.abstain_below:.3f}" + (
-                ": its calibration target was not met (see `calibrate`'s note), refit with a lower target"
-                if entry.abstain_below >= 1.0 else ""
-            )  # fmt: skip
-        where = f"the calibration file {cal.path}" if cal is not None else "the calibration file"
-        line = f"warning: question {qid!r} abstained on {n:,} of {of:,} answered rows ({n / of:.0%}) under {where}{why}"
-        err.print(printable(line), markup=False, highlight=False, soft_wrap=True)
+    answered rows (pipeline.summary.abstain_warnings; issue 42.1)."""
+    from ..pipeline.summary import abstain_warnings  # lazy: display stays light for --help
+
+    for line in abstain_warnings(s, readout):
+        err.print(printable(f"warning: {line}"), markup=False, highlight=False, soft_wrap=True)

@@ -89,6 +89,32 @@ class Summary:
         return 1 - self.unique_tokens / self.branch_tokens if self.branch_tokens else 0.0
 
 
+# a calibrated question abstaining on more than this share of its answered rows is warned of
+ABSTAIN_WARN = 0.5
+
+
+def abstain_warnings(s: Summary, readout: Any) -> list[str]:
+    """One line per calibrated question that abstained on more than half its answered rows: a missed calibration
+    target writes a threshold of 1, and the run abstains on every row (issue 42.1). The CLI prints each as a
+    `warning:` line; the Python API (`Classifier.run`) gives each to `warnings.warn`."""
+    cal = getattr(readout, "calibration", None)
+    out = []
+    for qid, per_option in s.abstained.items():
+        n, of = sum(per_option), s.answered_rows.get(qid, 0)
+        if not of or n / of <= ABSTAIN_WARN:
+            continue
+        entry = cal.entries.get(qid) if cal is not None else None
+        why = ""
+        if entry is not None:
+            why = f", abstain_below {entry.abstain_below:.3f}" + (
+                ": its calibration target was not met (see `calibrate`'s note), refit with a lower target"
+                if entry.abstain_below >= 1.0 else ""
+            )  # fmt: skip
+        where = f"the calibration file {cal.path}" if cal is not None else "the calibration file"
+        out.append(f"question {qid!r} abstained on {n:,} of {of:,} answered rows ({n / of:.0%}) under {where}{why}")
+    return out
+
+
 TOP_ERRORS = 5
 
 

@@ -4,6 +4,7 @@ the manifest and the --resume key, and a file for other questions is refused at 
 
 import json
 import re
+import warnings
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -145,6 +146,22 @@ def test_python_api_takes_a_calibration_file(tiny_model, tmp_path):
         assert len(df["raw_probs"].to_list()[0]) == 2
         with pytest.raises(ConfigError, match="question 'refund_request'"):
             clf.run(["x"], EXAMPLES / "ticket_questions.yaml")
+    # a missed target (abstain_below 1) abstains on every row: the API warns as the CLI's `warning:` line does
+    # (it was the CLI's alone), and says nothing when fewer than half abstain
+    doc = json.loads(cal.read_text())
+    doc["questions"]["sentiment"]["abstain_below"] = 1.0
+    missed = tmp_path / "missed.json"
+    missed.write_text(json.dumps(doc))
+    with Classifier(tiny_model, "hf", device="cpu", calibration=missed) as clf:
+        with pytest.warns(UserWarning, match=r"question 'sentiment' abstained on 2 of 2 answered rows \(100%\) under "
+                          r"the calibration file .*missed.json, abstain_below 1.000: its calibration target"):  # fmt: skip
+            assert clf.run(["great film", "dull"], qs)["abstain"].to_list() == [True, True]
+    doc["questions"]["sentiment"]["abstain_below"] = 0.0
+    missed.write_text(json.dumps(doc))
+    with Classifier(tiny_model, "hf", device="cpu", calibration=missed) as clf, warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert clf.run(["great film", "dull"], qs)["abstain"].to_list() == [False, False]
+    assert not [x for x in w if "abstained" in str(x.message)], [str(x.message) for x in w]
 
 
 def test_per_row_option_texts_fit_one_entry_by_option_count(tmp_path):
