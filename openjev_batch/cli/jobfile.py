@@ -131,10 +131,7 @@ def _takes(param: Any, t: type) -> bool:
 
 def _takes_text(param: Any) -> bool:
     """A text option: click's STRING type, or a `str` / `str | None` annotation."""
-    ann = getattr(getattr(param, "type_descriptor", None), "annotation", None)
-    return type(getattr(param, "type", None)).__name__ == "StringParamType" or ann is str or (
-        str in get_args(ann) and len(get_args(ann)) <= 2 and not (set(get_args(ann)) - {str, type(None)})
-    )
+    return type(getattr(param, "type", None)).__name__ == "StringParamType" or _takes(param, str)
 
 
 def _takes_int(param: Any) -> bool:
