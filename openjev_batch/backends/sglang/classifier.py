@@ -30,8 +30,8 @@ from ..base import Backend, BackendOptions, load_tokenizer
 from . import images as sg_images
 from . import signals as sglang_signals
 from .heads import HEAD_VERSION, MARKER, OVERRIDES, PACKAGE, TEXT_ONLY
+from .kwargs import EngineKwargs, import_sglang, text_only
 from .kwargs import engine_kwargs as engine_kwargs_base
-from .kwargs import import_sglang, text_only
 from .scheduler_patch import engine_class
 
 
@@ -59,7 +59,7 @@ def _import_error(submodule: str) -> str:
     return ""
 
 
-def engine_kwargs(opts: BackendOptions, ckpt: Checkpoint, multimodal: bool = False) -> dict[str, Any]:
+def engine_kwargs(opts: BackendOptions, ckpt: Checkpoint, multimodal: bool = False) -> EngineKwargs:
     """`sglang.Engine` arguments for a classifier: is_embedding, CPU defaults, user options, engine args, and
     for an overridden architecture whose engine name differs (Qwen3.5) the `architectures` override; for a
     text-only one (Qwen3.5) `enable_multimodal=False` unless the user set it or the engine is to take images
@@ -126,8 +126,10 @@ class SGLangClassifier(Backend):
                 raise BackendError(f"{e} ({why})") from e
             raise
         self.images, self.no_images = sg_images.for_engine(opts, kw, vision) if vision else (None, None)
-        # the run summary's start-up line: the engine takes images, and with which vision attention
-        self.startup = f"multimodal, {self.vision_attention}" if self.vision_attention else ""
+        # the run summary's start-up line: the attention kernel where sglang's own is missing here, and whether
+        # the engine takes images, with which vision attention
+        words = (kw.attention, f"multimodal, {self.vision_attention}" if self.vision_attention else "")
+        self.startup = "; ".join(w for w in words if w)
         self._capacity = int(info.get("max_total_num_tokens") or 0) or None
         self.context_length = int(info.get("max_req_input_len") or 0) or opts.context_length
 

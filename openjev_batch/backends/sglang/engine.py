@@ -91,6 +91,7 @@ class SGLangBackend(Backend):
         # registered while this engine starts, then proven loaded (sglang's stock classes leak item to item)
         self.fork = bool(kw.get("enable_mis")) and mis.needs_fork({"architectures": [arch]})
         self.batch_memory = kw.batch_memory
+        self.attention = kw.attention  # sglang's own attention choice unless its kernels are missing here
         self.moe_config_dir = None
         if self.model_info.moe and kw.get("device") != "cpu":
             # tuned fused-MoE kernel configs sglang 0.5.17 lacks (E=256, N=512 on the H200); see moe_configs
@@ -116,6 +117,7 @@ class SGLangBackend(Backend):
         return (
             f"engine {self.start_s:.1f} s"
             + (f", kernel warm-up {self.warmup_s:.1f} s" if warm else "")
+            + (f"; {self.attention}" if self.attention else "")
             + (f"; multimodal, {self.vision_attention}" if self.vision_attention else "")
             + (
                 f"; batch-job memory {', '.join(f'{k}={v}' for k, v in self.batch_memory.items())}"

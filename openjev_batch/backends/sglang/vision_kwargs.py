@@ -11,6 +11,7 @@ from typing import Any
 from ...checkpoint.info import load_config
 from ...errors import BackendError
 from . import hybrid
+from .kwargs import fa3_imports
 
 
 def starts_multimodal(architecture: str, vision: bool, asked: Any = None, job_images: bool | None = None) -> bool:
@@ -99,15 +100,6 @@ def vision_overrides(cfg: dict[str, Any], given: Any = None) -> dict[str, Any]:
 # "slim" build has no `flash_ops`) dies at the first image batch with "ImportError: Can not import FA3 in
 # sgl_kernel" (issue 41). `triton_attn` (sglang's Triton varlen prefill kernel) runs wherever Triton does.
 VISION_ATTENTION_FALLBACK = "triton_attn"
-
-
-def fa3_imports() -> str | None:
-    """None when sgl_kernel's FlashAttention-3 imports here, else why not."""
-    try:
-        import sgl_kernel.flash_attn  # noqa: F401  # lazy: loads the CUDA kernels
-    except Exception as e:  # noqa: BLE001 - ImportError, or a kernel library that fails to load
-        return f"{type(e).__name__}: {e}".splitlines()[0][:200]
-    return None
 
 
 def choose_vision_attention(device: str, capability: tuple[int, int] | None, given: Any, fa3_error) -> tuple:
