@@ -11,6 +11,7 @@ from typing import Any
 from ...checkpoint.info import _text_config
 from ...errors import BackendError
 from ..base import BackendOptions
+from .attention import text_attention
 from .fork_releases import version_tuple
 from .mis import exactness
 from .options import engine_arguments
@@ -246,36 +247,6 @@ class EngineKwargs(dict):
     attention: str = ""
 
 
-def fa3_imports() -> str | None:
-    """None when sgl_kernel's FlashAttention-3 imports here, else why not."""
-    try:
-        import sgl_kernel.flash_attn  # noqa: F401  # lazy: loads the CUDA kernels
-    except Exception as e:  # noqa: BLE001 - ImportError, or a kernel library that fails to load
-        return f"{type(e).__name__}: {e}".splitlines()[0][:200]
-    return None
-
-
-# sglang 0.5.17 gives a Hopper card FlashAttention-3 for the language model's attention by default (server_args
-# `_get_default_attn_backend`, "flashinfer 0.6.1 caused performance regression on Hopper", sgl-project/sglang#17411)
-# without checking that its kernels exist: with a slim sgl_kernel (the kit's has no `flash_ops`) the scheduler
-# dies at start with "ImportError: Can not import FA3 in sgl_kernel" (H200, 2026-12-06: `classify` on a Qwen3.5
-# checkpoint, the one engine the product started with no attention backend of its own; the label engine's
-# multi-item choice sets flashinfer). flashinfer, sglang's default on the other CUDA cards, runs there.
-TEXT_ATTENTION_FALLBACK = "flashinfer"
-
-
-def choose_text_attention(capability: tuple[int, int] | None, fa3_error) -> tuple[str | None, str]:
-    """(attention_backend to set or None for sglang's own choice, the choice in words: '' for sglang's own) on a
-    CUDA card of `capability` (major, minor) where the user set none; `fa3_error()`: None when FA3 imports,
-    else why not (called only where sglang would take FA3)."""
-    if capability is None or capability[0] != 9:
-        return None, ""
-    why = fa3_error()
-    if why is None:
-        return None, ""
-    return TEXT_ATTENTION_FALLBACK, f"attention {TEXT_ATTENTION_FALLBACK} (no FA3 in sgl_kernel: {why})"
-
-
 def engine_kwargs(opts: BackendOptions, recurrent: bool = False, **extra: Any) -> EngineKwargs:
     """`sglang.Engine` keyword arguments from the user's options: prefill-only defaults, sglang's CPU path
     when there is no GPU, the declared options that are set, `extra` (e.g. is_embedding), then `--engine-arg`s,
@@ -323,11 +294,6 @@ def engine_kwargs(opts: BackendOptions, recurrent: bool = False, **extra: Any) -
     kw.update(_trusted_engine_args(opts))
     out = EngineKwargs(kw)
     out.batch_memory = hybrid_batch_memory(out, recurrent, fields)
-    if device == "cuda" and out.get("attention_backend") is None:
-        import torch
-
-        cap = tuple(torch.cuda.get_device_capability(0)) if torch.cuda.is_available() else None
-        backend, out.attention = choose_text_attention(cap, fa3_imports)
-        if backend is not None:
-            out["attention_backend"] = backend
+    if device == "cuda" and out.get("attention_backend") is None:  # the user chose none
+        out.attention = text_attention(out)
     return out

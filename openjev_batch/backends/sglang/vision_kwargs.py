@@ -11,7 +11,7 @@ from typing import Any
 from ...checkpoint.info import load_config
 from ...errors import BackendError
 from . import hybrid
-from .kwargs import fa3_imports
+from .attention import fa3_imports
 
 
 def starts_multimodal(architecture: str, vision: bool, asked: Any = None, job_images: bool | None = None) -> bool:
