@@ -35,13 +35,17 @@ def choose_text_attention(capability: tuple[int, int] | None, fa3_error) -> tupl
     return TEXT_ATTENTION_FALLBACK, f"attention {TEXT_ATTENTION_FALLBACK} (no FA3 in sgl_kernel: {why})"
 
 
+def cuda_capability() -> tuple[int, int] | None:
+    """This machine's first CUDA card's (major, minor), None without one."""
+    import torch  # lazy
+
+    return tuple(torch.cuda.get_device_capability(0)) if torch.cuda.is_available() else None  # type: ignore[return-value]
+
+
 def text_attention(kw: dict) -> str:
     """Set `kw["attention_backend"]` (an engine on this machine's CUDA card, the user having chosen none) where
     sglang's own choice is missing here; returns the choice in words ('' for sglang's own)."""
-    import torch  # lazy: the CUDA card's capability
-
-    cap = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None  # (major, minor)
-    backend, words = choose_text_attention(cap, fa3_imports)
+    backend, words = choose_text_attention(cuda_capability(), fa3_imports)
     if backend is not None:
         kw["attention_backend"] = backend
     return words

@@ -11,7 +11,7 @@ from typing import Any
 from ...checkpoint.info import load_config
 from ...errors import BackendError
 from . import hybrid
-from .attention import fa3_imports
+from .attention import cuda_capability, fa3_imports
 
 
 def starts_multimodal(architecture: str, vision: bool, asked: Any = None, job_images: bool | None = None) -> bool:
@@ -130,11 +130,7 @@ def multimodal_kwargs(opts: Any, kw: dict[str, Any]) -> str:
         import json
 
         kw["json_model_override_args"] = json.dumps(over)
-    cap = None
-    if kw.get("device") == "cuda":
-        import torch
-
-        cap = tuple(torch.cuda.get_device_capability(0)) if torch.cuda.is_available() else None
+    cap = cuda_capability() if kw.get("device") == "cuda" else None
     backend, words = choose_vision_attention(
         str(kw.get("device")), cap, opts.sglang.engine_args.get("mm_attention_backend"), fa3_imports
     )
