@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import sys
 from pathlib import Path
@@ -99,6 +100,8 @@ def _run_job(command: str, kw: dict, job: dict, show_prompt: int | None = None) 
             with open(output, "rb") as f:
                 shutil.copyfileobj(f, sys.stdout.buffer)
             sys.stdout.flush()
+            # the summary names where the rows went, not the temporary file they were joined in (removed below)
+            s = dataclasses.replace(s, output="standard output (-o -)")
     except OutputFinished as e:  # --resume of an output this job finished: nothing to do, exit 0
         err.print(str(e), markup=False)
         return

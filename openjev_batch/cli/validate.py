@@ -80,12 +80,22 @@ def _report(s, noun: str, show: int) -> int:
     out.print(  # the error kinds quote the input's field names: escaped, never markup (hostile trial)
         printable(
             f"{counts}, {n(c.questions_with_errors, noun)} with errors"
-            + (f" ({', '.join(f'{k}: {v}' for k, v in kinds.most_common(5))})" if errors else "")
+            + (f" ({_kinds(kinds)})" if errors else "")
         ).replace("\n", "\\n"),
         markup=False,
         highlight=False,
     )
     return EXIT_ROW_ERRORS if errors else EXIT_OK
+
+
+def _kinds(kinds: Counter[str], most: int = 5) -> str:
+    """The `most` commonest error kinds with their counts, and what the rest add up to (a trial read five
+    kinds that summed below the total as all of them)."""
+    top = kinds.most_common(most)
+    rest = sum(kinds.values()) - sum(v for _, v in top)
+    left = len(kinds) - most
+    more = f", {left} more kind{'s' if left > 1 else ''}: {rest}" if left > 0 else ""
+    return ", ".join(f"{k}: {v}" for k, v in top) + more
 
 
 def _job(input: Path, name: str, own: dict, keep: tuple[str, ...]):

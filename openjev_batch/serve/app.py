@@ -16,6 +16,7 @@ with 503 and ends the server with exit 4 and one line (`error: …`), so an orch
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -25,7 +26,7 @@ from typing import Any
 from .._version import __version__
 from ..backends import NAMES as BACKEND_NAMES
 from ..errors import BackendError, ConfigError
-from .limits import Limits
+from .limits import HTTPError, Limits
 from .request import Readouts
 from .routes import Endpoints
 from .service import Service
@@ -62,8 +63,19 @@ def make_app(
 ):
     """The ASGI app over `service` (its endpoints: routes.py)."""
     from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
 
-    return Starlette(routes=Endpoints(service, readouts, limits, models, draining).routes())
+    from .response import error_response
+
+    async def http_error(request: Any, exc: Exception) -> Any:
+        """Starlette's own refusals (an unknown path 404, a wrong method 405) in the API's one error shape, not
+        its plain-text "Not Found"."""
+        assert isinstance(exc, HTTPException)
+        why = f"{request.method} {request.url.path}: {exc.detail}"
+        return error_response(HTTPError(exc.status_code, why, headers=dict(exc.headers or {})))
+
+    return Starlette(routes=Endpoints(service, readouts, limits, models, draining).routes(),
+                     exception_handlers={HTTPException: http_error})  # fmt: skip
 
 
 def models_info(name: str, clf: Any, cfg: Any, readout: Any) -> dict[str, Any]:
@@ -91,6 +103,36 @@ def releases() -> dict[str, str]:
     return out
 
 
+class StartupLog(logging.Filter):
+    """uvicorn's own log lines before the server listens (a bind failure: "[Errno 98] error while attempting to
+    bind on address …: address already in use"): kept for the product's one `error:` line, not printed beside
+    it as a second line in uvicorn's format. Lines after the start pass."""
+
+    def __init__(self, server: Any) -> None:
+        super().__init__()
+        self.server, self.lines = server, []
+        self.logger = logging.getLogger("uvicorn.error")  # uvicorn's server logs there
+        self.logger.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.server.started:
+            return True
+        self.lines.append(" ".join(record.getMessage().split()))
+        return False
+
+    def remove(self) -> None:
+        self.logger.removeFilter(self)
+
+
+def bound_port(server: Any, asked: int) -> int:
+    """The port `server` (a started uvicorn.Server) listens on: `--port 0` asks the system for a free one, which
+    the start-up line must name, or a client cannot find the server."""
+    for srv in getattr(server, "servers", None) or ():
+        for sock in srv.sockets:
+            return int(sock.getsockname()[1])
+    return asked
+
+
 def serve(clf: Any, cfg: Any, readouts: Readouts, limits: Limits, host: str, port: int, name: str,
           stop: Stop, say: Callable[[str], None]) -> int:  # fmt: skip
     """Serve until stopped. Returns the exit code (143 / 130 after a drain). Raises BackendError when the
@@ -108,14 +150,16 @@ def serve(clf: Any, cfg: Any, readouts: Readouts, limits: Limits, host: str, por
         return stop.code or EXIT_TERMINATED
     http = threading.Thread(target=server.run, name="openjev-serve-http", daemon=True)
     service.start()
+    startup = StartupLog(server)
     http.start()
     while not server.started and http.is_alive():
         time.sleep(0.02)
+    startup.remove()
     if not server.started:
-        raise ConfigError(f"cannot listen on {host}:{port} (in use, or not an address of this machine?)")
-    say(
-        f"serving {name} ({clf.backend_name}) on http://{host}:{port}  POST /v1/systemone · GET /health · GET /v1/models"
-    )
+        why = startup.lines[-1] if startup.lines else "in use, or not an address of this machine?"
+        raise ConfigError(f"cannot listen on {host}:{port}: {why}")
+    say(f"serving {name} ({clf.backend_name}) on http://{host}:{bound_port(server, port)}  "
+        "POST /v1/systemone · GET /health · GET /v1/models")  # fmt: skip
     try:
         service.serve_until(lambda: not http.is_alive())
     except BackendError:

@@ -57,8 +57,8 @@ class Endpoints:
         except ClientDisconnect:  # the client left before its body arrived: nobody to answer
             return Response(status_code=400)
         if self.in_flight >= limits.max_concurrent:
-            return error_response(HTTPError(529, f"{limits.max_concurrent} requests are being evaluated, the most "
-                                  "this server takes at once: retry", headers={"Retry-After": str(limits.retry_after_s)}))  # fmt: skip
+            return error_response(HTTPError(529, f"{limits.max_concurrent} in evaluation, the most requests this "
+                                  "server takes at once: retry", headers={"Retry-After": str(limits.retry_after_s)}))  # fmt: skip
         self.in_flight += 1
         try:
             if len(raw) > BIG_BODY:

@@ -66,8 +66,9 @@ def test_killed_scheduler_ends_the_job_exit_4_and_resume_finishes_with_the_long_
     assert df["id"].unique(maintain_order=True).to_list() == [f"r{i}" for i in range(60)]
     bad = df.filter(pl.col("error").is_not_null())
     assert bad["id"].to_list() == ["r3", "r3"]
-    limit = int(bad["error"][0].rsplit("limit ", 1)[1])
-    assert bad["error"][0].startswith("row r3: questions.u: branch has ") and 240 <= limit < 256
+    limit, source = bad["error"][0].rsplit("limit ", 1)[1].split(" ", 1)
+    assert bad["error"][0].startswith("row r3: questions.u: branch has ") and 240 <= int(limit) < 256
+    assert source == "(the model's context length)"  # not --max-branch-tokens' 32,768: where it comes from
 
 
 def test_an_engine_that_cannot_start_ends_the_job_exit_4_naming_the_cause(tiny_model, tmp_path, sg_env):

@@ -234,6 +234,25 @@ def test_validate_counts_questions_and_errors_as_run_does(tiny_model, tmp_path):
     assert (_summary_row(r.stderr, "questions"), _summary_row(r.stderr, "errors")) == ("6", "3")
 
 
+def test_validate_says_what_its_five_kinds_leave_out(tmp_path):
+    """The counts line shows the five commonest error kinds; past five it said nothing of the rest, and a trial
+    read kinds adding up to 7 of 9 errors as all of them. The rest is counted: the kinds add up to the total."""
+    q = {"type": "noul", "instructions": "x"}
+    bad = [{"type": "bogus", "instructions": "x"}, {"type": "choice", "instructions": "x", "criteria": "no"},
+           {**q, "threshold": 2}, {"type": "choice", "instructions": "x", "criteria": ["a", "b"], "debias": 5},
+           {"type": "noul"}, {**q, "extra": 1}]  # fmt: skip
+    rows = [{"id": f"r{i}", "state": "hi", "questions": {"q": b}} for i, b in enumerate(bad)]
+    rows += [{"id": "e", "state": "", "questions": {"q": q}}, {"id": "ok", "state": "hi", "questions": {"q": q}}]
+    src = write_jsonl(tmp_path / "in.jsonl", rows)
+    v = cli("validate", src)
+    assert v.returncode == 3, v.stderr
+    line = v.stdout.strip().splitlines()[-1]
+    assert line.startswith("8 rows, 8 questions, 7 questions with errors ("), line
+    assert line.endswith(", 2 more kinds: 2)"), line
+    counts = re.findall(r": (\d+)(?=[,)])", line)
+    assert len(counts) == 6 and sum(map(int, counts)) == 7, line
+
+
 def test_the_run_summary_names_the_backend_it_chose(tiny_model, tmp_path):
     # the trial: a run without -b took the default backend, and only the output's manifest said which
     from types import SimpleNamespace
@@ -455,6 +474,8 @@ def test_stdin_stdout_and_tsv_formats(tiny_model, tmp_path):
     assert p.returncode == 0, p.stderr
     got = pl.DataFrame([json.loads(x) for x in p.stdout.splitlines()])  # every stdout line is a row
     assert got.select(want.columns).equals(want) and "questions" in p.stderr  # the summary: stderr
+    # its output row names standard output, not the temporary file the rows were joined in (gone by then)
+    assert "standard output (-o -)" in p.stderr and "openjev-stdout-" not in p.stderr, p.stderr
 
     rows = [json.loads(x) for x in src.read_text().splitlines()]
     tsv = tmp_path / "in.tsv"

@@ -135,8 +135,9 @@ def test_debias_order_below_the_option_count_warns_once(tmp_path):
     q = tmp_path / "q.json"
     q.write_text(json.dumps({"t": CHOICE, "r": {"type": "noul", "instructions": "Refund?"}}))
     args = ["run", EXAMPLES / "tickets.jsonl", "-q", q, "-m", "qwen3-tokenizer", "--dry-run"]
-    want = ("warning: --debias-order 2 is below question 't''s 4 options: each option is shown at only 2 of the 4 "
-            "letters, so a letter preference stays; use --debias-order 4 (the option count) to cancel it")  # fmt: skip
+    want = ("warning: --debias-order 2 is below the 4 options of question 't': each option is shown at only 2 of "
+            "the 4 letters, so a letter preference stays; use --debias-order 4 (the option count), or the "
+            "question's own `debias: 4` where the questions' option counts differ, to cancel it")  # fmt: skip
     r = cli(*args, "--debias-order", "2")
     assert r.returncode == 0 and " ".join(r.stderr.split()).count(want) == 1, r.stderr
     for k in ("1", "4"):  # no orders, or one per option: nothing to say
@@ -146,4 +147,4 @@ def test_debias_order_below_the_option_count_warns_once(tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", rows)
     r = cli("run", src, "-m", "qwen3-tokenizer", "--dry-run", "--debias-order", "3")
     assert r.returncode == 0, r.stderr
-    assert " ".join(r.stderr.split()).count("warning: --debias-order 3 is below question 't''s 4 options") == 1
+    assert " ".join(r.stderr.split()).count("warning: --debias-order 3 is below the 4 options of question 't':") == 1

@@ -83,6 +83,8 @@ def test_token_limits_fail_only_that_question_or_row(qwen3_tok):
     rp, failed = p.build(parse_row(0, {"id": "r", "state": "hi", "questions": {**Q, "long": long_q}}))
     assert [b.qid for b in rp.branches] == ["refund", "cat", "urg"]
     assert failed[0].qid == "long" and "row r: questions.long: branch has" in failed[0].error
+    # a limit below the readout's own 32,768 is the model's context length (the backend's): the message says so
+    assert failed[0].error.endswith("tokens, limit 120 (the model's context length)")
     p2 = Prompter(qwen3_tok, max_row_tokens=150)
     rp, failed = p2.build(parse_row(0, {"id": "r", "state": "hi", "questions": Q}))
     assert rp is None and len(failed) == 3 and "limit 150" in failed[0].error

@@ -257,6 +257,18 @@ def test_models_and_health(server, tiny_model):
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
 
 
+def test_unknown_paths_and_methods_answer_in_the_error_shape(server):
+    """An unknown path or a wrong method is the API's JSON error like every other refusal (it was Starlette's
+    plain-text "Not Found")."""
+    r = httpx.get(server.url + "/v1/nothing?x=1")
+    assert r.status_code == 404 and r.json() == {
+        "error": {"status": 404, "field": None, "message": "GET /v1/nothing: Not Found"}
+    }
+    r = httpx.get(server.url + "/v1/systemone")
+    assert r.status_code == 405 and r.json()["error"]["message"] == "GET /v1/systemone: Method Not Allowed"
+    assert r.headers["allow"] == "POST"
+
+
 def test_the_readme_names_every_field_of_a_response(server, tiny_model):
     # a new-user trial found `id` and `model` in every response, in no line of the README's Response section
     import re
@@ -379,9 +391,30 @@ def test_a_port_in_use_is_one_line(tiny_model, tmp_path):
         taken.listen()
         port = taken.getsockname()[1]
         r = cli("serve", "-m", tiny_model, "-b", "hf", "--threads", "1", "--port", port)
-    assert r.returncode == 4 and "error: cannot listen on" in r.stderr and "Traceback" not in r.stderr, (
-        r.stderr
-    )
+    # one line, the product's, with the system's reason (uvicorn's own "ERROR: [Errno 98] …" line was a second)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 4 and len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"error: cannot listen on 127.0.0.1:{port}: ") and "already in use" in lines[0]
+
+
+def test_port_0_names_the_port_the_system_gave(tiny_model, tmp_path):
+    """`--port 0` asks the system for a free port: the start-up line names that port (it said `:0`, and a client
+    could not find the server), and the server answers there."""
+    p = subprocess.Popen([sys.executable, "-m", "openjev_batch", "serve", "--port", "0", "--threads", "1", "-m",
+                          str(tiny_model), "-b", "hf"], cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        line = ""
+        while "serving" not in line:
+            line = p.stderr.readline()
+            assert line or p.poll() is None, "the server ended before serving"
+        port = int(line.split("http://127.0.0.1:", 1)[1].split()[0])
+        assert port > 0
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).json()["status"] == "ok"
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=120)
+    assert p.returncode == 143
 
 
 @pytest.mark.sglang

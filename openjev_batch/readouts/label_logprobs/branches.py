@@ -11,7 +11,7 @@ from ..base import Failed
 from .items import items, question_id
 from .labels import Label
 from .questions import QuestionError
-from .rows import Row
+from .rows import MAX_BRANCH_TOKENS, Row
 
 
 def row_prompt(
@@ -39,7 +39,9 @@ def row_prompt(
             continue
         n = len(prefix) + max(len(suffixes[it.bid]) for it in its)
         if n > max_branch_tokens:
-            why = f"branch has {n} tokens, limit {max_branch_tokens}"
+            why = f"branch has {n} tokens, limit {max_branch_tokens}" + (
+                " (the model's context length)" if max_branch_tokens < MAX_BRANCH_TOKENS else ""
+            )
             failed.append(Failed(q.qid, f"row {row.id}: questions.{q.qid}: {why}"))
             continue
         for it in its:

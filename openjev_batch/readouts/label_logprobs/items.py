@@ -62,8 +62,9 @@ def _warn_fewer_orders(qid: str, n: int, k: int) -> None:
     """K orders of n > K options leave each option at only K of the n letters, so a model's letter preference
     stays (MMLU at K = 2: answers piled on A and C, −6 points; evals/README.md): one warning line."""
     warnings.warn(
-        f"--debias-order {k} is below question {qid!r}'s {n} options: each option is shown at only {k} of the "
-        f"{n} letters, so a letter preference stays; use --debias-order {n} (the option count) to cancel it",
+        f"--debias-order {k} is below the {n} options of question {qid!r}: each option is shown at only {k} of "
+        f"the {n} letters, so a letter preference stays; use --debias-order {n} (the option count), or the "
+        f"question's own `debias: {n}` where the questions' option counts differ, to cancel it",
         OptionWarning,
         stacklevel=3,
     )
