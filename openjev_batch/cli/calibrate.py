@@ -21,9 +21,10 @@ def calibrate(
         ..., help="A `run` output with a kept gold column (.parquet, .jsonl, .json, .csv), or an eval folder."
     ),
     gold: str = typer.Option(
-        ...,
+        None,
         "--gold",
-        help="The column of gold answers: an option's name or index (multi: the labels that apply).",
+        help="The column of gold answers: an option's name or index (multi: the labels that apply) "
+        "[default: an eval folder's gold; a file needs it].",
     ),
     output: Path = typer.Option(..., "-o", "--output", help="The calibration file to write (.json)."),
     target_precision: float = typer.Option(
@@ -66,7 +67,7 @@ def calibrate(
     write_and_print(doc, output)
 
 
-def fit_file(labelled: Path, gold: str, output: Path, target_precision: float | None, target_coverage: float | None,
+def fit_file(labelled: Path, gold: str | None, output: Path, target_precision: float | None, target_coverage: float | None,
              questions: tuple[str, ...], min_kept: int, holdout: float | None, unfitted: str) -> dict:  # fmt: skip
     """The calibration document of `calibrate`'s options, checked before anything is read (no precision and no
     coverage: a precision of 0.9). Raises ConfigError (OpenjevError)."""
@@ -80,6 +81,10 @@ def fit_file(labelled: Path, gold: str, output: Path, target_precision: float | 
     check_output(output, labelled)
     if unfitted not in ("error", "raw"):
         raise ConfigError(f"calibrate: --unfitted must be error or raw, got {unfitted!r}")
+    if gold is None:  # an eval folder names its gold column; a run output's is whatever the user kept
+        if not labelled.is_dir():
+            raise ConfigError(f"calibrate: give --gold COL, the column of {labelled} that holds the gold answers")
+        gold = "gold"
     if holdout is not None and not 0 < holdout < 1:
         raise ConfigError(f"calibrate: --holdout must be between 0 and 1 (a share of the rows), got {holdout}")
     records = read_labelled(labelled, gold, questions)

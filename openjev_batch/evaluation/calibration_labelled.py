@@ -128,15 +128,23 @@ def _listed(v: Any) -> list:
 def _gold_index(g: Any, qtype: str, options: list[str], rid: Any, index_gold: bool = False) -> int:
     """The option index of a gold value. `index_gold`: an int is the option's index (an eval folder's
     `gold`). Otherwise names come first, and on options named by numbers a number is only ever a name."""
+    if isinstance(g, float) and g.is_integer():  # an integer column with nulls, as pandas writes it: 1.0
+        g = int(g)
     integral = isinstance(g, int) and not isinstance(g, bool)
     if index_gold and integral and 0 <= g < len(options):
         return g
     if isinstance(g, bool) and qtype == "noul":
         return 0 if g else 1
-    s = str(g).strip().lower()
+    exact = str(g).strip()
+    if exact in options:  # options "X" and "x" are two options (run takes them): case decides first
+        return options.index(exact)
+    s = exact.lower()
     if qtype == "noul" and s in ("yes", "no"):
         return 0 if s == "yes" else 1
     low = [o.lower() for o in options]
+    if low.count(s) > 1:  # a hostile trial's gold "x" of options "X", "x" went to "X", and the fit was wrong
+        raise ConfigError(f"calibrate: row {rid}: gold {g!r} matches options {', '.join(o for o in options if o.lower() == s)} "
+                          "but none exactly: give the option's name as it is written")  # fmt: skip
     if s in low:
         return low.index(s)
     numbered = [o for o in options if o.strip().lstrip("-").isdigit()]

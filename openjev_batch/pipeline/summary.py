@@ -112,6 +112,9 @@ def abstain_warnings(s: Summary, readout: Any) -> list[str]:
             )  # fmt: skip
         where = f"the calibration file {cal.path}" if cal is not None else "the calibration file"
         out.append(f"question {qid!r} abstained on {n:,} of {of:,} answered rows ({n / of:.0%}) under {where}{why}")
+    if cal is not None and s.answered_rows and not s.abstained:  # a file fitted on other questions, `unfitted: raw`
+        out.append(f"the calibration file {cal.path} has no entry for any of the {len(s.answered_rows)} questions "
+                   "answered: every answer is uncalibrated, as its `unfitted: raw` allows")  # fmt: skip
     return out
 
 

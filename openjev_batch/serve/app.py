@@ -65,7 +65,7 @@ def make_app(
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
 
-    from .response import error_response
+    from .response import error_response  # lazy: loads starlette, which serve alone needs
 
     async def http_error(request: Any, exc: Exception) -> Any:
         """Starlette's own refusals (an unknown path 404, a wrong method 405) in the API's one error shape, not

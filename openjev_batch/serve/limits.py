@@ -61,12 +61,20 @@ class Limits:
             if not 1 <= v <= cap:
                 raise ValueError(f"{flag(name)} must be 1 to {cap:,} (the readout's own limit), got {v:,}")
         for name in ("max_body_bytes", "max_concurrent", "timeout_s", "body_timeout_s"):
-            if getattr(self, name) <= 0:
+            if not getattr(self, name) > 0:  # NaN too
                 raise ValueError(f"{flag(name)} must be positive")
-        if self.batch_wait_ms < 0:
+        # a NaN wait spun the scoring thread at full CPU deaf to SIGTERM, an infinite one (or a timeout) ended the
+        # server in a traceback at its first request or its start (hostile trial): finite, and at most a day
+        for name, most in (("timeout_s", DAY_S), ("body_timeout_s", DAY_S), ("batch_wait_ms", DAY_S * 1000)):
+            if not (v := getattr(self, name)) <= most:
+                raise ValueError(f"{flag(name)} must be a finite number, at most {most:,}, got {v}")
+        if not self.batch_wait_ms >= 0:
             raise ValueError("--batch-wait-ms must be 0 or more")
         if self.max_batch < 0:
             raise ValueError("--max-batch must be 0 (every request waiting) or more")
+
+
+DAY_S = 86_400  # the longest timeout or batch wait taken
 
 
 class HTTPError(Exception):

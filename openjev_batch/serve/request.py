@@ -105,9 +105,11 @@ def parse_request(body: dict[str, Any], readouts: Readouts, limits: Limits) -> R
     """The request's row (pos 0: a missing id is `0`, as the first row of an input file). Raises HTTPError 422
     for a body `run` would make a row error of, or one over a count limit."""
     if unknown := [k for k in body if k not in FIELDS]:
-        raise HTTPError(
-            422, f"{unknown[0]}: unknown field; a request has {', '.join(FIELDS)}", str(unknown[0])
-        )
+        # the client's key as JSON escapes it, cut short: a lone surrogate could not be encoded (a 500), a
+        # newline split the one line, a 100 KB key came back whole twice (hostile trial)
+        key = json.dumps(unknown[0])[1:-1]
+        key = key if len(key) <= 80 else key[:80] + "…"
+        raise HTTPError(422, f"{key}: unknown field; a request has {', '.join(FIELDS)}", key)
     if "state" in body and "messages" in body:
         raise HTTPError(422, "messages: give `state` or `messages`, not both", "messages")
     rec: dict[str, Any] = {k: body[k] for k in ("id", "state") if k in body}

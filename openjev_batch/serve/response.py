@@ -7,14 +7,20 @@ from __future__ import annotations
 
 import json
 
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from .limits import HTTPError
 from .service import Answer, clean
 
 
 def error_response(e: HTTPError) -> Response:
-    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+    """The error as JSON; text a client sent that UTF-8 cannot encode (a lone surrogate quoted in a message)
+    is escaped, never a 500."""
+    try:
+        content = json.dumps(e.body(), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        content = json.dumps(e.body()).encode()
+    return Response(content, status_code=e.status, headers=e.headers, media_type="application/json")
 
 
 def answer_response(row_id: str, got: Answer, t_parse: float, model_name: str) -> Response:

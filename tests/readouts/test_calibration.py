@@ -539,3 +539,71 @@ def test_a_calibration_file_with_a_question_twice_is_refused(tmp_path):
         load_calibration(f)
     f.write_text(head + f'{{"refund": {entry(1.5)}}}}}')
     assert load_calibration(f).entries["refund"].temperature == 1.5 and load_calibration(f).path == str(f)
+
+
+def test_an_eval_folder_needs_no_gold_option_and_a_file_does(tmp_path):
+    """A trial: `calibrate boolq_run -o x.json` on an eval folder stopped at click's "Missing option '--gold'",
+    though the folder names its gold column (`gold`, the option's index). A folder's is the default; a file's
+    column is whatever its run kept, so a file without --gold is one line saying so."""
+    import pyarrow as pa
+
+    recs = _records(60)
+    rows = [{"id": str(i), "question_id": r["qid"], "type": r["type"], "options": list(r["options"]),
+             "probs": list(r["probs"]), "error": None, "gold": r["gold"]} for i, r in enumerate(recs)]  # fmt: skip
+    folder = tmp_path / "eval_run"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), folder / "predictions.parquet")
+    plain, named = tmp_path / "plain.json", tmp_path / "named.json"
+    r = cli("calibrate", folder, "-o", plain, "--min-kept", "5")
+    assert r.returncode == 0, r.stderr
+    r = cli("calibrate", folder, "--gold", "gold", "-o", named, "--min-kept", "5")
+    assert r.returncode == 0, r.stderr
+    a, b = json.loads(plain.read_text())["questions"], json.loads(named.read_text())["questions"]
+    assert a == b and a["s"]["n"] == 60
+    r = cli("calibrate", folder / "predictions.parquet", "-o", plain)
+    assert r.returncode == 4 and r.stderr.strip().splitlines() == [
+        f"error: calibrate: give --gold COL, the column of {folder / 'predictions.parquet'} that holds the gold answers"
+    ], r.stderr
+
+
+def test_a_raw_file_that_calibrates_none_of_the_questions_says_so(tiny_model, tmp_path):
+    """A trial ran the tickets under a file fitted on `sentiment` alone, written with `--unfitted raw`: the
+    summary named the file, and nothing said that no question was calibrated (`raw_probs` equal to `probs`,
+    `abstain` null). The calibration row names the questions answered uncalibrated, and when that is all of
+    them a warning says so."""
+    doc = fit(_records(), precision=0.8)  # question "s": not one the tickets ask
+    doc["unfitted"] = "raw"
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps(doc))
+    args = ("-q", EXAMPLES / "ticket_questions.yaml", "-m", tiny_model, "-b", "hf", "--no-progress", "--limit", "2")
+    r = cli("run", EXAMPLES / "tickets.jsonl", "-o", tmp_path / "o.parquet", "--calibration", cal, *args)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stderr.split())
+    assert "uncalibrated (no entry): refund_request, category, urgency" in text.replace(" │ ", " "), r.stderr
+    assert (f"warning: the calibration file {cal} has no entry for any of the 3 questions answered: every answer "
+            "is uncalibrated, as its `unfitted: raw` allows") in text, r.stderr  # fmt: skip
+
+
+def test_gold_names_differing_in_case_are_two_options_and_a_float_index_is_an_index(tmp_path):
+    """Hostile trial: options "X" and "x" (run and serve take them as two) and a gold alternating between them:
+    calibrate matched "x" to "X" (case-insensitively, first), read 100 % right answers as 54 % and wrote a
+    threshold that abstains on every row, exit 0. An exact name decides first; a gold matching several options
+    only without case is refused. A gold of 1.0 (an integer column with nulls) is the index 1."""
+    rows = []
+    for i in range(60):
+        g = i % 2
+        rows.append({"id": f"r{i}", "question_id": "c", "type": "choice", "options": ["X", "x"],
+                     "probs": [0.9, 0.1] if g == 0 else [0.1, 0.9], "gold": ["X", "x"][g], "error": None,
+                     "idx": float(g)})  # fmt: skip
+    lab, cal = tmp_path / "lab.json", tmp_path / "cal.json"
+    lab.write_text(json.dumps(rows))
+    for gold in ("gold", "idx"):
+        r = cli("calibrate", lab, "--gold", gold, "-o", cal, "--min-kept", "5")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(cal.read_text())["questions"]["c"]["accuracy"] == 1.0
+    for row in rows:  # two options equal but for case, and a gold matching both only without case
+        row["options"] = ["Yes", "YES"]
+    rows[0]["gold"] = "yes"
+    lab.write_text(json.dumps(rows))
+    r = cli("calibrate", lab, "--gold", "gold", "-o", cal)
+    assert r.returncode == 4 and "gold 'yes' matches options Yes, YES but none exactly" in r.stderr, r.stderr

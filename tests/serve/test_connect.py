@@ -87,3 +87,60 @@ def test_an_unreachable_server_is_one_line(tiny_model, tmp_path):
             "--connect", url, "--no-progress")  # fmt: skip
     assert r.returncode == 4 and f"--connect {url}: cannot reach an sglang server there" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+class _Fake:
+    """A server on a free port that is not sglang: `answer` None takes the connection and never answers,
+    else every request gets (status, content type, body)."""
+
+    def __init__(self, answer: tuple[int, str, bytes] | None):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.answer, self.held = answer, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.answer is None:
+                self.held.append(c)  # never answered, never closed
+                continue
+            c.recv(65536)
+            status, ctype, body = self.answer
+            c.sendall(f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                      f"Connection: close\r\n\r\n".encode() + body)  # fmt: skip
+            c.close()
+
+
+@pytest.mark.parametrize(
+    "answer,said",
+    [
+        (None, "ReadTimeout"),  # took the connection, never answered: it hung for the 1-hour request timeout
+        ((200, "application/json", b"[]"), "answered list, not an object"),  # AttributeError traceback, exit 1
+        ((404, "text/html", b"<!DOCTYPE HTML>\n<html>\n<body>\n<h1>Not Found</h1>\n</body>\n</html>\n"),
+         "answered 404: <!DOCTYPE HTML> <html> <body> <h1>Not Found</h1> </body> </html>"),  # 7 lines of HTML
+    ],
+    ids=["silent", "not-an-object", "a-web-page"],
+)  # fmt: skip
+def test_a_server_that_is_not_sglang_is_one_line_in_time(tiny_model, tmp_path, answer, said):
+    """Hostile trial: `--connect` to a server that never answers hung an hour; one answering `[]` ended in a
+    traceback; a web server's 404 page came out as many lines. Each is one `error:` line, exit 4, within the
+    30-s wait for the server's facts."""
+    fake = _Fake(answer)
+    src = write_jsonl(tmp_path / "in.jsonl", tickets(1))
+    t = time.perf_counter()
+    r = cli("run", src, "-q", QUESTIONS, "-o", tmp_path / "o.parquet", "-m", tiny_model, "-b", "sglang",
+            "--connect", fake.url, "--no-progress")  # fmt: skip
+    assert time.perf_counter() - t < 120, "it waited past the facts' 30 s"
+    lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+    assert r.returncode == 4 and len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"error: --connect {fake.url}: cannot reach an sglang server there") and said in lines[0]
+    fake.sock.close()

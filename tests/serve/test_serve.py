@@ -234,6 +234,11 @@ HOSTILE = [
     (json.dumps({"messages": [{"role": "robot", "content": "hi"}]}).encode(), 422, "messages[0].role"),
     (b'{"id": ' + b"9" * 5000 + b', "state": "x"}', 422, None),  # past the parser's digits: no Python advice
     (json.dumps({"state": "x", "messages": []}).encode(), 422, "messages"),
+    # unknown keys quoted as JSON escapes them, cut short (hostile trial: a lone surrogate was a 500, a newline
+    # broke the one line, a 100 KB key came back whole twice)
+    (b'{"\\udc00": 1, "state": "x"}', 422, "\\udc00"),
+    (b'{"a\\nb": 1, "state": "x"}', 422, "a\\nb"),
+    (json.dumps({"k" * 100_000: 1, "state": "x"}).encode(), 422, "k" * 80 + "…"),
 ]  # fmt: skip
 
 

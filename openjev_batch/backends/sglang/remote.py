@@ -26,6 +26,9 @@ from ..base import load_tokenizer
 from .kwargs import _version_tuple
 
 TIMEOUT_S = 3600.0  # one request batch may hold a window's thousands of branches
+# a server that takes the connection and never answers hung `--connect` for the hour above at start (hostile
+# trial): its facts, and the cache flush, come within this or the job ends there
+INFO_TIMEOUT_S = 30.0
 
 
 class RemoteEngine:
@@ -40,15 +43,20 @@ class RemoteEngine:
         self._async: Any = None  # made inside `loop` on first use (an httpx.AsyncClient binds to its loop)
 
     def _answer(self, r) -> Any:
-        if r.status_code != 200:
-            raise RuntimeError(f"{self.url}{r.request.url.path} answered {r.status_code}: {r.text[:500]}")
+        if r.status_code != 200:  # the body in one line, cut short: a web server's 404 page was 12 lines of HTML
+            said = " ".join(r.text.split())
+            said = said if len(said) <= 200 else said[:200] + "…"
+            raise RuntimeError(f"{self.url}{r.request.url.path} answered {r.status_code}: {said}")
         return r.json()
 
     def get_server_info(self) -> dict[str, Any]:
-        r = self._sync.get("/server_info")
+        r = self._sync.get("/server_info", timeout=INFO_TIMEOUT_S)
         if r.status_code == 404:  # sglang before /server_info
-            r = self._sync.get("/get_server_info")
-        return self._answer(r)
+            r = self._sync.get("/get_server_info", timeout=INFO_TIMEOUT_S)
+        info = self._answer(r)
+        if not isinstance(info, dict):  # valid JSON, not sglang's: `[]` ended in an AttributeError traceback
+            raise RuntimeError(f"{self.url}{r.request.url.path} answered {type(info).__name__}, not an object")
+        return info
 
     def generate(self, **kw: Any) -> Any:
         return self._answer(self._sync.post("/generate", json=kw))

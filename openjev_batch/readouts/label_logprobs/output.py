@@ -146,7 +146,7 @@ def summary_rows(s, calibration: Calibration | None) -> list[tuple[str, str]]:
         # rows all abstained said "answered 300 · errors 0" and nothing else)
         *((f"abstained ({q})", _share(sum(n), s.answered_rows[q])) for q, n in s.abstained.items()),
         ("errors", f"{s.errors:,}"),
-        *([("calibration", f"{cal.path} (sha256 {cal.sha256[:16]})")] if cal is not None else []),
+        *([("calibration", f"{cal.path} (sha256 {cal.sha256[:16]})" + _raw(s))] if cal is not None else []),
         ("branch (logical) tokens", f"{s.branch_tokens:,}"),
         ("  of which prefix", f"{s.prefix_tokens:,}"),
         ("computed tokens", f"{s.computed_tokens:,}"),
@@ -154,6 +154,16 @@ def summary_rows(s, calibration: Calibration | None) -> list[tuple[str, str]]:
         ("wall time", f"{s.wall_s:.1f} s"),
         ("output", s.output),
     ]
+
+
+def _raw(s) -> str:
+    """The summary's note of the questions a calibrated run answered uncalibrated (no entry in a file of
+    `unfitted: raw`: no `abstain` value); '' when every question had its entry."""
+    raw = [q for q in s.answered_rows if q not in s.abstained]
+    if not raw:
+        return ""
+    names = ", ".join(raw[:5]) + (f", … {len(raw) - 5} more" if len(raw) > 5 else "")
+    return f"; uncalibrated (no entry): {names}"
 
 
 def _share(n: int, of: int) -> str:
