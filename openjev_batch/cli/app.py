@@ -48,11 +48,28 @@ class _App(typer.Typer):
         raise SystemExit(code if isinstance(code, int) else EXIT_OK)
 
 
+def _config_value_error(e) -> str | None:
+    """The message for a value from `--config`'s file that its option's own check refused (`threads: 0`:
+    "Input should be greater than or equal to 1"), naming the file and the key as the file's other errors do;
+    None for a value from the command line (click's usage error names the flag there)."""
+    ctx, param = getattr(e, "ctx", None), getattr(e, "param", None)
+    if ctx is None or param is None or not param.name:
+        return None
+    source = ctx.get_parameter_source(param.name)
+    if getattr(source, "name", None) != "DEFAULT_MAP" or not ctx.params.get("config"):
+        return None
+    key = next((f[2:] for f in getattr(param, "opts", ()) if f.startswith("--")), param.name)
+    return f"--config {ctx.params['config']}: {key}: {e.message}"
+
+
 def _usage_error(e) -> None:
     """click's text for `e` (usage line, the help hint, then `Error: …`) with that last prefix as ours, made
     printable (an unknown option is the user's text); exit with click's code (2 for a usage error)."""
     import io
 
+    if said := _config_value_error(e):  # a job file's value the option refused: the file's error, exit 4
+        sys.stderr.write(printable(f"error: {said}\n"))
+        raise SystemExit(4)
     buf = io.StringIO()
     e.show(file=buf)
     text = buf.getvalue()

@@ -82,7 +82,9 @@ def _value(path: Path, param: Any, v: Any) -> Any:
     if getattr(param, "multiple", False):
         if isinstance(v, dict):
             return [f"{k}={json.dumps(x)}" for k, x in v.items()]
-        return v
+        # one value of a repeatable option, as its flag takes one (`engine-arg: "chunked_prefill_size=8192"`
+        # was click's "Value must be an iterable", exit 2; hostile trial)
+        return [v] if isinstance(v, str | int | float) and not isinstance(v, bool) else v
     # a one-value option takes one value: click made a list its Python repr (`system-prompt: [Be brief, Be
     # kind]` was the system message "['Be brief', 'Be kind']") or a message naming Python's types (issue 42)
     if isinstance(v, list | dict):

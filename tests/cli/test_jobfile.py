@@ -111,3 +111,26 @@ def test_a_wrong_type_for_a_number_or_a_flag_names_the_file_with_exit_4(tmp_path
     job = _job(tmp_path, tiny_model, **{"mem-fraction-static": "'0.5'"})
     r = cli("run", "--config", job, "--dry-run")
     assert r.returncode == 4 and "does not read --mem-fraction-static" in r.stderr, r.stderr
+
+
+def test_one_value_of_a_repeatable_option_is_taken_as_its_flag_takes_one(tmp_path, tiny_model):
+    """Hostile trial: `engine-arg: "chunked_prefill_size=8192"` (one text, not a mapping or a list) was click's
+    "Value must be an iterable" (exit 2); it is the one value `--engine-arg` takes, and reaches the option's
+    own check (hf reads no sglang engine arg)."""
+    job = _job(tmp_path, tiny_model, **{"engine-arg": '"chunked_prefill_size=8192"'})
+    r = cli("run", "--config", job, "--dry-run")
+    assert r.returncode == 4 and "does not read --engine-arg chunked_prefill_size" in r.stderr, r.stderr
+
+
+def test_a_value_its_option_refuses_names_the_file_with_exit_4(tmp_path, tiny_model):
+    """Hostile trial: `threads: 0` or `show-prompt: 0` in a job file was click's usage error naming the flag
+    (exit 2), though the value came from the file; on the command line it stays the usage error."""
+    for key in ("threads", "show-prompt"):
+        job = _job(tmp_path, tiny_model, **{key: 0})
+        r = cli("run", "--config", job)
+        assert r.returncode == 4, (key, r.stderr)
+        assert r.stderr.strip().splitlines() == [
+            f"error: --config {job}: {key}: Input should be greater than or equal to 1"
+        ], r.stderr
+    r = cli("run", "--config", job, "--threads", "0")
+    assert r.returncode == 2 and "Invalid value for '--threads'" in r.stderr, r.stderr
