@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -58,8 +59,13 @@ def _config_value_error(e) -> str | None:
     source = ctx.get_parameter_source(param.name)
     if getattr(source, "name", None) != "DEFAULT_MAP" or not ctx.params.get("config"):
         return None
-    key = next((f[2:] for f in getattr(param, "opts", ()) if f.startswith("--")), param.name)
-    return f"--config {ctx.params['config']}: {key}: {e.message}"
+    return f"--config {ctx.params['config']}: {_spelling(param)}: {e.message}"
+
+
+def _spelling(param: Any) -> str:
+    """How a job file's key names `param`: its long flag without dashes (`engine-arg`), or an argument's name
+    (cli/jobfile.py reads keys so)."""
+    return next((f[2:] for f in getattr(param, "opts", ()) if f.startswith("--")), param.name)
 
 
 def _usage_error(e) -> None:

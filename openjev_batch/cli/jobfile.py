@@ -16,7 +16,7 @@ from typing import Any, get_args
 import typer
 
 from ..errors import ConfigError
-from .app import _fail
+from .app import _fail, _spelling
 
 MAX_JOB_FILE_BYTES = 1 << 20  # a job file is options, not data: 1 MiB is far beyond any real one
 
@@ -58,11 +58,6 @@ def _defaults(ctx: typer.Context, path: Path, load) -> dict[str, Any]:
             raise ConfigError(f"--config {path}: option {_spelling(params[name])!r} is given twice")
         out[name] = _value(path, params[name], v)
     return out
-
-
-def _spelling(param: Any) -> str:
-    """How a key names `param`: its long flag without dashes (`engine-arg`), or an argument's name."""
-    return next((f[2:] for f in getattr(param, "opts", ()) if f.startswith("--")), param.name)
 
 
 def _value(path: Path, param: Any, v: Any) -> Any:

@@ -27,7 +27,7 @@ from .kwargs import _version_tuple
 
 TIMEOUT_S = 3600.0  # one request batch may hold a window's thousands of branches
 # a server that takes the connection and never answers hung `--connect` for the hour above at start (hostile
-# trial): its facts, and the cache flush, come within this or the job ends there
+# trial): its facts come within this or the job ends there
 INFO_TIMEOUT_S = 30.0
 
 
