@@ -362,3 +362,41 @@ def test_413_504_529_and_the_token_limits(tiny_model, tmp_path):
         assert ErrorResponse.model_validate(got["r"].json()).error.message == "Evaluation deadline exceeded"
     finally:
         assert s.stop() == 143, s.log
+
+
+# the same rows asked through the seed's route and through `run --layout systemone` (issue 46.4): a message list,
+# plain text, a JSON object state; JSON and null descriptions; no instructions, JSON instructions
+SAME = [
+    README_BODY,
+    PAYLOAD,
+    {"model": "jev-latest", "state": {"ticket": "Charged twice", "plan": "pro", "seats": 3}, "questions": {
+        "team": {"type": "choice", "criteria": {"billing": {"handles": ["refunds", "charges"]}, "technical": None,
+                                                "sales": "New plans"}},
+        "level": {"type": "score", "instructions": {"rate": "urgency"}, "criteria": ["Low", ["Medium"], "High"]},
+        "yes": {"type": "noul", "instructions": "Refund?", "criteria": {"true": "Asks for money back"}}}},
+]  # fmt: skip
+
+
+def test_serve_equals_run_in_the_seeds_layout(seed_server, tiny_model, tmp_path):
+    """serve's default layout is the seed's: its answers are `run --layout systemone`'s on the same rows, to
+    1e-6, with the same choices."""
+    from test_serve import run_rows
+
+    rows = [{"id": f"r{i}", "state": b["state"], "questions": {k: {kk: vv for kk, vv in q.items()}
+             for k, q in b["questions"].items()}} for i, b in enumerate(SAME)]  # fmt: skip
+    want = run_rows(tiny_model, tmp_path, rows, "--layout", "systemone")
+    for i, body in enumerate(SAME):
+        got = answered(post(seed_server, body), body)
+        for qid, a in got.answers.items():
+            w = want[(f"r{i}", qid)]
+            assert w["error"] is None, w["error"]
+            if isinstance(a, NoulAnswer):
+                assert a.noul == pytest.approx(w["p_true"], abs=1e-6)
+                continue
+            assert list(a.probabilities) == w["options"]
+            assert list(a.probabilities.values()) == pytest.approx(w["probs"], abs=1e-6)
+            assert a.confidence == pytest.approx(w["confidence"], abs=1e-6)
+            if isinstance(a, ChoiceAnswer):
+                assert a.choice == w["answer"]
+            else:
+                assert a.score == pytest.approx(w["score"], abs=1e-6)

@@ -23,6 +23,7 @@ from conftest import EXAMPLES, ROOT, cli, sglang_cpu_env, write_jsonl
 httpx = pytest.importorskip("httpx")
 
 QUESTIONS = EXAMPLES / "ticket_questions.yaml"
+TRANSCRIPT = ("--layout", "transcript")  # run's default layout, which these tests compare with
 NUMBERS = ("probs", "p_true", "score", "confidence", "label_mass", "order_spread", "raw_probs")
 
 
@@ -75,9 +76,10 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tiny_model, tmp_path_factory):
-    """One server for the module: the ticket questions by id, 64 requests at once, at most 16 a batch."""
+    """One server for the module: the ticket questions by id, 64 requests at once, at most 16 a batch; run's
+    layout (serve's own default, the seed's, is held to `run --layout systemone` in test_seed.py)."""
     s = Server(tmp_path_factory.mktemp("serve"), "-m", str(tiny_model), "-b", "hf", "-q", str(QUESTIONS),
-               "--max-concurrent", "64", "--max-batch", "16")  # fmt: skip
+               "--max-concurrent", "64", "--max-batch", "16", *TRANSCRIPT)  # fmt: skip
     yield s
     assert s.stop() == 143, s.log
     assert "Traceback" not in s.log, s.log
@@ -293,7 +295,7 @@ def test_limits_are_options_529_and_504(tiny_model, tmp_path):
     (the engine here waits --batch-wait-ms for more requests, longer than the timeout)."""
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "--max-questions", "2", "--max-options", "3",
                "--max-body-bytes", "5000", "--max-branch-tokens", "100", "--max-request-tokens", "200",
-               "--max-concurrent", "1", "--timeout", "3", "--batch-wait-ms", "6000")  # fmt: skip
+               "--max-concurrent", "1", "--timeout", "3", "--batch-wait-ms", "6000", *TRANSCRIPT)  # fmt: skip
     try:
         q = {"type": "noul", "instructions": "Is it urgent?"}
         choice = {
@@ -369,7 +371,7 @@ def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
     }}))  # fmt: skip
     want = run_rows(tiny_model, tmp_path, tickets(2), "-q", QUESTIONS, "--calibration", cal)
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "-q", str(QUESTIONS), "--calibration", str(cal),
-               "--batch-wait-ms", "4000")  # fmt: skip
+               "--batch-wait-ms", "4000", *TRANSCRIPT)  # fmt: skip
     got = {}
     t = threading.Thread(target=lambda: got.update(r=s.post(tickets(2)[1])))
     t.start()
@@ -427,7 +429,7 @@ def test_sglang_engine_behind_the_server_and_its_death(tiny_model, tmp_path):
     psutil = pytest.importorskip("psutil")
     want = run_rows(tiny_model, tmp_path, tickets(3), "-q", QUESTIONS)
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "sglang", "--device", "cpu", "-q", str(QUESTIONS),
-               "--engine-arg", "max_total_tokens=200000", env=sglang_cpu_env(), wait=900)  # fmt: skip
+               "--engine-arg", "max_total_tokens=200000", *TRANSCRIPT, env=sglang_cpu_env(), wait=900)  # fmt: skip
     try:
         for row in tickets(3):
             r = s.post(row)
