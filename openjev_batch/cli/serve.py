@@ -84,6 +84,11 @@ def serve(
         None, "--api-key", envvar="OPENJEV_API_KEY", show_envvar=True,
         help="A bearer key every request but /health and /health/live must send (401 without it).",
     ),
+    allow_image_urls: bool = typer.Option(
+        False, "--allow-image-urls",
+        help="Fetch http(s) image URLs a request names (off: 422). A server that fetches what a client names is "
+        "an SSRF hole: it reaches internal addresses on the client's behalf. Opt in only behind a trusted client.",
+    ),
     readout_opts: dict = READOUT,  # run's system prompt, calibration and debias order (their Flag names serve)
     limits: Limits = LIMITS,  # --max-questions … --max-batch (serve/limits.py)
     max_branches: int = job_flag("max_branches", "run"),
@@ -97,7 +102,7 @@ def serve(
 
     from ..serve.app import Served, Stop  # lazy: keeps --help fast
 
-    served = Served(model, served_model_name or model, api_key or None, time.monotonic())
+    served = Served(model, served_model_name or model, api_key or None, time.monotonic(), allow_image_urls)
     stop = Stop()
     stop.install()  # before the model loads: a SIGTERM during start-up still ends the server with 143
     apply_threads_option(threads)

@@ -64,6 +64,7 @@ class Served:
     served: str
     api_key: str | None = None
     t0: float = 0.0
+    image_urls: bool = False  # --allow-image-urls (serve/image_urls.py says why it is opt-in)
 
 
 def make_app(service: Service, limits: Limits, facts: Facts, draining: Callable[[], bool],
@@ -107,7 +108,7 @@ def facts(served: Served, held: Any, reader: RequestReader) -> Facts:
     takes_images = bool(getattr(held.backend, "images", False))
     return Facts(names, tuple(dict.fromkeys((*names, served.name))), served.served,
                  manifest(served.name, held, reader), round(time.monotonic() - served.t0, 2),
-                 reader.caps.get("max_images", 0) if takes_images else 0)  # fmt: skip
+                 reader.caps.get("max_images", 0) if takes_images else 0, served.image_urls)  # fmt: skip
 
 
 def releases() -> dict[str, str]:

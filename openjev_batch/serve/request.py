@@ -36,12 +36,6 @@ async def read_body(request: Request, limits: Limits) -> bytes:
     return b"".join(parts)
 
 
-def read_row(raw: bytes, reader: RequestReader, limits: Limits) -> Any:
-    """The row of a body (`parse_body`, then the reader). Raises HTTPError 422, also for a body the reader
-    did not foresee (its one line, not a traceback)."""
-    return body_row(parse_body(raw), reader, limits)
-
-
 def body_row(body: dict[str, Any], reader: RequestReader, limits: Limits) -> Any:
     """The reader's row of a parsed body. Raises HTTPError 422 naming the field."""
     try:

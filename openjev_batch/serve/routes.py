@@ -35,9 +35,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import seed
+from ..readouts.base import FieldError
+from . import image_urls, seed
 from .limits import HTTPError, Limits
-from .request import body_row, read_body, read_row
+from .request import body_row, parse_body, read_body
 from .response import answer_response, error_response, json_response, seed_error, seed_headers
 from .service import Answer, Service
 
@@ -49,7 +50,8 @@ class Facts:
     """What the endpoints tell of the server: `names` the model names it lists (`jev-latest`, the served
     id), `accepted` every name a request may give besides a `jev-*` alias (also the `-m` name), `served` the
     served id, `manifest` GET /v1/manifest's document, `startup_s` the seconds start-up took, `max_images` the
-    images a request's state may hold (0: the model takes none)."""
+    images a request's state may hold (0: the model takes none), `image_urls` whether http(s) images are
+    fetched."""
 
     names: tuple[str, ...]
     accepted: tuple[str, ...]
@@ -57,6 +59,7 @@ class Facts:
     manifest: dict[str, Any]
     startup_s: float
     max_images: int = 0
+    image_urls: bool = False  # --allow-image-urls: http(s) images fetched here (image_urls.py), not refused
 
 
 class Endpoints:
@@ -90,6 +93,16 @@ class Endpoints:
         except ClientDisconnect:  # the client left before its body arrived: nobody reads the answer
             raise HTTPError(400, "body: the client left before sending it") from None
 
+    def _row(self, body: dict[str, Any]) -> Any:
+        """The served readout's row of a parsed body, its http(s) images fetched first where the operator
+        opted in. Raises HTTPError 422."""
+        if self.facts.image_urls:
+            try:
+                body = image_urls.inline(body)
+            except FieldError as e:
+                raise HTTPError(422, e.message, e.field) from None
+        return body_row(body, self.reader, self.limits)
+
     async def _evaluate(self, row: Any) -> Answer:
         """`row` answered by the engine, in one of the slots. Raises HTTPError (529, 504, or the service's)."""
         limits = self.limits
@@ -122,8 +135,7 @@ class Endpoints:
         if not seed.known_model(req.model, self.facts.accepted):
             return json_response(seed.error_body(f"Unknown model: {req.model}"), 422)
         try:
-            body = seed.row_body(req)
-            row = await run_in_threadpool(body_row, body, self.reader, self.limits)
+            row = await run_in_threadpool(self._row, seed.row_body(req))
             t_parse = time.perf_counter() - t0
             got = await self._evaluate(row)
         except HTTPError as e:
@@ -140,10 +152,10 @@ class Endpoints:
         t0 = time.perf_counter()
         try:
             raw = await self._body(request)
-            if len(raw) > BIG_BODY:
-                row = await run_in_threadpool(read_row, raw, self.reader, self.limits)
+            if len(raw) > BIG_BODY or self.facts.image_urls:  # off the event loop: a big parse, a fetch
+                row = await run_in_threadpool(lambda: self._row(parse_body(raw)))
             else:
-                row = read_row(raw, self.reader, self.limits)
+                row = self._row(parse_body(raw))
             t_parse = time.perf_counter() - t0
             got = await self._evaluate(row)
             return answer_response(row.id, got, t_parse, self.facts.served)

@@ -5,15 +5,13 @@ and its records."""
 from __future__ import annotations
 
 import threading
-import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 import httpx
 import pytest
 
 from openjev_batch.api import Classifier
-from openjev_batch.readouts import register
 from openjev_batch.readouts.base import FieldError, RequestReader
 from openjev_batch.readouts.label_logprobs import LabelLogprobs
 from openjev_batch.serve.app import Served, Stop, serve
@@ -40,20 +38,22 @@ class AskReader(RequestReader):
                                           "questions": {"ask": {"type": "noul", "instructions": body["ask"]}}})  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Ask(LabelLogprobs):
+    """The third readout: label logprobs' reading, its own request body (AskReader)."""
+
+    Request = AskReader
+
+
 @pytest.fixture(scope="module")
 def ask_server(tiny_model):
-    """The third readout registered under a name of its own, its server on a free port in a thread."""
-
-    @register(f"ask-{uuid.uuid4().hex[:8]}")
-    @dataclass(frozen=True)
-    class Ask(LabelLogprobs):
-        Request = AskReader
-
-    clf = Classifier(str(tiny_model), "hf", readout=Ask.name, threads=1)
+    """The third readout over a Classifier's held parts, its server on a free port in a thread."""
+    clf = Classifier(str(tiny_model), "hf", threads=1)
     held = clf.held()
+    held = replace(held, readout=Ask(**{f.name: getattr(held.readout, f.name) for f in fields(held.readout)}))
     lines: list[str] = []
     stop = Stop()  # not installed: the test ends the server through it
-    args = (held, AskReader.held(held.readout, held.cfg), Limits(), "127.0.0.1", 0, Served("tiny", "tiny"), stop,
+    args = (held, Ask.Request.held(held.readout, held.cfg), Limits(), "127.0.0.1", 0, Served("tiny", "tiny"), stop,
             lines.append)  # fmt: skip
     t = threading.Thread(target=serve, args=args, daemon=True)
     t.start()

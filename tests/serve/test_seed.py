@@ -197,7 +197,8 @@ def test_the_readme_request_answers_as_the_seed_counts(seed_server):
     assert got.answers["refund"].noul == pytest.approx(records["refund"]["p_true"], abs=1e-9)
     dept = got.answers["department"]
     assert dept.choice == records["department"]["answer"]
-    assert dept.probabilities == pytest.approx(dict(zip(records["department"]["options"], records["department"]["probs"])))
+    want = dict(zip(records["department"]["options"], records["department"]["probs"], strict=True))
+    assert dept.probabilities == pytest.approx(want)
     assert dept.confidence == pytest.approx(records["department"]["confidence"])
 
 
@@ -329,6 +330,24 @@ def test_an_image_url_is_refused_unless_opted_in(seed_server):
     r = post(seed_server, body)
     assert r.status_code == 422, r.text
     assert "data: URLs only" in ErrorResponse.model_validate(r.json()).error.message
+
+
+def test_image_urls_fetched_only_when_opted_in(tiny_model, tmp_path):
+    """`--allow-image-urls`: the server fetches the image itself (here from a port nobody listens on: the
+    fetch's own refusal, naming the part, where the closed server said `data: URLs only`)."""
+    from test_serve import free_port
+
+    s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "--allow-image-urls", "--layout", "transcript")
+    try:
+        url = f"http://127.0.0.1:{free_port()}/scan.png"
+        body = {**PAYLOAD, "state": [{"role": "user", "content": [
+            {"type": "text", "text": "Is it signed?"}, {"type": "image_url", "image_url": {"url": url}}]}]}  # fmt: skip
+        r = s.post(body, path="/v1/systemone")
+        assert r.status_code == 422, r.text
+        msg = ErrorResponse.model_validate(r.json()).error.message
+        assert msg.startswith("messages[0].content[1].image_url: cannot fetch the image"), msg
+    finally:
+        assert s.stop() == 143, s.log
 
 
 def test_413_504_529_and_the_token_limits(tiny_model, tmp_path):
