@@ -23,6 +23,8 @@ from .._version import __version__
 from ..backends import NAMES as BACKEND_NAMES
 from ..errors import BackendError, ConfigError
 from ..readouts.base import RequestReader
+from . import seed
+from .auth import BearerKey
 from .limits import Limits
 from .routes import Endpoints, Facts
 from .service import Service
@@ -73,7 +75,6 @@ def make_app(service: Service, limits: Limits, facts: Facts, draining: Callable[
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
 
-    from .auth import BearerKey
     from .response import json_response  # lazy: loads starlette, which serve alone needs
 
     async def http_error(request: Any, exc: Exception) -> Any:
@@ -102,8 +103,6 @@ def manifest(name: str, held: Any, reader: RequestReader) -> dict[str, Any]:
 
 def facts(served: Served, held: Any, reader: RequestReader) -> Facts:
     """What the endpoints tell of this server (routes.Facts)."""
-    from . import seed
-
     names = tuple(dict.fromkeys((seed.ALIAS, served.served)))
     takes_images = bool(getattr(held.backend, "images", False))
     return Facts(names, tuple(dict.fromkeys((*names, served.name))), served.served,

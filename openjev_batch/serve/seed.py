@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from ..values import no_duplicate_keys
+
 MAX_QUESTIONS, MAX_ANSWERS = 64, 64  # the seed's schema bounds (a server may lower them: /v1/limits)
 ALIAS = "jev-latest"  # the seed's compatibility alias; any `jev-*` name is one too
 DEFAULT_INSTRUCTIONS = "Answer using the options below."  # the seed's, for a question without instructions
@@ -107,11 +109,9 @@ class Invalid(Exception):
 def parse(raw: bytes) -> SystemOneRequest:
     """The request of a body, read and validated as FastAPI reads the seed's (its JSON reader, then the
     schema, each error's `loc` under "body"). Raises Invalid."""
-    from ..values import no_duplicate_keys  # a key twice is refused: which `role` would a message have?
-
     body: Any = None
     if raw:
-        try:
+        try:  # a key given twice is refused, as in a JSONL line: which `role` would a message have?
             body = json.loads(raw, object_pairs_hook=no_duplicate_keys)
         except json.JSONDecodeError as e:
             raise Invalid(422, [_json_error(e.pos, e.msg)]) from None

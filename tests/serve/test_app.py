@@ -78,3 +78,21 @@ def test_a_third_readout_is_served_with_no_edit_under_serve(ask_server):
     bad = httpx.post(url + "/v1/records", json={"text": "x", "ask": "y", "state": "z"}, timeout=30)
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "state", bad.text
     assert httpx.post(url + "/v1/records", json={"text": "x"}, timeout=30).json()["error"]["field"] == "ask"
+
+
+def test_serve_names_no_readout_and_reads_no_private_field():
+    """serve/ imports `readouts.base` alone of the readouts, never the API module, and reads no private
+    attribute of another object (it took `clf._options` and `clf.runner.held_prompter`: now Classifier.held())."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "openjev_batch" / "serve"
+    for path in root.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and "readouts" in node.module:
+                assert node.module == "readouts.base" and node.level == 2, (path.name, node.module)
+            if isinstance(node, ast.ImportFrom):
+                assert node.module != "api", path.name
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                assert isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"), (path.name, node.attr)
