@@ -151,7 +151,7 @@ def state_body(state: Content) -> dict[str, Any]:
     user turn (JSON compact, kept whole: an object with `messages` and other keys is data, not a chat)."""
     chat: Any = state["messages"] if isinstance(state, dict) and set(state) == {"messages"} else state
     if isinstance(chat, list) and chat and all(isinstance(m, dict) and "role" in m for m in chat):
-        return {"messages": [{**m, "content": m.get("content") or ""} for m in chat]}
+        return {"messages": [{**m, "content": "" if m.get("content") is None else m["content"]} for m in chat]}
     return {"messages": [{"role": "user", "content": text(state)}]}
 
 
