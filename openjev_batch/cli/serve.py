@@ -105,10 +105,11 @@ def run_server(stop, model: str, backend: str, questions: Path | None, opts: dic
         if opts.get("layout") is None:  # the seed's prompt, so a seed client gets the seed's numbers
             opts["layout"] = SERVE_LAYOUT
         clf = Classifier(_resolve(model), backend, **opts, **engine)
-        err.print(f"prompt layout: {opts['layout']}{LAYOUT_NOTE.get(opts['layout'], '')}", markup=False)
         cfg, readouts = held_readouts(clf, questions)  # the -q questions checked as `run` checks them
+        layout = f" · prompt layout: {opts['layout']}{LAYOUT_NOTE[opts['layout']]}"  # named on the start-up line
         code = serve_forever(clf, cfg, readouts, limits, host, port, model, stop,
-                             lambda s: err.print(s, markup=False, highlight=False))  # fmt: skip
+                             lambda s: err.print(s + (layout if s.startswith("serving ") else ""), markup=False,
+                                                 highlight=False))  # fmt: skip
     except OpenjevError as e:
         if clf is not None:
             clf.close()
