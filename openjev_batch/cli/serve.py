@@ -131,13 +131,14 @@ def run_server(stop, served, backend: str, questions: Path | None, opts: dict, e
         if opts.get("layout") is None:  # the seed's prompt, so a seed client gets the seed's numbers
             opts["layout"] = SERVE_LAYOUT
         clf = Classifier(_resolve(served.name), backend, **opts, **engine)
-        err.print(f"prompt layout: {opts['layout']}{LAYOUT_NOTE.get(opts['layout'], '')}", markup=False)
         held = clf.held(questions)  # the -q questions checked as `run` checks them
         reader = type(held.readout).Request
         if reader is None:
             raise ConfigError(f"the {held.readout.name} readout is not served (it reads no request body)")
+        layout = f" · prompt layout: {opts['layout']}{LAYOUT_NOTE[opts['layout']]}"  # named on the start-up line
         code = serve_forever(held, reader.held(held.readout, held.cfg), limits, host, port, served, stop,
-                             lambda s: err.print(s, markup=False, highlight=False))  # fmt: skip
+                             lambda s: err.print(s + (layout if s.startswith("serving ") else ""), markup=False,
+                                                 highlight=False))  # fmt: skip
     except OpenjevError as e:
         if clf is not None:
             clf.close()
