@@ -372,7 +372,7 @@ def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
     }}))  # fmt: skip
     want = run_rows(tiny_model, tmp_path, tickets(2), "-q", QUESTIONS, "--calibration", cal, "--layout", "systemone")
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "-q", str(QUESTIONS), "--calibration", str(cal),
-               "--batch-wait-ms", "4000", *TRANSCRIPT)  # fmt: skip
+               "--batch-wait-ms", "4000")  # fmt: skip
     got = {}
     t = threading.Thread(target=lambda: got.update(r=s.post(tickets(2)[1])))
     t.start()
