@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core import RowPrompt
 from ..errors import BackendError
@@ -31,6 +31,9 @@ from ..pipeline.stages import Prompted, prompt_chunk, score_chunk
 from ..readouts.label_logprobs.items import question_id
 from ..readouts.label_logprobs.rows import Row
 from .limits import HTTPError, Limits, row_error
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
 
 STOP = object()  # ends the host thread
 # An idle engine is asked whether it lives this often (`Backend.check_alive`: sglang's sees a failed engine
@@ -76,7 +79,7 @@ class Service:
     """`clf`: the Classifier held open; `readout`: the readout whose records the answers are (any of the server's
     readouts: records and errors come from each row's own questions); `limits`: the server's."""
 
-    def __init__(self, clf: Any, readout: Any, cfg: Any, limits: Limits):
+    def __init__(self, clf: Any, readout: Any, cfg: RunConfig, limits: Limits):
         self.clf, self.readout, self.limits = clf, readout, limits
         self.backend = clf.backend
         self.prompter = clf.runner.held_prompter  # built and label-checked once, at start-up

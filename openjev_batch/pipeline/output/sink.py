@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from ...readouts.base import Readout
 from .store import OutputStore
 from .write import records_table
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
 
 
 class Output(Protocol):
@@ -55,7 +58,7 @@ class StoreSink:
 
     keeps_manifest = True
 
-    def __init__(self, cfg: Any, source: Any):
+    def __init__(self, cfg: RunConfig, source: Any):
         self.cfg, self.source = cfg, source
 
     def open(self, manifest: dict, readout: Readout):
