@@ -113,15 +113,15 @@ def refuse_another_job(out_dir: Path, key: dict[str, Any], text: str) -> None:
     seed, shots, format, model or engine setting would be reported under the old job's predictions, or
     recompute and overwrite them (hostile trial, issue 26). Raises ConfigError naming what changed; checked
     before anything in the folder is written."""
-    old: dict[str, Any] | None = None
+    old: dict[str, Any] = {}  # empty: no earlier job recorded
     if (out_dir / JOB).exists():
-        old = json.loads((out_dir / JOB).read_text(encoding="utf-8"))
+        old = json.loads((out_dir / JOB).read_text(encoding="utf-8")) or {}
     elif (out_dir / "report.json").exists():  # a folder from before eval_job.json: what its report records
         rep = json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
         d, r = rep.get("dataset", {}), rep.get("run", {})
         old = {"input sha256": d.get("sha256"), "model": r.get("model_path"), "backend": r.get("backend")}
         old |= {k: d[k] for k in ("format", "sample", "seed", "shots") if k in d}
-    diff = sorted(k for k in (old or {}) if old[k] != key.get(k))
+    diff = sorted(k for k in old if old[k] != key.get(k))
     if (
         not diff
         and (out_dir / QUESTIONS).exists()
