@@ -113,7 +113,8 @@ class StartupLog(logging.Filter):
 
     def __init__(self, server: Any) -> None:
         super().__init__()
-        self.server, self.lines = server, []
+        self.server = server
+        self.lines: list[str] = []
         self.logger = logging.getLogger("uvicorn.error")  # uvicorn's server logs there
         self.logger.addFilter(self)
 

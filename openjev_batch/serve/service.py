@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..core import RowPrompt
 from ..errors import BackendError
@@ -208,7 +208,7 @@ class Service:
         if not batch:
             return
         rows = [p.row for p in batch]
-        prompts = [p.prompt for p in batch]
+        prompts = [cast(RowPrompt, p.prompt) for p in batch]  # set before a request is queued to score
         t0 = time.perf_counter()
         try:
             scored = score_chunk(Prompted(rows, prompts, {}), self.readout, self.backend, self.budget,
@@ -226,13 +226,13 @@ class Service:
         engine = self._checked - t0
         shared = _prefix_share(prompts)
         at = 0
-        for p in batch:
+        for p, prompt in zip(batch, prompts, strict=True):
             n = self.readout.n_records(p.row)
             recs = scored.records[at : at + n]
             at += n
             p.timing.update(queue=max(t0 - p.t_in - p.timing.get("prep", 0.0), 0.0), prefill=engine * shared,
                             branches=engine * (1 - shared))  # fmt: skip
-            p.answer(Answer(recs, len(p.prompt.prefix), dict(p.timing)))
+            p.answer(Answer(recs, len(prompt.prefix), dict(p.timing)))
 
     def _fail_all(self, why: str) -> None:
         self.dead = why
