@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pyarrow as pa
 
@@ -64,8 +64,9 @@ class StoreSink:
     def open(self, manifest: dict, readout: Readout):
         """The job's OutputStore, locked (a context manager: keeps the partial when the job fails)."""
         cfg = self.cfg
+        output = cast(Path, cfg.output)  # a job that writes (--dry-run opens no store)
         return OutputStore(
-            cfg.output, cfg.keep, manifest, cfg.resume, self.source.kept_types(), schema=readout.schema
+            output, cfg.keep, manifest, cfg.resume, self.source.kept_types(), schema=readout.schema
         )
 
 

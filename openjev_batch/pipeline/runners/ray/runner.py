@@ -27,7 +27,8 @@ import contextlib
 import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -127,7 +128,7 @@ class RayRunner:
 
     def _read_stage(self) -> None:
         """The rows staged by earlier Ray runs of this job (the store removed another job's), input order."""
-        self.stage = stage_dir(self.cfg.output)
+        self.stage = stage_dir(cast(Path, self.cfg.output))  # a job that writes (--dry-run runs no Ray job)
         self.stage.mkdir(exist_ok=True)
         for tmp in self.stage.glob("*.tmp"):
             tmp.unlink()
