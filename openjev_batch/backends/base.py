@@ -60,7 +60,9 @@ def load_tokenizer(model: str, trust_remote_code: bool = False) -> Any:
     except BackendError:
         raise
     except Exception as e:
-        hint = trust_hint(BackendOptions(model=model, trust_remote_code=trust_remote_code), e)
+        # validated from a mapping: mypy sees no generated option among the keywords of the constructor
+        opts = BackendOptions.model_validate({"model": model, "trust_remote_code": trust_remote_code})
+        hint = trust_hint(opts, e)
         raise BackendError(f"cannot load the tokenizer of {model!r}: {e}{hint}") from e
 
 

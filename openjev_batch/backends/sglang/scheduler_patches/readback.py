@@ -97,7 +97,7 @@ def apply_readback() -> bool:
 
     @functools.wraps(stock)
     def copy_to_cpu(self, *args: Any, **kwargs: Any) -> Any:
-        out = getattr(self, "logits_output", None)
+        out: Any = getattr(self, "logits_output", None)
         try:
             host = host_copy_token_ids_logprobs(getattr(out, "input_token_ids_logprobs_val", None))
         except Exception as e:  # noqa: BLE001 - never the scheduler's end: sglang's own readback then
