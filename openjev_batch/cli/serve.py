@@ -120,5 +120,6 @@ def run_server(stop, model: str, backend: str, questions: Path | None, opts: dic
         if clf is not None:
             clf.close()
         raise typer.Exit(stop.code or EXIT_FAILED) from None
-    clf.close()
-    return code
+    else:
+        clf.close()
+        return code
