@@ -185,7 +185,8 @@ def _print_summary(command: str, readout, s, threads: str | None = None) -> None
 
 def _ranges(chunks) -> str:
     """Chunk indices as ranges: 0–3, 7, 9–10."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[int] = []
     for c in sorted(chunks):
         if run and c != run[-1] + 1:
             out.append(f"{run[0]}–{run[-1]}" if len(run) > 1 else str(run[0]))

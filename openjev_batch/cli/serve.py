@@ -149,5 +149,6 @@ def run_server(stop, served, backend: str, questions: Path | None, opts: dict, e
         if clf is not None:
             clf.close()
         raise typer.Exit(stop.code or EXIT_FAILED) from None
-    clf.close()
-    return code
+    else:
+        clf.close()
+        return code

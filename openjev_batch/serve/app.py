@@ -29,6 +29,9 @@ from .limits import Limits
 from .routes import Endpoints, Facts
 from .service import Service
 
+if TYPE_CHECKING:
+    from ..config import RunConfig
+
 EXIT_TERMINATED, EXIT_INTERRUPTED = 143, 130
 
 
@@ -130,7 +133,8 @@ class StartupLog(logging.Filter):
 
     def __init__(self, server: Any) -> None:
         super().__init__()
-        self.server, self.lines = server, list[str]()
+        self.server = server
+        self.lines: list[str] = []
         self.logger = logging.getLogger("uvicorn.error")  # uvicorn's server logs there
         self.logger.addFilter(self)
 

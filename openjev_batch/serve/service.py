@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..core import RowPrompt
 from ..errors import BackendError
@@ -29,6 +29,9 @@ from ..pipeline.prefill import FailureTracker
 from ..pipeline.stages import Prompted, prompt_chunk, score_chunk
 from ..readouts.base import RequestReader
 from .limits import HTTPError, Limits
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
 
 STOP = object()  # ends the host thread
 # An idle engine is asked whether it lives this often (`Backend.check_alive`: sglang's sees a failed engine
@@ -192,7 +195,7 @@ class Service:
         if not batch:
             return
         rows = [p.row for p in batch]
-        prompts = [p.prompt for p in batch if p.prompt is not None]  # every one here was prompted
+        prompts = [cast(RowPrompt, p.prompt) for p in batch]  # set before a request is queued to score
         t0 = time.perf_counter()
         try:
             scored = score_chunk(Prompted(rows, prompts, {}), self.readout, self.backend, self.budget,
@@ -210,13 +213,13 @@ class Service:
         engine = self._checked - t0
         shared = _prefix_share(prompts)
         at = 0
-        for p in batch:
+        for p, prompt in zip(batch, prompts, strict=True):
             n = self.readout.n_records(p.row)
             recs = scored.records[at : at + n]
             at += n
             p.timing.update(queue=max(t0 - p.t_in - p.timing.get("prep", 0.0), 0.0), prefill=engine * shared,
                             branches=engine * (1 - shared))  # fmt: skip
-            p.answer(Answer(recs, len(p.prompt.prefix) if p.prompt else 0, dict(p.timing)))
+            p.answer(Answer(recs, len(prompt.prefix), dict(p.timing)))
 
     def _fail_all(self, why: str) -> None:
         self.dead = why

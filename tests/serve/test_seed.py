@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
-from test_serve import Server, httpx
+from serve_process import Server, free_port, httpx, run_rows
 
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -335,7 +335,6 @@ def test_an_image_url_is_refused_unless_opted_in(seed_server):
 def test_image_urls_fetched_only_when_opted_in(tiny_model, tmp_path):
     """`--allow-image-urls`: the server fetches the image itself (here from a port nobody listens on: the
     fetch's own refusal, naming the part, where the closed server said `data: URLs only`)."""
-    from test_serve import free_port
 
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "--allow-image-urls", "--layout", "transcript")
     try:
@@ -399,7 +398,6 @@ SAME = [
 def test_serve_equals_run_in_the_seeds_layout(seed_server, tiny_model, tmp_path):
     """serve's default layout is the seed's: its answers are `run --layout systemone`'s on the same rows, to
     1e-6, with the same choices."""
-    from test_serve import run_rows
 
     rows = [{"id": f"r{i}", "state": b["state"], "questions": {k: {kk: vv for kk, vv in q.items()}
              for k, q in b["questions"].items()}} for i, b in enumerate(SAME)]  # fmt: skip

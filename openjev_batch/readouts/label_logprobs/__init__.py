@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -21,7 +21,7 @@ from ...core import RowError, unidentified_row_error
 from ...errors import ConfigError
 from ...values import read_at_most
 from .. import LABEL_LOGPROBS, register
-from ..base import Readout, RowFailures, RowResults
+from ..base import Readout, ReadoutOptions, RowFailures, RowResults
 from ..image_prompt import check_model_takes_images
 from ..rows_images import image_key, input_has_image_column
 from .calibration import Calibration, load_calibration
@@ -42,6 +42,9 @@ from .prompt_variants import Variants
 from .questions import MAX_QUESTIONS_FILE_BYTES, QuestionError, QuestionSpec, load_questions
 from .request import LabelRequest
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
 
 
 @register(LABEL_LOGPROBS)
@@ -77,12 +80,12 @@ class LabelLogprobs(Readout):
     Request = LabelRequest  # how `serve` reads a request body into a row (request.py)
 
     @classmethod
-    def from_config(cls, cfg: Any, labels: Any = None) -> LabelLogprobs:
+    def from_config(cls, cfg: RunConfig, labels: Any = None) -> LabelLogprobs:
         """The questions of the options: a file's (read here; raises ConfigError for a missing or bad
         one), parsed ones (the Python API's mapping), or None (each row's own); the calibration of
         `calibration` (`--calibration`; raises ConfigError for a missing or bad file, or shared questions it
         cannot apply to); `debias_order` (shared questions too small for the orders: ConfigError)."""
-        opts, keep = cfg.readout_options, tuple(cfg.keep)
+        opts, keep = cast(LabelLogprobsOptions, cfg.readout_options), tuple(cfg.keep)  # a job of this readout
         # relative image paths resolve against the input file's folder, and only inside it (images.py)
         root, image_input = None, False
         if getattr(cfg, "input", None) and Path(cfg.input).is_file():
@@ -97,7 +100,7 @@ class LabelLogprobs(Readout):
         calibration = None
         if opts.calibration is not None:
             calibration = load_calibration(opts.calibration)  # raises ConfigError naming the file
-        own = dict(system_prompt=opts.system_prompt, image_root=root, image_input=image_input,
+        own: dict[str, Any] = dict(system_prompt=opts.system_prompt, image_root=root, image_input=image_input,
                    calibration=calibration, debias_order=opts.debias_order, layout=opts.layout)  # fmt: skip
         if opts.layout == SYSTEMONE and opts.system_prompt is not None:
             raise ConfigError("--system-prompt is the transcript layout's system message; under --layout "
@@ -115,13 +118,14 @@ class LabelLogprobs(Readout):
             qs = tuple(with_debias(q, opts.debias_order) for q in out.questions)
             if bad := [q.error for q in qs if isinstance(q, QuestionError)]:
                 raise ConfigError("; ".join(bad))
-            out = replace(out, questions=qs)
+            out = replace(out, questions=tuple(q for q in qs if isinstance(q, QuestionSpec)))  # none refused
         if calibration is not None and out.questions is not None:
             calibration.check_questions(out.questions)  # a file for other questions: refused at start
         return out
 
     @classmethod
-    def needed_columns(cls, options: LabelLogprobsOptions) -> tuple[tuple[str, str], ...]:
+    def needed_columns(cls, options: ReadoutOptions) -> tuple[tuple[str, str], ...]:
+        options = cast(LabelLogprobsOptions, options)  # this readout's own (the base names the base type)
         # every row's conversation; without shared questions, each row's own: an input with none of either
         # is refused before the model loads
         state = ("state", "each row's conversation or text (a string, a message list or a JSON object): rename "
@@ -208,7 +212,7 @@ class LabelLogprobs(Readout):
         return self.blank(row.id, row.kept, question_id=qid, type=qtype, **values)
 
     def manifest(self) -> dict[str, Any]:
-        key = {"readout": self.name, "questions_sha256": self.questions_sha256}
+        key: dict[str, Any] = {"readout": self.name, "questions_sha256": self.questions_sha256}
         if self.system_prompt is not None:  # only when set: partials made before the option still resume
             used = self.system_prompt.strip()  # as the prompt uses it: a file's trailing newline is no change
             key["system_prompt_sha256"] = hashlib.sha256(used.encode()).hexdigest()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -172,6 +173,7 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
         return QuestionError(
             qid, q.type, f"{where}: question text is {n:,} bytes, limit {MAX_QUESTION_BYTES:,}"
         )
+    names: tuple[str, ...]
     if q.type == "noul":
         c = q.criteria or {}
         names, descs = ("true", "false"), (shown_text(c.get("true")) or "Yes", shown_text(c.get("false")) or "No")
@@ -253,8 +255,8 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def _same_text(d: dict) -> str | None:
-    """A text two of the keys of `d` share once written as text (`1` and `"1"`), else None."""
+def _same_text(d: Iterable[Any]) -> str | None:
+    """A text two of the keys of `d` (or its items) share once written as text (`1` and `"1"`), else None."""
     seen: set[str] = set()
     for k in d:
         if str(k) in seen:

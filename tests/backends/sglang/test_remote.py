@@ -12,7 +12,7 @@ import time
 
 import pytest
 from conftest import ROOT, cli, sglang_cpu_env, write_jsonl
-from test_serve import QUESTIONS, TRANSCRIPT, Server, free_port, httpx, run_rows, tickets
+from serve_process import QUESTIONS, TRANSCRIPT, Server, free_port, httpx, run_rows, tickets
 
 pytestmark = pytest.mark.sglang
 
