@@ -29,9 +29,6 @@ from .limits import Limits
 from .routes import Endpoints, Facts
 from .service import Service
 
-if TYPE_CHECKING:
-    from ..config import RunConfig
-
 EXIT_TERMINATED, EXIT_INTERRUPTED = 143, 130
 
 

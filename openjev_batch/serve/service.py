@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from ..core import RowPrompt
 from ..errors import BackendError
@@ -29,9 +29,6 @@ from ..pipeline.prefill import FailureTracker
 from ..pipeline.stages import Prompted, prompt_chunk, score_chunk
 from ..readouts.base import RequestReader
 from .limits import HTTPError, Limits
-
-if TYPE_CHECKING:
-    from ..config import RunConfig
 
 STOP = object()  # ends the host thread
 # An idle engine is asked whether it lives this often (`Backend.check_alive`: sglang's sees a failed engine
