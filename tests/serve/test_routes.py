@@ -1,6 +1,6 @@
-"""serve/app.py's `serve` over any readout: a third readout, written here with a request reader of its own (its
-`Request`), is served with no edit under serve/ (issue 46.6): its body shape, its refusals with their field,
-and its records."""
+"""serve/routes.py's endpoints (through app.serve) over any readout: a third readout, written here with a
+request reader of its own (its `Request`), is served with no edit under serve/ (issue 46.6): its body shape, its
+refusals with their field, and its records."""
 
 from __future__ import annotations
 
