@@ -70,7 +70,7 @@ def serve(
 ) -> None:
     """Serve the systemone API: POST /v1/systemone with one row (`id`, `state` or `messages`, `questions`) gets
     one answer per question, with the columns and numbers `run` writes for that row."""
-    from ..serve.app import Stop  # lazy: keeps --help fast
+    from ..serve.app import SIGNAL_NAMES, Stop  # lazy: keeps --help fast
 
     stop = Stop()
     stop.install()  # before the model loads: a SIGTERM during start-up still ends the server with 143
@@ -78,10 +78,7 @@ def serve(
     opts = dict(readout_opts, max_branches=max_branches)
     code = run_server(stop, model, backend, questions, opts, engine, limits, host, port)
     if code:
-        err.print(
-            f"stopped ({'SIGTERM' if code == 143 else 'SIGINT'}): the requests in flight were answered",
-            markup=False,
-        )
+        err.print(f"stopped ({SIGNAL_NAMES[code]}): the requests in flight were answered", markup=False)
     raise typer.Exit(code)
 
 

@@ -28,15 +28,13 @@ BIG_BODY = 64 * 2**10  # bodies over this are parsed in a worker thread, off the
 
 class Endpoints:
     """The handlers over `service`; `models` is GET /v1/models's document, `draining` says whether the server
-    stopped accepting (a signal came). `in_flight`: the requests being evaluated (on the event loop's one
-    thread, so counted without a lock)."""
+    stopped accepting (a signal came). The service admits and counts the requests in flight (`evaluate`)."""
 
     def __init__(self, service: Service, readouts: Readouts, limits: Limits, models: dict[str, Any],
                  draining: Callable[[], bool]) -> None:  # fmt: skip
         self.service, self.readouts, self.limits = service, readouts, limits
         self.models, self.draining = models, draining
         self.model_name = models["data"][0]["id"]
-        self.in_flight = 0
 
     def routes(self) -> list[Route]:
         return [
@@ -56,36 +54,31 @@ class Endpoints:
             return error_response(e)
         except ClientDisconnect:  # the client left before its body arrived: nobody to answer
             return Response(status_code=400)
-        if self.in_flight >= limits.max_concurrent:
-            return error_response(HTTPError(529, f"{limits.max_concurrent} in evaluation, the most requests this "
-                                  "server takes at once: retry", headers={"Retry-After": str(limits.retry_after_s)}))  # fmt: skip
-        self.in_flight += 1
-        try:
+        try:  # parsed before admission: a malformed body is a 422 however full the server is, never a 529
             if len(raw) > BIG_BODY:
                 row = await run_in_threadpool(read_row, raw, self.readouts, limits)
             else:
                 row = read_row(raw, self.readouts, limits)
             t_parse = time.perf_counter() - t0
-            fut = self.service.submit(row, asyncio.get_running_loop())
-            try:
-                got = await asyncio.wait_for(fut, limits.timeout_s)
-            except asyncio.TimeoutError:
-                raise HTTPError(504, f"no answer from the engine within {limits.timeout_s:g} s") from None
-            if isinstance(got, HTTPError):
-                raise got
+            got = await self.service.evaluate(row, gone=_left(request))  # admission (529), queue, 504
             return answer_response(row.id, got, t_parse, self.model_name)
         except HTTPError as e:
             return error_response(e)
-        finally:
-            self.in_flight -= 1
 
     async def health(self, request: Request) -> Response:
         if self.service.dead is not None:
             return JSONResponse({"status": "dead", "why": self.service.dead}, status_code=503)
         if self.draining():
             return JSONResponse({"status": "draining"}, status_code=503)
-        return JSONResponse({"status": "ok", "model": self.model_name, "in_flight": self.in_flight,
-                             "batches": self.service.batches})  # fmt: skip
+        svc = self.service
+        return JSONResponse({"status": "ok", "model": self.model_name, "in_flight": svc.in_flight,
+                             "batches": svc.batches, "dropped": svc.dropped})  # fmt: skip
 
     async def list_models(self, request: Request) -> Response:
         return JSONResponse(self.models)
+
+
+async def _left(request: Request) -> None:
+    """Ends when the client has closed its connection (its body read, the next ASGI message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
