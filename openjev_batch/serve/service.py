@@ -95,9 +95,14 @@ class Service:
         self._ready: list[Pending] = []  # prompted, not yet in a batch: the queue, in the order requests came
         self.cut = BatchBudget(self.backend.name, limits.batch_ms, limits.max_batch)
         self.batches = 0  # batches scored (GET /health reports it)
-        self.dropped = 0  # requests given up (504, client gone) before the engine ran them: never computed
+        self._dropped = [0, 0]  # given up before the prompt stage, before the engine (each thread its own count)
         self.in_flight = 0  # requests admitted and not yet answered (`evaluate`, on the event loop's thread)
         self.dead: str | None = None  # why the engine stopped serving
+
+    @property
+    def dropped(self) -> int:
+        """Requests given up (504, the client gone) before the engine ran them: never computed."""
+        return sum(self._dropped)
 
     def start(self) -> None:
         self._host.start()
@@ -144,7 +149,9 @@ class Service:
     # -- host thread: the prompt stage ------------------------------------------------------------------
     def _host_loop(self) -> None:
         while (first := self._prompt_q.get()) is not STOP:
-            batch = [p for p in gather(self._prompt_q, first) if not p.future.done()]
+            came = gather(self._prompt_q, first)
+            batch = [p for p in came if not p.future.done()]  # given up already: not even tokenized
+            self._dropped[0] += len(came) - len(batch)
             if not batch:
                 continue
             t0 = time.perf_counter()
@@ -222,7 +229,7 @@ class Service:
     def _drop_given_up(self) -> None:
         """Take the requests whose handler gave up (504, the client gone) out of the queue: never computed."""
         keep = [p for p in self._ready if not p.future.done()]
-        self.dropped += len(self._ready) - len(keep)
+        self._dropped[1] += len(self._ready) - len(keep)
         self._ready = keep
 
     def _score(self, batch: list[Pending]) -> None:
