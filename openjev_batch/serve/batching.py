@@ -41,6 +41,7 @@ class BatchBudget:
         self.ms = batch_ms or DEFAULT_BATCH_MS.get(backend, OTHER_BATCH_MS)
         self.max_batch = max_batch
         self.s_per_token: float | None = None  # measured: None until a batch has run
+        self.s_per_request: float | None = None  # the engine time of a request, measured the same way
 
     def cut(self, sizes: list[int]) -> int:
         """How many of the requests queued (their input tokens, `sizes`, in queue order) the next batch takes:
@@ -58,13 +59,20 @@ class BatchBudget:
             n, used = n + 1, used + size
         return n
 
-    def observe(self, tokens: int, seconds: float) -> None:
-        """A batch of `tokens` input tokens took `seconds` of engine time."""
-        if tokens <= 0 or seconds <= 0:
+    def observe(self, tokens: int, seconds: float, requests: int = 1) -> None:
+        """A batch of `requests` requests, `tokens` input tokens, took `seconds` of engine time."""
+        if tokens <= 0 or seconds <= 0 or requests <= 0:
             return
-        rate = seconds / tokens
-        old = self.s_per_token
-        self.s_per_token = rate if old is None else (1 - SMOOTHING) * old + SMOOTHING * rate
+        self.s_per_token = _smooth(self.s_per_token, seconds / tokens)
+        self.s_per_request = _smooth(self.s_per_request, seconds / requests)
+
+    def backlog_s(self, requests: int) -> float:
+        """The engine seconds `requests` requests of the measured size take (0 while nothing is measured)."""
+        return requests * (self.s_per_request or 0.0)
+
+
+def _smooth(old: float | None, new: float) -> float:
+    return new if old is None else (1 - SMOOTHING) * old + SMOOTHING * new
 
 
 def gather(q: queue.Queue, first: Any, wait_ms: float = 0.0) -> list:
@@ -87,3 +95,11 @@ def gather(q: queue.Queue, first: Any, wait_ms: float = 0.0) -> list:
             q.put(STOP)  # seen by the next round
             return batch
         batch.append(item)
+
+
+def prefix_share(prompts: list[RowPrompt]) -> float:
+    """The share of a batch's computed tokens that are shared prefix (each distinct prefix once): the part of the
+    batch's engine time Server-Timing reports as shared prefill (the backends time no phase apart)."""
+    prefix = sum(len(p) for p in {rp.prefix for rp in prompts})
+    suffix = sum(len(b.suffix) for rp in prompts for b in rp.branches)
+    return prefix / (prefix + suffix) if prefix + suffix else 0.0

@@ -34,7 +34,7 @@ from ..pipeline.prefill import FailureTracker
 from ..pipeline.stages import Prompted, prompt_chunk, score_chunk
 from ..readouts.label_logprobs.items import question_id
 from ..readouts.label_logprobs.rows import Row
-from .batching import STOP, BatchBudget, gather, request_tokens
+from .batching import STOP, BatchBudget, gather, prefix_share, request_tokens
 from .limits import HTTPError, Limits, row_error
 
 # An idle engine is asked whether it lives this often (`Backend.check_alive`: sglang's sees a failed engine
@@ -109,7 +109,8 @@ class Service:
 
     async def evaluate(self, row: Row, gone: Any = None) -> Answer:
         """`row`'s answer, on the event loop. Admission: past `--max-concurrent` requests in flight a 529 with
-        Retry-After (the body was parsed before: a malformed one is a 422 however full the server is). Past
+        Retry-After (the body was parsed before: a malformed one is a 422 however full the server is), and when
+        the engine's measured speed says the queue ahead outlasts `--timeout` (a 504 foreseen). Past
         `--timeout` a 504; `gone` (an awaitable, None: not watched) ends when the client leaves. Either way
         the request is dropped from the queue: the engine never computes an answer nobody waits for. Raises
         HTTPError."""
@@ -117,6 +118,12 @@ class Service:
         if self.in_flight >= lim.max_concurrent:
             raise HTTPError(529, f"{lim.max_concurrent} in evaluation, the most requests this server takes at "
                             "once: retry", headers={"Retry-After": str(lim.retry_after_s)})  # fmt: skip
+        # the queue ahead and this request would outlast --timeout at the engine's measured speed: a 504 after
+        # `timeout_s` of waiting, nothing computed; a 529 now says when to come back instead
+        if (ahead := self.cut.backlog_s(self.in_flight + 1)) > lim.timeout_s:
+            wait = max(lim.retry_after_s, math.ceil(ahead - lim.timeout_s))
+            raise HTTPError(529, f"the requests in evaluation hold about {ahead:.0f} s of engine time, past this "
+                            f"server's {lim.timeout_s:g} s timeout: retry", headers={"Retry-After": str(wait)})  # fmt: skip
         self.in_flight += 1
         fut = self.submit(row, asyncio.get_running_loop())
         watch = asyncio.ensure_future(gone) if gone is not None else None
@@ -252,8 +259,8 @@ class Service:
         self.batches += 1
         self._checked = time.perf_counter()  # the engine just answered
         engine = self._checked - t0
-        self.cut.observe(sum(request_tokens(rp) for rp in prompts), engine)
-        shared = _prefix_share(prompts)
+        self.cut.observe(sum(request_tokens(rp) for rp in prompts), engine, len(batch))
+        shared = prefix_share(prompts)
         at = 0
         for p in batch:
             n = self.readout.n_records(p.row)
@@ -277,14 +284,6 @@ class Service:
                 for p in item if isinstance(item, list) else [item]:
                     if isinstance(p, Pending):
                         p.answer(HTTPError(503, f"the engine has stopped: {why}"))
-
-
-def _prefix_share(prompts: list[RowPrompt]) -> float:
-    """The share of a batch's computed tokens that are shared prefix (each distinct prefix once): the part of the
-    batch's engine time Server-Timing reports as shared prefill (the backends time no phase apart)."""
-    prefix = sum(len(p) for p in {rp.prefix for rp in prompts})
-    suffix = sum(len(b.suffix) for rp in prompts for b in rp.branches)
-    return prefix / (prefix + suffix) if prefix + suffix else 0.0
 
 
 def clean(v: Any) -> Any:

@@ -38,3 +38,12 @@ def test_max_batch_caps_the_count_and_each_backend_has_its_budget():
 def test_a_request_counts_its_prefix_once_and_every_suffix():
     rp = RowPrompt(0, "r", (1, 2, 3), (BranchSpec("q1", (4, 5), (9,)), BranchSpec("q2", (6,), (9,))))
     assert request_tokens(rp) == 6
+
+
+def test_the_backlog_is_the_requests_at_their_measured_engine_time():
+    """What `serve` foresees before admitting a request: the queue ahead and the request itself at the engine's
+    measured seconds a request; past --timeout it answers 529 now rather than 504 after the timeout."""
+    b = BatchBudget("hf")
+    assert b.backlog_s(50) == 0.0  # nothing measured: nothing foreseen, nothing refused
+    b.observe(tokens=900, seconds=6.0, requests=3)
+    assert b.s_per_request == 2.0 and b.backlog_s(61) == 122.0
