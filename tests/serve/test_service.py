@@ -62,14 +62,18 @@ def _send_then_leave(port: int, body: bytes, wait: float) -> None:
 
 
 def test_parsed_before_admission_and_a_request_given_up_is_never_computed(tiny_model, tmp_path):
-    """Two slots, and an engine that waits 8 s for a batch to fill (longer than the 4 s timeout): a client that
-    leaves and two that get their 504 are dropped from the queue, never computed (0 batches); while the slots
-    are taken, a malformed body is a 422 naming its fault (it was a 529: admission came before the parse) and
-    a valid one is a 529."""
+    """Two slots, and an engine that waits 20 s for a batch to fill (longer than the 10 s timeout): a client that
+    leaves frees its slot at once (not at its timeout), and it and two requests that get their 504 are dropped
+    from the queue, never computed (0 batches); while the slots are taken, a malformed body is a 422 naming its
+    fault (it was a 529: admission came before the parse) and a valid one is a 529."""
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "-q", str(QUESTIONS), "--max-concurrent", "2",
-               "--timeout", "4", "--batch-wait-ms", "8000")  # fmt: skip
+               "--timeout", "10", "--batch-wait-ms", "20000")  # fmt: skip
     try:
         _send_then_leave(s.port, json.dumps(tickets(1)[0]).encode(), 1.0)
+        left = time.time()
+        while health(s)["in_flight"] and time.time() < left + 6:  # its timeout would free it 9 s from now
+            time.sleep(0.2)
+        assert health(s)["in_flight"] == 0, "the slot of a client that left is held until its timeout"
         got: dict = {}
         waiting = [threading.Thread(target=lambda i=i: got.update({i: s.post(tickets(3)[i])})) for i in (1, 2)]
         for t in waiting:
