@@ -60,7 +60,7 @@ class Endpoints:
             else:
                 row = read_row(raw, self.readouts, limits)
             t_parse = time.perf_counter() - t0
-            got = await self.service.evaluate(row, gone=_left(request))  # admission (529), queue, 504
+            got = await self.service.evaluate(row, gone=lambda: _left(request))  # admission (529), queue, 504
             return answer_response(row.id, got, t_parse, self.model_name)
         except HTTPError as e:
             return error_response(e)

@@ -111,7 +111,7 @@ class Service:
         """`row`'s answer, on the event loop. Admission: past `--max-concurrent` requests in flight a 529 with
         Retry-After (the body was parsed before: a malformed one is a 422 however full the server is), and when
         the engine's measured speed says the queue ahead outlasts `--timeout` (a 504 foreseen). Past
-        `--timeout` a 504; `gone` (an awaitable, None: not watched) ends when the client leaves. Either way
+        `--timeout` a 504; `gone()` (None: not watched) makes an awaitable that ends when the client leaves. Either way
         the request is dropped from the queue: the engine never computes an answer nobody waits for. Raises
         HTTPError."""
         lim = self.limits
@@ -126,7 +126,7 @@ class Service:
                             f"server's {lim.timeout_s:g} s timeout: retry", headers={"Retry-After": str(wait)})  # fmt: skip
         self.in_flight += 1
         fut = self.submit(row, asyncio.get_running_loop())
-        watch = asyncio.ensure_future(gone) if gone is not None else None
+        watch = asyncio.ensure_future(gone()) if gone is not None else None
         try:
             done, _ = await asyncio.wait([fut] + ([watch] if watch else []), timeout=lim.timeout_s,
                                          return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
