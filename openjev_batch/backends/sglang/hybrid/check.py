@@ -25,7 +25,7 @@ import inspect
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .check_source import assigned_self, problems_source
 from .needs import SPEC, Need, missing
@@ -81,7 +81,8 @@ def problems_installed(spec: tuple[Need, ...] = SPEC) -> list[str]:
                 obj = getattr(obj, part)
         except AttributeError:
             if n.gpu_only and not _on_gpu():  # imported under `if is_cuda():`: read what a GPU would import
-                out += problems_source(Path(importlib.import_module("sglang").__file__).parents[1], (n,))
+                sglang_file = cast(str, importlib.import_module("sglang").__file__)  # a package: it has one
+                out += problems_source(Path(sglang_file).parents[1], (n,))
             else:
                 out.append(f"{where}: missing")
             continue
