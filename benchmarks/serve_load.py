@@ -81,7 +81,7 @@ def run_jobs(model: str, backend: str, threads: int, n: int) -> dict:
     out: dict = {"load_s": round(time.perf_counter() - t, 1)}
     try:
         clf.run(rows(4, "[warm "), q, output="arrow")
-        for key, k in ((f"rows_{n}", n), ("rows_16", min(16, n))):
+        for key, k in (("rows_all", n), ("rows_16", min(16, n))):
             out[f"load_avg_before_{key}"] = load_avg()
             t = time.perf_counter()
             table = clf.run(rows(k, "[run "), q, output="arrow")
@@ -196,7 +196,7 @@ def serve_rounds(a, out: dict, save) -> None:
 def verdict(out: dict) -> None:
     """Each round against `run`: throughput, and p99 against the time `run` takes for the rows in flight (C rows:
     the N-row job's time scaled, and at 16 the 16-row job itself)."""
-    run_n = next(v for k, v in out["run"].items() if k.startswith("rows_") and k != "rows_16")
+    run_n = out["run"]["rows_all"]
     per_row = run_n["s"] / run_n["rows"]
     for r in out["serve"].values():
         same = out["run"]["rows_16"]["s"] if r["clients"] == 16 else per_row * min(r["clients"], r["requests"])
@@ -215,7 +215,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads, both ways (the machine is shared)")
     ap.add_argument("--serve-arg", action="append", default=[], help="one more serve flag (repeat)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results" / f"{time.strftime('%Y-%m-%d')}-cpu-serve-load.json"))
+    ap.add_argument("--verdict", metavar="RESULTS", help="recompute the comparison of a results file, no run")
     a = ap.parse_args()
+    if a.verdict:
+        out = json.loads(Path(a.verdict).read_text())
+        verdict(out)
+        Path(a.verdict).write_text(json.dumps(out, indent=1) + "\n")
+        return
     out: dict = {"what": "serve under load vs run, same rows (benchmarks/serve_load.py)", "model": a.model,
                  "backend": a.backend, "threads": a.threads, "rows": a.rows, "machine_before": machine(),
                  "serve": {}}  # fmt: skip

@@ -12,6 +12,7 @@ has run (the first batch takes one request, to measure).
 
 from __future__ import annotations
 
+import math
 import queue
 import time
 from typing import Any
@@ -26,6 +27,10 @@ STOP = object()  # put in a queue: ends the host thread
 DEFAULT_BATCH_MS = {"hf": 250.0, "sglang": 2000.0}
 OTHER_BATCH_MS = 1000.0  # a backend not named above
 SMOOTHING = 0.3  # the weight of the newest batch in the speed estimate (a shared CPU's speed drifts)
+# The share of --timeout the queue ahead of a request may hold at the engine's measured speed: requests differ in
+# size and a shared CPU's speed drifts (at the whole timeout, 19 of 64 requests at 64 clients still got their 504,
+# benchmarks/serve_load.py); a queue that deep keeps the engine busy anyway.
+ADMIT_SHARE = 0.5
 
 
 def request_tokens(rp: RowPrompt) -> int:
@@ -69,6 +74,16 @@ class BatchBudget:
     def backlog_s(self, requests: int) -> float:
         """The engine seconds `requests` requests of the measured size take (0 while nothing is measured)."""
         return requests * (self.s_per_request or 0.0)
+
+    def too_busy(self, requests: int, timeout_s: float) -> tuple[float, int] | None:
+        """None when `requests` requests (those in evaluation and one more) fit in ADMIT_SHARE of `timeout_s` at
+        the measured speed; else their engine seconds and the seconds after which to retry: a 504 foreseen, which
+        a 529 now answers better than a 504 after `timeout_s` of waiting with nothing computed."""
+        ahead, room = self.backlog_s(requests), timeout_s * ADMIT_SHARE
+        if ahead <= room:
+            return None
+        # a slot frees about once a request's engine time
+        return ahead, max(math.ceil(ahead - room), math.ceil(self.backlog_s(1)))
 
 
 def _smooth(old: float | None, new: float) -> float:

@@ -121,12 +121,11 @@ class Service:
         if self.in_flight >= lim.max_concurrent:
             raise HTTPError(529, f"{lim.max_concurrent} in evaluation, the most requests this server takes at "
                             "once: retry", headers={"Retry-After": str(lim.retry_after_s)})  # fmt: skip
-        # the queue ahead and this request would outlast --timeout at the engine's measured speed: a 504 after
-        # `timeout_s` of waiting, nothing computed; a 529 now says when to come back instead
-        if (ahead := self.cut.backlog_s(self.in_flight + 1)) > lim.timeout_s:
-            wait = max(lim.retry_after_s, math.ceil(ahead - lim.timeout_s))
-            raise HTTPError(529, f"the requests in evaluation hold about {ahead:.0f} s of engine time, past this "
-                            f"server's {lim.timeout_s:g} s timeout: retry", headers={"Retry-After": str(wait)})  # fmt: skip
+        if (busy := self.cut.too_busy(self.in_flight + 1, lim.timeout_s)) is not None:  # a 504 foreseen
+            ahead, wait = busy
+            raise HTTPError(529, f"the requests in evaluation hold about {ahead:.0f} s of engine time, past what "
+                            f"this server's {lim.timeout_s:g} s timeout allows: retry",
+                            headers={"Retry-After": str(max(wait, lim.retry_after_s))})  # fmt: skip
         self.in_flight += 1
         fut = self.submit(row, asyncio.get_running_loop())
         watch = asyncio.ensure_future(gone()) if gone is not None else None

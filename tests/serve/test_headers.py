@@ -8,7 +8,7 @@ import json
 import socket
 
 import pytest
-from test_serve import QUESTIONS, Server
+from serve_process import QUESTIONS, Server
 
 httpx = pytest.importorskip("httpx")
 

@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from test_serve import QUESTIONS, Server, tickets
+from serve_process import QUESTIONS, Server, tickets
 
 httpx = pytest.importorskip("httpx")
 
