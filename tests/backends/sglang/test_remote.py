@@ -12,7 +12,7 @@ import time
 
 import pytest
 from conftest import ROOT, cli, sglang_cpu_env, write_jsonl
-from serve_process import QUESTIONS, Server, free_port, httpx, run_rows, tickets
+from serve_process import QUESTIONS, TRANSCRIPT, Server, free_port, httpx, run_rows, tickets
 
 pytestmark = pytest.mark.sglang
 
@@ -67,7 +67,7 @@ def test_run_and_serve_drive_a_running_sglang_server(sglang_server, tiny_model, 
     # serve over the same running server: one request, the same answers; the server outlives both
     s = Server(
         tmp_path, "-m", str(tiny_model), "-b", "sglang", "--connect", sglang_server, "-q", str(QUESTIONS),
-        "--layout", "transcript",  # run's default, which `want` is
+        *TRANSCRIPT,
     )
     try:
         resp = s.post(tickets(1)[0])
