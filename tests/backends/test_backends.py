@@ -535,6 +535,7 @@ def test_a_warm_up_that_stops_is_logged_and_start_up_goes_on(caplog):
     import logging
     import types
 
+    from openjev_batch.backends.sglang import warmup
     from openjev_batch.backends.sglang.engine import SGLangBackend
 
     sent = []
@@ -551,7 +552,7 @@ def test_a_warm_up_that_stops_is_logged_and_start_up_goes_on(caplog):
     b.engine, b.tokenizer = Engine(), types.SimpleNamespace(eos_token_id=2)
     b.pack_tokens, b.context_length, b.max_new_tokens = 16_384, 1000, 0
     with caplog.at_level(logging.WARNING, logger="openjev_batch.backends.sglang.engine"):
-        assert b._warm_up() >= 0.0
+        assert warmup.kernels(b) >= 0.0
     assert sent == [64, 128, 500, 999, 999, 400]  # every shape, capped below the context
     assert "warm-up stopped (RuntimeError: no cache to flush); the job compiles as it goes" in caplog.text
 

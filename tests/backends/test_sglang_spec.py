@@ -57,6 +57,19 @@ def test_only_an_auto_job_on_a_forked_hybrid_on_sglang_is_chosen_for(tmp_path, q
     assert choose_request_pattern(hf) == (hf, "")
 
 
+def test_connect_is_known_before_the_start_no_multi_item_is_announced(tmp_path, qwen3_tok_dir):
+    """Issue 49.1: `--connect` drives a server over HTTP, which runs no multi-item: the pre-start choice
+    announced "multi-item where the engine runs it" for a hybrid, which remote.py then turned off. It chooses
+    nothing, and the dry run's prediction names --connect."""
+    from openjev_batch.backends.sglang.patterns import engine_multi_item
+
+    model = hybrid_folder(tmp_path, qwen3_tok_dir)
+    tickets = [{"id": f"t{i}", "state": f"ticket {i}: " + f"word{i} " * 60, "questions": Q} for i in range(8)]
+    c, why = choose_request_pattern(cfg(tmp_path, model, tickets, connect="http://127.0.0.1:1"))
+    assert why == "" and c.sglang.request_pattern == "auto"
+    assert engine_multi_item(c) == (False, "off: --connect drives a running server")
+
+
 def test_the_choice_plans_with_the_jobs_readout_built_once(tmp_path, qwen3_tok_dir):
     """The CLI builds a job's readout once and hands it to the choice and the job: the first chunk's plan reads
     no questions file again (here gone after the build, so a second build would fail)."""

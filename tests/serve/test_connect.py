@@ -123,8 +123,8 @@ class _Fake:
 @pytest.mark.parametrize(
     "answer,said",
     [
-        (None, "ReadTimeout"),  # took the connection, never answered: it hung for the 1-hour request timeout
-        ((200, "application/json", b"[]"), "answered list, not an object"),  # AttributeError traceback, exit 1
+        (None, "/health did not finish within 30 s"),  # took the connection, never answered: it hung an hour
+        ((200, "application/json", b"[]"), "/server_info answered a list: [], not sglang's object"),  # a traceback
         ((404, "text/html", b"<!DOCTYPE HTML>\n<html>\n<body>\n<h1>Not Found</h1>\n</body>\n</html>\n"),
          "answered 404: <!DOCTYPE HTML> <html> <body> <h1>Not Found</h1> </body> </html>"),  # 7 lines of HTML
     ],

@@ -26,6 +26,7 @@ from ....checkpoint.info import load_config
 from ....errors import BackendError, ConfigError
 from .. import hybrid, mis
 from ..kwargs import choose_multi_item
+from ..remote import MULTI_ITEM_OFF
 
 PATTERNS = ("prefix-first", "first-branch", "multi-item")
 
@@ -113,6 +114,8 @@ def engine_multi_item(opts: Any) -> tuple[bool, str | None]:
     import importlib.metadata
     import importlib.util
 
+    if opts.sglang.connect:  # the server's own engine, driven over HTTP: no multi-item there
+        return False, MULTI_ITEM_OFF
     if importlib.util.find_spec("sglang") is None:
         return False, "sglang is not installed"
 
