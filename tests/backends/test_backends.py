@@ -307,7 +307,7 @@ def test_multi_item_choice(tiny_model, tmp_path, monkeypatch):
     (hybrid / "config.json").write_text(json.dumps({**cfg, "architectures": ["Qwen3NextForCausalLM"]}))
     with pytest.raises(BackendError, match="not a 1-D RoPE full-attention model"):
         choose(model=hybrid, engine_args={"enable_mis": True})
-    # the Qwen3.5/3.6 hybrids: exact through the product's state fork on sglang 0.5.17-0.5.23 (mis.FORK_SGLANG), refused on another release
+    # the Qwen3.5/3.6 hybrids: exact through the product's state fork on sglang 0.5.17-0.5.23 (fork_releases.FORK_SGLANG), refused on another release
     qwen35 = tmp_path / "qwen35"
     shutil.copytree(tiny_model, qwen35)
     (qwen35 / "config.json").write_text(json.dumps({**cfg, "architectures": ["Qwen3_5ForCausalLM"]}))

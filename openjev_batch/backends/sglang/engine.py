@@ -117,7 +117,7 @@ class SGLangBackend(Backend):
             text_only(kw, opts)
         self.multi_item_off_reason = choose_multi_item(opts, kw, version)
         auto = opts.sglang.request_pattern == "auto" and (
-            arch in hybrid.ARCHITECTURES or "enable_mis" not in opts.sglang.engine_args
+            arch in mis.FORK_ARCHITECTURES or "enable_mis" not in opts.sglang.engine_args
         )
         if multimodal and kw.get("enable_mis") and auto:
             # the fork is shown exact on a text-only engine only, and an image row is never packed (images.py):

@@ -7,7 +7,7 @@ from packaging.version import InvalidVersion, Version
 
 # sglang releases the Qwen3.5/3.6 fork (backends/sglang/hybrid) serves. It calls sglang internals; each name and
 # signature it touches is checked when the override loads (hybrid/check.py, which refuses a release that moved one),
-# and was read in every release below (issue 38: `python -m openjev_batch.backends.sglang.hybrid.check` on each
+# and was read in every release below (issue 38: the release tool, now `scripts/check_sglang_release.py`, on each
 # wheel's source: all fit; the MIS engine settings (radix cache and chunked prefill off, flashinfer's per-item
 # positions) and the in-place default of the GDN extend kernel are the same). Exactness was measured on a GPU on
 # 0.5.17 only (benchmarks/hybrid_mis_exact_gpu.py); the others are load-checked. The package's `sglang` extra
