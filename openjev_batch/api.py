@@ -35,7 +35,7 @@ from .pipeline.input.source import FrameSource
 from .pipeline.output.sink import MemorySink, NullSink
 from .pipeline.runners.local import LocalRunner
 from .pipeline.runners.plan_only import PlanOnlyRunner
-from .pipeline.summary import abstain_warnings
+from .pipeline.summary import Summary, abstain_warnings
 from .readouts import DEFAULT
 from .threads import apply_threads
 
@@ -105,7 +105,7 @@ class Classifier:
             self.backend.close()
             raise
         self.runner = LocalRunner(self.backend, prompter)
-        self.last_summary = None
+        self.last_summary: Summary | None = None
 
     def run(
         self,
@@ -147,7 +147,7 @@ class Classifier:
         output, cols = _checked(data, kind, output, limit)
         cfg, readout = self._job(questions, options, keep, cols, limit)
         source = FrameSource(data, kind, cfg.chunk_rows, limit)
-        self.last_summary, table = loop.run(
+        summary, table = loop.run(
             cfg,
             source,
             MemorySink(),
@@ -156,9 +156,10 @@ class Classifier:
             progress=progress,
             on_progress=on_progress,
         )
+        self.last_summary = summary
         # the CLI's `warning:` lines, for a notebook or a nightly script: a missed calibration target abstains
         # on every row, and the table alone shows it only in its `abstain` column
-        for line in abstain_warnings(self.last_summary, readout):
+        for line in abstain_warnings(summary, readout):
             warnings.warn(line, UserWarning, stacklevel=2)
         table = restore_ids(table, data, kind)
         index = input_index(source.positions(), data, kind) if output == "pandas" else None
@@ -222,7 +223,7 @@ class Classifier:
     def close(self) -> None:
         if getattr(self, "backend", None) is not None:
             self.backend.close()
-            self.backend = None
+            self.backend = None  # type: ignore[assignment]  # closed: _open() refuses every later use
 
     def __enter__(self) -> Classifier:
         return self

@@ -22,7 +22,7 @@ A `type: multi` question gets a P(yes) threshold instead (calibration_multi.py).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigError
 from ..readouts.label_logprobs.calibration import (
@@ -170,7 +170,7 @@ def _threshold(top, right, precision: float | None, coverage: float | None, min_
         ok = [k for k, lo in lower.items() if lo >= precision - 1e-12]
         k = max(ok) if ok else None
     else:
-        k = next(k for k in cuts if k >= math.ceil(coverage * n - 1e-9))
+        k = next(k for k in cuts if k >= math.ceil(cast(float, coverage) * n - 1e-9))  # the other target
         k = k if k >= min_kept else None
     if k is None:  # the target cannot be promised: abstain on everything (routing all of it is the safe side)
         return {"abstain_below": 1.0, "kept": 0, "coverage": 0.0, "selective_accuracy": None, "ci95": None,

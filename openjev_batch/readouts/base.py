@@ -21,13 +21,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from ..core import BranchResult, RowError
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
 
 # One row's prefill results: question id → (its row's prefix length, the branch's result).
 RowResults = dict[str, tuple[int, BranchResult]]
@@ -82,7 +85,7 @@ class Readout(ABC):
 
     @classmethod
     @abstractmethod
-    def from_config(cls, cfg: Any, labels: tuple[str, ...] | None = None) -> Readout:
+    def from_config(cls, cfg: RunConfig, labels: tuple[str, ...] | None = None) -> Readout:
         """The readout of a job: `cfg` a RunConfig (its `keep`, `model`, and `readout_options` of type
         `Options`); `labels` a started backend's, where the readout needs them. Raises ConfigError /
         BackendError."""

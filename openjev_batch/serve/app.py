@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..backends import NAMES as BACKEND_NAMES
@@ -30,6 +30,9 @@ from .limits import HTTPError, Limits
 from .request import Readouts
 from .routes import Endpoints
 from .service import Service
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
 
 EXIT_TERMINATED, EXIT_INTERRUPTED = 143, 130
 
@@ -78,7 +81,7 @@ def make_app(
                      exception_handlers={HTTPException: http_error})  # fmt: skip
 
 
-def models_info(name: str, clf: Any, cfg: Any, readout: Any) -> dict[str, Any]:
+def models_info(name: str, clf: Any, cfg: RunConfig, readout: Any) -> dict[str, Any]:
     """GET /v1/models: the model as named and as loaded, the manifest hashes a `run` output of this model and
     these settings carries, and the releases."""
     from ..checkpoint.weights import model_fingerprint  # lazy: reads the checkpoint's files
@@ -110,7 +113,8 @@ class StartupLog(logging.Filter):
 
     def __init__(self, server: Any) -> None:
         super().__init__()
-        self.server, self.lines = server, []
+        self.server = server
+        self.lines: list[str] = []
         self.logger = logging.getLogger("uvicorn.error")  # uvicorn's server logs there
         self.logger.addFilter(self)
 
@@ -133,7 +137,7 @@ def bound_port(server: Any, asked: int) -> int:
     return asked
 
 
-def serve(clf: Any, cfg: Any, readouts: Readouts, limits: Limits, host: str, port: int, name: str,
+def serve(clf: Any, cfg: RunConfig, readouts: Readouts, limits: Limits, host: str, port: int, name: str,
           stop: Stop, say: Callable[[str], None]) -> int:  # fmt: skip
     """Serve until stopped. Returns the exit code (143 / 130 after a drain). Raises BackendError when the
     engine dies, ConfigError when the address cannot be listened on."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..config import build_config
 from ..readouts import build
@@ -43,7 +43,7 @@ def held_readouts(clf: Any, questions: Path | None) -> tuple[Any, Readouts]:
     door, `build_config`) with the `-q` file's questions, checked as `run` checks them (ConfigError), built by
     the readout registry with the started backend's labels."""
     cfg = build_config(**{**clf._options, "questions": questions})
-    shared = build(cfg.readout, cfg, clf.backend.labels)
+    shared = cast(LabelLogprobs, build(cfg.readout, cfg, clf.backend.labels))  # a server's readout (label-logprobs)
     own = replace(shared, questions=None, questions_sha256=None)  # a request's own question map
     return cfg, Readouts(own, shared if questions is not None else None)
 
@@ -125,7 +125,7 @@ def parse_request(body: dict[str, Any], readouts: Readouts, limits: Limits) -> R
         raise row_error(_named(row.error, row.id, "messages" in body), row.id)
     if bad := [q for q in row.questions if isinstance(q, QuestionError)]:
         raise row_error(bad[0].error, row.id)
-    for q in row.questions:
+    for q in (q for q in row.questions if isinstance(q, QuestionSpec)):  # every one (no QuestionError: above)
         if readout.calibration is not None:  # as the readout would find it after the model call
             try:
                 readout.calibration.entry(q.qid, q.type, q.options)
@@ -172,7 +172,8 @@ def _questions(body: dict, rec: dict, readouts: Readouts, limits: Limits) -> Lab
     if len(set(qs)) != len(qs):
         dup = next(q for q in qs if qs.count(q) > 1)
         raise HTTPError(422, f"questions: {dup!r} asked twice", "questions")
-    return replace(readouts.shared, questions=tuple(known[q] for q in qs))
+    shared = cast(LabelLogprobs, readouts.shared)  # each id asked is known: there is a -q file
+    return replace(shared, questions=tuple(known[q] for q in qs))
 
 
 def _named(error: str, row_id: str | None, messages: bool) -> str:

@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..core import RowPrompt
 from ..errors import BackendError
@@ -31,6 +31,9 @@ from ..pipeline.stages import Prompted, prompt_chunk, score_chunk
 from ..readouts.label_logprobs.items import question_id
 from ..readouts.label_logprobs.rows import Row
 from .limits import HTTPError, Limits, row_error
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
 
 STOP = object()  # ends the host thread
 # An idle engine is asked whether it lives this often (`Backend.check_alive`: sglang's sees a failed engine
@@ -76,7 +79,7 @@ class Service:
     """`clf`: the Classifier held open; `readout`: the readout whose records the answers are (any of the server's
     readouts: records and errors come from each row's own questions); `limits`: the server's."""
 
-    def __init__(self, clf: Any, readout: Any, cfg: Any, limits: Limits):
+    def __init__(self, clf: Any, readout: Any, cfg: RunConfig, limits: Limits):
         self.clf, self.readout, self.limits = clf, readout, limits
         self.backend = clf.backend
         self.prompter = clf.runner.held_prompter  # built and label-checked once, at start-up
@@ -205,7 +208,7 @@ class Service:
         if not batch:
             return
         rows = [p.row for p in batch]
-        prompts = [p.prompt for p in batch]
+        prompts = [cast(RowPrompt, p.prompt) for p in batch]  # set before a request is queued to score
         t0 = time.perf_counter()
         try:
             scored = score_chunk(Prompted(rows, prompts, {}), self.readout, self.backend, self.budget,
@@ -223,13 +226,13 @@ class Service:
         engine = self._checked - t0
         shared = _prefix_share(prompts)
         at = 0
-        for p in batch:
+        for p, prompt in zip(batch, prompts, strict=True):
             n = self.readout.n_records(p.row)
             recs = scored.records[at : at + n]
             at += n
             p.timing.update(queue=max(t0 - p.t_in - p.timing.get("prep", 0.0), 0.0), prefill=engine * shared,
                             branches=engine * (1 - shared))  # fmt: skip
-            p.answer(Answer(recs, len(p.prompt.prefix), dict(p.timing)))
+            p.answer(Answer(recs, len(prompt.prefix), dict(p.timing)))
 
     def _fail_all(self, why: str) -> None:
         self.dead = why

@@ -4,36 +4,12 @@ import math
 
 import pytest
 import torch
+from token_rows import full_forward, make_rows
 
 from openjev_batch.backends import BackendOptions
-from openjev_batch.core import BranchSpec, RowPrompt
+from openjev_batch.core import RowPrompt
 from openjev_batch.errors import BackendError
 from openjev_batch.pipeline.plan import plan
-
-
-def make_rows(n_rows=4, n_q=3, shared=(), seed=0):
-    import random
-
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n_rows):
-        prefix = tuple(shared) + tuple(rng.randrange(100, 5000) for _ in range(rng.randrange(5, 30)))
-        br = tuple(
-            BranchSpec(
-                f"q{j}",
-                tuple(rng.randrange(100, 5000) for _ in range(rng.randrange(3, 12))),
-                tuple(rng.sample(range(32, 90), 4)),
-            )
-            for j in range(n_q)
-        )
-        rows.append(RowPrompt(i, str(i), prefix, br))
-    return rows
-
-
-def full_forward(model, ids, label_ids):
-    with torch.no_grad():
-        lp = torch.log_softmax(model(torch.tensor([ids])).logits[0, -1].float(), -1)
-    return [lp[t].item() for t in label_ids]
 
 
 def test_hf_kv_reuse_equals_full_forward(hf_backend):

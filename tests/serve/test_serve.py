@@ -14,77 +14,23 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-from conftest import EXAMPLES, ROOT, cli, sglang_cpu_env, write_jsonl
+from conftest import ROOT, cli, sglang_cpu_env
+from serve_process import QUESTIONS, Server, httpx, run_rows, tickets
 
-httpx = pytest.importorskip("httpx")
-
-QUESTIONS = EXAMPLES / "ticket_questions.yaml"
 NUMBERS = ("probs", "p_true", "score", "confidence", "label_mass", "order_spread", "raw_probs")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """The real `openjev-batch serve` in a process of its own; `url`, `proc`, `log` (its stderr)."""
-
-    def __init__(self, tmp: Path, *args: str, env: dict | None = None, wait: float = 500):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = tmp / f"serve-{self.port}.log"
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "openjev_batch", "serve", "--port", str(self.port), "--threads", "1", *args],
-            cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-            stdout=subprocess.DEVNULL, stderr=self._log,
-        )  # fmt: skip
-        deadline = time.time() + wait
-        while time.time() < deadline:
-            assert self.proc.poll() is None, self.log
-            try:
-                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"the server did not start: {self.log}")
-
-    @property
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def post(self, body, **kw) -> httpx.Response:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        return httpx.post(self.url + "/v1/systemone", content=data, timeout=kw.pop("timeout", 300), **kw)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(120)
-        self._log.close()
-        return code
 
 
 @pytest.fixture(scope="module")
 def server(tiny_model, tmp_path_factory):
-    """One server for the module: the ticket questions by id, 64 requests at once, at most 16 a batch."""
+    """One server for the module: the ticket questions by id, 64 requests at once, at most 16 a batch; run's
+    prompt layout (its rows' answer leads have none in the seed's)."""
     s = Server(tmp_path_factory.mktemp("serve"), "-m", str(tiny_model), "-b", "hf", "-q", str(QUESTIONS),
-               "--max-concurrent", "64", "--max-batch", "16")  # fmt: skip
+               "--max-concurrent", "64", "--max-batch", "16", "--layout", "transcript")  # fmt: skip
     yield s
     assert s.stop() == 143, s.log
     assert "Traceback" not in s.log, s.log
-
-
-def tickets(n: int | None = None) -> list[dict]:
-    rows = [json.loads(x) for x in (EXAMPLES / "tickets.jsonl").read_text().splitlines() if x.strip()]
-    return [{"id": r["id"], "state": r["state"]} for r in rows[:n]]
 
 
 # rows with their own questions: multi, order debiasing, a JSON-object state, a message list, an integer id
@@ -100,15 +46,6 @@ OWN_ROWS = [
     {"id": 7, "state": [{"role": "user", "content": "Refund me now!"}, {"role": "assistant", "content": "Why?"},
                         {"role": "user", "content": "Charged twice."}], "questions": OWN},
 ]  # fmt: skip
-
-
-def run_rows(tiny_model, tmp_path, rows, *args) -> dict[tuple[str, str], dict]:
-    """`run` over `rows`: its output records by (id, question_id)."""
-    src = write_jsonl(tmp_path / f"in{len(args)}.jsonl", rows)
-    out = tmp_path / f"out{len(args)}.parquet"
-    r = cli("run", src, "-o", out, "-m", tiny_model, "-b", "hf", "--threads", "1", "--no-progress", *args)
-    assert r.returncode == 0, r.stderr
-    return {(x["id"], x["question_id"]): x for x in pq.read_table(out).to_pylist()}
 
 
 def assert_same(got: dict, want: dict) -> None:
@@ -362,7 +299,8 @@ def test_clients_stalled_mid_body_hold_no_slot_and_get_408(tiny_model, tmp_path)
 
 def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
     """SIGTERM while a request waits for the engine: it is answered (with --calibration's columns, equal to
-    `run --calibration`'s), new connections are refused, and the server exits 143."""
+    `run --calibration`'s), new connections are refused, and the server exits 143. The server's default layout
+    is the seed's: its answers are `run --layout systemone`'s."""
     cal = tmp_path / "calibration.json"
     cal.write_text(json.dumps({"format": "openjev-calibration/1", "questions": {
         "refund_request": {"type": "noul", "options": ["true", "false"], "temperature": 2.0, "abstain_below": 0.7},
@@ -370,7 +308,7 @@ def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
                                                    "shipping", "other"], "temperature": 0.5, "abstain_below": 0.3},
         "urgency": {"type": "score", "options": ["0", "1", "2", "3", "4"], "temperature": 1.5, "abstain_below": 0.9},
     }}))  # fmt: skip
-    want = run_rows(tiny_model, tmp_path, tickets(2), "-q", QUESTIONS, "--calibration", cal)
+    want = run_rows(tiny_model, tmp_path, tickets(2), "-q", QUESTIONS, "--calibration", cal, "--layout", "systemone")
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "-q", str(QUESTIONS), "--calibration", str(cal),
                "--batch-wait-ms", "4000")  # fmt: skip
     got = {}
@@ -388,6 +326,7 @@ def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
     with pytest.raises(httpx.TransportError):
         s.post(tickets(1)[0], timeout=5)
     assert "stopped (SIGTERM)" in s.log and "Traceback" not in s.log
+    assert "prompt layout: systemone (the seed's prompt" in s.log
 
 
 def test_a_port_in_use_is_one_line(tiny_model, tmp_path):
@@ -414,6 +353,7 @@ def test_port_0_names_the_port_the_system_gave(tiny_model, tmp_path):
             line = p.stderr.readline()
             assert line or p.poll() is None, "the server ended before serving"
         port = int(line.split("http://127.0.0.1:", 1)[1].split()[0])
+        assert "prompt layout: systemone" in line  # serve's default, named on its start-up line
         assert port > 0
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).json()["status"] == "ok"
     finally:

@@ -39,6 +39,11 @@ class SGLangBackend(Backend):
     kv_capacity_tokens: int | None = None  # the engine's KV pool (max_total_num_tokens)
 
     model_info: ModelInfo
+    engine: Any  # an in-process sglang.Engine, or a remote.RemoteEngine (its own process's: not ours to stop)
+    _error_file: Any
+    batch_memory: dict[str, Any]
+    moe_config_dir: str | None
+    multi_item_off_reason: str | None
     release_line = ""  # a Qwen3.5/3.6 hybrid: the installed release and the fork (patterns.with_release)
 
     def __init__(self, opts: BackendOptions, engine: Any = None):
@@ -59,7 +64,7 @@ class SGLangBackend(Backend):
             release = str(info.get("version") or "0.5.17")
         self.max_new_tokens = 0 if at_least(release, "0.5.17") else 1
         self._read_engine(info, kw)
-        self._pattern_words = self._describe_pattern()
+        self._pattern_words = self._pattern().describe(self)
         self.job_tokens = [0, 0]  # this job's planner counts for `patterns.advice`: multi-item's, unique
         self.start_s = round(time.perf_counter() - t_start, 1)
         warm = kw.get("device") == "cuda"  # the CPU engine compiles nothing; an engine handed in is warm
@@ -156,11 +161,7 @@ class SGLangBackend(Backend):
             + (f", kernel warm-up {self.warmup_s:.1f} s" if warm else "")
             + (f"; {self.attention}" if self.attention else "")
             + (f"; multimodal, {self.vision_attention}" if self.vision_attention else "")
-            + (
-                f"; batch-job memory {', '.join(f'{k}={v}' for k, v in self.batch_memory.items())}"
-                if self.batch_memory
-                else ""
-            )
+            + (f"; batch-job memory {', '.join(f'{k}={v}' for k, v in self.batch_memory.items())}" * bool(self.batch_memory))
         )
 
     def _check_fork(self) -> None:
@@ -226,9 +227,6 @@ class SGLangBackend(Backend):
             return multi_item
         return first_branch if self.state_budget is None else prefix_first
 
-    def _describe_pattern(self) -> str:
-        return self._pattern().describe(self)
-
     def configure(self, opts) -> None:
         """--request-pattern (resolved by `patterns.resolve`, as `--dry-run` resolves it), --groups-per-window,
         --pipeline-depth for the next job; sets the read-only facts `request_pattern`, `pattern`,
@@ -252,11 +250,11 @@ class SGLangBackend(Backend):
         self.depth = opts.sglang.pipeline_depth
         self.hybrid_lead = opts.sglang.pipeline_depth  # prefix-first: steps in flight
         self.kv_capacity_tokens = self._capacity
-        self._pattern_words = self._describe_pattern()
+        self._pattern_words = self._pattern().describe(self)
         self.job_tokens = [0, 0]
 
     @property
-    def pattern(self) -> str:
+    def pattern(self) -> str:  # type: ignore[override]  # read-only: the words follow the engine and the job
         """The request pattern in words (run summary); on a hybrid multi-item job, with the planner's advice on
         whether prefix-first would have computed fewer tokens (`patterns.advice`); on a Qwen3.5/3.6 hybrid, the
         installed sglang release and whether the exact fork serves it (`release_line`, as `--dry-run` says)."""

@@ -96,7 +96,7 @@ def exactness(config: Any, sglang_version: str | None = None) -> str | None:
 def needs_fork(config: Any) -> bool:
     """Whether multi-item scoring on this model runs through the product's state-fork override."""
     archs = config.get("architectures") if isinstance(config, dict) else getattr(config, "architectures", None)
-    return bool(archs) and all(a in FORK_ARCHITECTURES for a in archs)
+    return bool(archs) and all(a in FORK_ARCHITECTURES for a in archs or ())
 
 
 @dataclass(frozen=True)

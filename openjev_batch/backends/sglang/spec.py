@@ -6,13 +6,17 @@ one Ray worker takes."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...checkpoint.info import model_info
 from ...errors import ConfigError
 from ..base import BackendPlan, BackendSpec
 from .mis import needs_fork
 from .patterns import MAX_MULTI_ITEM_RECOMPUTE, advice, multi_item_recompute, planned
+
+if TYPE_CHECKING:
+    from ...checkpoint.info import ModelInfo
+    from ...config import RunConfig
 
 MULTI_ITEM = "tokens multi-item scoring computes (sglang, GPU)"  # no radix cache: patterns.advice
 
@@ -32,10 +36,10 @@ class SGLangSpec(BackendSpec):
         super().count(plan, windows)  # the planner's LCP count: a radix cache shares any common token prefix
         plan.more[MULTI_ITEM] = plan.more.get(MULTI_ITEM, 0) + multi_item_recompute(windows)[0]
 
-    def planned(self, cfg: Any, info: Any) -> str:
+    def planned(self, cfg: RunConfig, info: ModelInfo) -> str:
         return planned(cfg, info) if info.known else ""  # the backend's own resolver
 
-    def prepare(self, cfg: Any, first_plan: Callable[[Any], Any]) -> tuple[Any, str]:
+    def prepare(self, cfg: RunConfig, first_plan: Callable[[RunConfig], Any]) -> tuple[RunConfig, str]:
         """`--request-pattern auto` for a job on a Qwen3.5/3.6 hybrid, where multi-item scoring (one request per
         ticket, the state fork) and prefix-first are both exact: chosen from the planner's own counts over the
         job's first chunk, before the engine starts (multi-item is fixed when it starts). Multi-item runs
@@ -64,17 +68,17 @@ class SGLangSpec(BackendSpec):
             + advice(mis, unique),
         )
 
-    def gpus_per_worker(self, cfg: Any) -> float:
+    def gpus_per_worker(self, cfg: RunConfig) -> float:
         return cfg.tp_size * cfg.dp_size
 
-    def check_gpus(self, cfg: Any, gpus: float) -> None:
+    def check_gpus(self, cfg: RunConfig, gpus: float) -> None:
         if cfg.tp_size * cfg.dp_size > gpus:
             raise ConfigError(
                 f"sglang with tp_size {cfg.tp_size} × dp_size {cfg.dp_size} needs "
                 f"{cfg.tp_size * cfg.dp_size} GPUs per worker; --gpus-per-worker is {gpus:g}"
             )
 
-    def device(self, cfg: Any) -> str:
+    def device(self, cfg: RunConfig) -> str:
         return (
             cfg.device if cfg.device != "auto" else "cuda"
         )  # sglang runs on a GPU (its CPU build is a test kit)

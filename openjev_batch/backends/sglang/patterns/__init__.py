@@ -20,7 +20,7 @@ The patterns themselves: first_branch.py, prefix_first.py, multi_item.py (each `
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ....checkpoint.info import load_config
 from ....errors import BackendError, ConfigError
@@ -28,6 +28,10 @@ from .. import mis
 from ..fork_releases import fork_release
 from ..kwargs import choose_multi_item
 from ..remote import MULTI_ITEM_OFF
+
+if TYPE_CHECKING:
+    from ....checkpoint.info import ModelInfo
+    from ....config import RunConfig
 
 PATTERNS = ("prefix-first", "first-branch", "multi-item")
 
@@ -147,7 +151,7 @@ def takes_images_off_multi_item(opts: Any) -> bool:
     return arch in mis.FORK_ARCHITECTURES or "enable_mis" not in opts.sglang.engine_args
 
 
-def planned(cfg: Any, info: Any) -> str:
+def planned(cfg: RunConfig, info: ModelInfo) -> str:
     """The pattern a run of `cfg` (a RunConfig) would use for the model `info` describes, in words: the
     same resolver a started backend asks, with multi-item scoring predicted from the options. A pattern
     the engine would refuse is named with the refusal."""

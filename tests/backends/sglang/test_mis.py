@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from token_rows import full_forward, make_rows
 
 from openjev_batch.backends.sglang import fork_releases, mis
 from openjev_batch.backends.sglang.mis import (
@@ -173,8 +174,6 @@ def mis_forward(model, pk):
 
 def test_packed_request_equals_separate_requests_on_the_tiny_qwen3(hf_backend):
     """The pack's layout + sglang's multi-item semantics give each item its own request's label logprobs."""
-    from test_backends import full_forward, make_rows
-
     model = hf_backend.model
     rows = make_rows(n_rows=3, n_q=3, shared=(500, 501, 502))
     rows += [RowPrompt(9, "dup", rows[0].prefix, rows[1].branches)]  # same prefix as row 0: one pack

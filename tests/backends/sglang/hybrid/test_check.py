@@ -12,13 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 pytest.importorskip("sglang")
 
 from openjev_batch.backends.sglang import fork_releases, mis  # noqa: E402
 from openjev_batch.backends.sglang.hybrid import check  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts"))
 import check_sglang_release as release_tool  # noqa: E402
 
 
