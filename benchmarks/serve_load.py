@@ -216,6 +216,7 @@ def main() -> None:
     ap.add_argument("--layout", default="transcript", help="the prompt layout, both ways (serve's default differs)")
     ap.add_argument("--serve-arg", action="append", default=[], help="one more serve flag (repeat)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results" / f"{time.strftime('%Y-%m-%d')}-cpu-serve-load.json"))
+    ap.add_argument("--run-from", metavar="RESULTS", help="take run's jobs from an earlier results file")
     ap.add_argument("--verdict", metavar="RESULTS", help="recompute the comparison of a results file, no run")
     a = ap.parse_args()
     if a.verdict:
@@ -230,7 +231,10 @@ def main() -> None:
     def save() -> None:
         Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
 
-    out["run"] = run_jobs(a.model, a.backend, a.threads, a.rows, a.layout)
+    if a.run_from:  # `run`'s jobs from an earlier results file (the same rows, model and threads)
+        out["run"] = {**json.loads(Path(a.run_from).read_text())["run"], "from": Path(a.run_from).name}
+    else:
+        out["run"] = run_jobs(a.model, a.backend, a.threads, a.rows, a.layout)
     print(json.dumps(out["run"]), flush=True)
     save()
     serve_rounds(a, out, save)
