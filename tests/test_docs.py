@@ -341,3 +341,11 @@ def test_the_data_scripts_cache_honours_openjev_cache(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.stdout.strip() == str(tmp_path / "c" / "data"), r.stderr
     assert "OPENJEV_CACHE" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_repository_tracks_no_pid_file_and_ignores_them():
+    """Issue 48.18: a stray `serve1.pid` (a shell's `echo $! > serve1.pid` beside a trial's server) was committed
+    at the root. No pid file is tracked, and git ignores the next one."""
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True, check=True)
+    assert [f for f in tracked.stdout.splitlines() if f.endswith(".pid")] == []
+    assert git_ignored("serve1.pid") and git_ignored("benchmarks/server.pid")
