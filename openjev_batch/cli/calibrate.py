@@ -105,7 +105,7 @@ def check_output(output: Path, labelled: Path) -> None:
     if output.exists() and labelled.exists() and os.path.samefile(output, labelled):
         raise ConfigError(f"calibrate: -o {output} is the labelled input: writing it would destroy it")
     try:
-        check_output_path(output.with_suffix(".parquet"))  # the folder exists and is writable
+        check_output_path(output, any_format=True)  # the folder exists and is writable; no FIFO, not in /dev
     except ValueError as e:
         raise ConfigError(f"calibrate: {e}") from None
 
