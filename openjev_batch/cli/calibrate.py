@@ -72,7 +72,10 @@ def fit_file(labelled: Path, gold: str | None, output: Path, target_precision: f
     """The calibration document of `calibrate`'s options, checked before anything is read (no precision and no
     coverage: a precision of 0.9). Raises ConfigError (OpenjevError)."""
     from ..evaluation.calibration_fit import fit  # lazy: keeps --help fast
-    from ..evaluation.calibration_labelled import read_labelled  # lazy: keeps --help fast
+    from ..evaluation.calibration_labelled import (  # lazy: keeps --help fast
+        fitted_debias_order,
+        read_labelled,
+    )
 
     if target_precision is not None and target_coverage is not None:
         raise ConfigError("calibrate: give --target-precision or --target-coverage, not both")
@@ -90,6 +93,8 @@ def fit_file(labelled: Path, gold: str | None, output: Path, target_precision: f
     records = read_labelled(labelled, gold, questions)
     doc = fit(records, target_precision, target_coverage, min_kept, holdout)
     doc["unfitted"] = unfitted
+    if (k := fitted_debias_order(labelled)) is not None:  # run --calibration refuses another order
+        doc["debias_order"] = k
     return doc
 
 

@@ -77,6 +77,23 @@ def read_labelled(path: Path, gold: str, questions: tuple[str, ...] = ()) -> lis
     return out
 
 
+def fitted_debias_order(path: Path) -> int | None:
+    """The `--debias-order` of the job that wrote the labelled output `path` (an eval folder: its
+    predictions), read from the manifest the output carries (the order is in it when above 1); None when it
+    carries none (a hand-made file, or one changed since its job wrote it)."""
+    from ..pipeline.output import manifest  # lazy: reads pyarrow
+
+    path = Path(path) / "predictions.parquet" if Path(path).is_dir() else Path(path)
+    try:
+        doc = manifest.read(path)
+    except ConfigError:  # a text output edited since (a gold column added by hand): its job is not known
+        return None
+    if doc is None:
+        return None
+    k = doc["manifest"].get("debias_order", 1)
+    return k if type(k) is int else None
+
+
 def _checked_record(path: Path, r: dict[str, Any], gold: str, index_gold: bool = False) -> dict[str, Any]:
     """`_record`, with a damaged or hand-made row (a cell that is not JSON, a list for a name, a missing
     field) one line naming it instead of a traceback (hostile trial)."""

@@ -607,3 +607,39 @@ def test_gold_names_differing_in_case_are_two_options_and_a_float_index_is_an_in
     lab.write_text(json.dumps(rows))
     r = cli("calibrate", lab, "--gold", "gold", "-o", cal)
     assert r.returncode == 4 and "gold 'yes' matches options Yes, YES but none exactly" in r.stderr, r.stderr
+
+
+def test_a_calibration_records_its_debias_order_and_refuses_another(tiny_model, tmp_path):
+    """Issue 48.4: a calibration fitted on answers without debiasing was applied to a `--debias-order 2` run
+    without a word: averaged orders are flatter, so its temperature meant nothing there. `calibrate` records
+    the order from the labelled output's manifest; `run --calibration` refuses another, naming both."""
+    src, qs = EXAMPLES / "sst2_sample.jsonl", EXAMPLES / "sst2_questions.yaml"
+    run = ("-m", tiny_model, "-b", "hf", "--no-progress")
+    fit = ("--gold", "label", "--target-coverage", "0.5", "--min-kept", "5")
+    plain, debiased = tmp_path / "plain.parquet", tmp_path / "debiased.parquet"
+    assert cli("run", src, "-q", qs, "-o", plain, "--keep", "label", *run).returncode == 0
+    r = cli("run", src, "-q", qs, "-o", debiased, "--keep", "label", "--debias-order", "2", *run)
+    assert r.returncode == 0, r.stderr
+    cal1, cal2 = tmp_path / "cal1.json", tmp_path / "cal2.json"
+    assert cli("calibrate", plain, *fit, "-o", cal1).returncode == 0
+    assert cli("calibrate", debiased, *fit, "-o", cal2).returncode == 0
+    assert json.loads(cal1.read_text())["debias_order"] == 1 and json.loads(cal2.read_text())["debias_order"] == 2
+    out = tmp_path / "out.parquet"
+    r = cli("run", src, "-q", qs, "-o", out, "--calibration", cal1, "--debias-order", "2", *run)
+    assert r.returncode == 4 and not out.exists(), r.stderr
+    assert " ".join(r.stderr.split()) == (
+        f"error: --calibration {cal1}: fitted on answers of --debias-order 1, this job asks --debias-order 2: "
+        "averaging option orders changes the probabilities its temperatures and thresholds were fitted on; run "
+        "with --debias-order 1, or calibrate the output of a run with --debias-order 2"
+    )
+    r = cli("run", src, "-q", qs, "-o", out, "--calibration", cal2, "--debias-order", "2", *run)
+    assert r.returncode == 0 and pq.read_table(out).num_rows == 20, r.stderr
+    # a file that records none (hand-made, or written before the field) is applied as before
+    doc = json.loads(cal1.read_text())
+    del doc["debias_order"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    r = cli("run", src, "-q", qs, "-o", out, "--calibration", tmp_path / "old.json", "--debias-order", "2", *run)
+    assert r.returncode == 0, r.stderr
+    with pytest.raises(ConfigError, match="debias_order: expected an integer 1–64"):
+        (tmp_path / "bad.json").write_text(json.dumps({**doc, "debias_order": "2"}))
+        load_calibration(tmp_path / "bad.json")

@@ -93,6 +93,7 @@ class LabelLogprobs(Readout):
         calibration = None
         if opts.calibration is not None:
             calibration = load_calibration(opts.calibration)  # raises ConfigError naming the file
+            calibration.check_debias_order(opts.debias_order)  # fitted on other probabilities: refused
         own = dict(system_prompt=opts.system_prompt, image_root=root, image_input=image_input,
                    calibration=calibration, debias_order=opts.debias_order)  # fmt: skip
         if not isinstance(opts.questions, Path):

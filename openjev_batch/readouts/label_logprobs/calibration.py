@@ -3,7 +3,7 @@ threshold on labelled rows and writes them to a JSON file; `run --calibration FI
 
 File (``format: openjev-calibration/1``)::
 
-    {"format": "openjev-calibration/1", "unfitted": "error",
+    {"format": "openjev-calibration/1", "unfitted": "error", "debias_order": 1,
      "target": {"precision": 0.9, "min_kept": 30},
      "questions": {"<question id>": {"type": "choice", "options": [...], "temperature": 1.7,
                    "abstain_below": 0.62, "n": 400, "kept": 284, "coverage": 0.71, "selective_accuracy": 0.93,
@@ -14,7 +14,11 @@ File (``format: openjev-calibration/1``)::
 What `run` reads of an entry is its type, options, temperature and abstain_below (multi: threshold); the rest
 says what the fit promises (evaluation/calibration_fit.py): a missed target has `"target_met": false`,
 abstain_below 1 and a `note`; `calibrate --holdout` adds `holdout`, the same figures on rows left out of the
-fit. A key given twice (a question written twice) is refused: JSON would keep the last one silently.
+fit. `debias_order` is the `--debias-order` of the run whose answers were fitted (read from that output's
+manifest; absent when the labelled file carries none, a hand-made one): debiased probabilities are averages
+over option orders, flatter than one order's, so a temperature fitted on one K means nothing at another, and
+`run --calibration` refuses a job whose `--debias-order` differs. A key given twice (a question written
+twice) is refused: JSON would keep the last one silently.
 
 Applied to one answer: probs ← softmax(ln probs / T) (Guo et al. 2017, the fit of `eval --calibrate`), the
 answer, confidence, p_true and score from those; `abstain` = max(probs) < abstain_below. The raw distribution
@@ -64,6 +68,17 @@ class Calibration:
     unfitted: str  # "error" or "raw"
     sha256: str  # the file's content: the resume key
     path: str = ""  # where it was read (the summary and the manifest name it; not part of the resume key)
+    debias_order: int | None = None  # the --debias-order of the fitted answers; None: not recorded
+
+    def check_debias_order(self, k: int) -> None:
+        """Refuse a job's `--debias-order k` other than the one the file was fitted on. Raises ConfigError."""
+        if self.debias_order is not None and self.debias_order != k:
+            raise ConfigError(
+                f"--calibration {self.path}: fitted on answers of --debias-order {self.debias_order}, this job "
+                f"asks --debias-order {k}: averaging option orders changes the probabilities its temperatures "
+                f"and thresholds were fitted on; run with --debias-order {self.debias_order}, or calibrate "
+                f"the output of a run with --debias-order {k}"
+            )
 
     def entry(self, qid: str, qtype: str, options: tuple[str, ...]) -> Entry | None:
         """The entry of question `qid` asked with `options`; None when the file lets it go unfitted. Raises
@@ -169,6 +184,10 @@ def load_calibration(path: Path) -> Calibration:
     qs = doc.get("questions")
     if not isinstance(qs, dict) or not qs:
         raise ConfigError(f"{where}: questions: expected a non-empty object of question id → entry")
+    debias = doc.get("debias_order")
+    if debias is not None and (type(debias) is not int or not 1 <= debias <= 64):
+        raise ConfigError(f"{where}: debias_order: expected an integer 1–64 (the fitted run's --debias-order), "
+                          f"got {str(debias)[:40]}")  # fmt: skip
     entries = {}
     for qid, v in qs.items():
         try:
@@ -188,7 +207,7 @@ def load_calibration(path: Path) -> Calibration:
                 f"(multi: threshold) ({e})"
             ) from None
         entries[str(qid)] = Entry(qtype, options, t, tau)
-    return Calibration(entries, unfitted, hashlib.sha256(raw).hexdigest(), str(path))
+    return Calibration(entries, unfitted, hashlib.sha256(raw).hexdigest(), str(path), debias)
 
 
 # A temperature outside this is no calibration: at T = 1e-320 (a subnormal a hand-edited file held) every
