@@ -370,7 +370,7 @@ def test_hand_edited_calibration_numbers_are_refused_in_one_line(tmp_path, chang
     "content,match",
     [
         ('id,question_id,type,options,probs,label\na,q,noul,"[""true"",""false""]",oops,true\n',
-         r"row 'a': not a `run` output's record \(JSONDecodeError"),
+         r"row 'a': not a `run` output's record \(a cell is not JSON \(Expecting value\)\)"),
         ('[{"question_id": "q", "options": ["a", "b"], "probs": [0.5, 0.5], "label": "a"}]',
          "needs question_id, type, options and probs"),
         ("[1, 2]", r"not a `run` output \(a list of records\)"),
@@ -380,7 +380,7 @@ def test_hand_edited_calibration_numbers_are_refused_in_one_line(tmp_path, chang
         ('[{"id": "a", "question_id": ["q"], "type": "choice", "options": ["a", "b"], "probs": [0.5, 0.5], '
          '"label": "a"}]', "question_id and type must be text"),
         ('[{"id": "a", "question_id": "q", "type": "choice", "options": null, "probs": [0.5, 0.5], "label": "a"}]',
-         r"row 'a': not a `run` output's record \(TypeError"),
+         r"row 'a': not a `run` output's record \(a value of the wrong kind \(options and probs are lists"),
     ],
 )  # fmt: skip
 def test_damaged_labelled_files_are_one_line_errors(tmp_path, content, match):
@@ -643,3 +643,32 @@ def test_a_calibration_records_its_debias_order_and_refuses_another(tiny_model, 
     with pytest.raises(ConfigError, match="debias_order: expected an integer 1–64"):
         (tmp_path / "bad.json").write_text(json.dumps({**doc, "debias_order": "2"}))
         load_calibration(tmp_path / "bad.json")
+
+
+def test_calibration_messages_are_plain_lines_and_a_dry_run_says_what_a_raw_file_misses(tiny_model, tmp_path):
+    """Attack trial (issue 48.7–8): a calibration question id holding a newline printed raw over two lines, a
+    missing temperature read `(…) ('temperature')`, calibrate on a gold column of names and indices read
+    "Column(/gold) changed from string to number", and `--dry-run` under a raw file that calibrates none of the
+    questions said nothing (the run said it only at its end)."""
+    src, qs = EXAMPLES / "sst2_sample.jsonl", EXAMPLES / "sst2_questions.yaml"
+    entry = {"type": "choice", "options": ["negative", "positive"], "abstain_below": 0.5}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "openjev-calibration/1", "questions": {"a\nforged": entry}}))
+    dry = ("run", src, "-q", qs, "-m", tiny_model, "-b", "hf", "--dry-run", "--limit", "2")
+    r = cli(*dry, "--calibration", bad)
+    assert r.returncode == 4 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr == (f"error: --calibration {bad}: questions.a\\nforged: temperature missing (an entry needs "
+                        "type, options, temperature and abstain_below; multi: type, options and threshold)\n")  # fmt: skip
+    raw = tmp_path / "raw.json"
+    raw.write_text(json.dumps({"format": "openjev-calibration/1", "unfitted": "raw",
+                               "questions": {"other": {**entry, "temperature": 1.2}}}))  # fmt: skip
+    r = cli(*dry, "--calibration", raw)
+    assert r.returncode == 0, r.stderr
+    assert (f"warning: --calibration {raw}: no entry for any of the 1 questions (sentiment): every answer will be "
+            "uncalibrated, as its `unfitted: raw` allows") in " ".join(r.stderr.split()), r.stderr  # fmt: skip
+    rows = [{"id": str(i), "question_id": "q", "type": "choice", "options": ["a", "b"], "probs": [0.8, 0.2],
+             "gold": "a" if i % 2 else 1} for i in range(40)]  # fmt: skip
+    lab = tmp_path / "mixed.jsonl"
+    lab.write_text("".join(json.dumps(x) + "\n" for x in rows))
+    r = cli("calibrate", lab, "--gold", "gold", "-o", tmp_path / "c.json", "--min-kept", "5")
+    assert r.returncode == 0 and "q: n=40" in r.stdout, r.stderr

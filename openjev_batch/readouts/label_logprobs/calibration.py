@@ -37,11 +37,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError
+from ...errors import ConfigError, OptionWarning, one_line
 from .answer import Answer, confidence
 from .questions import QuestionSpec
 
@@ -101,16 +102,23 @@ class Calibration:
 
     def _names(self) -> str:
         names = sorted(self.entries)
-        return ", ".join(names[:8]) + (f", … ({len(names)})" if len(names) > 8 else "")
+        return ", ".join(map(one_line, names[:8])) + (f", … ({len(names)})" if len(names) > 8 else "")
 
     def check_questions(self, questions: Any) -> None:
-        """Refuse, at start, shared questions the file cannot calibrate. Raises ConfigError."""
-        for q in questions:
-            if isinstance(q, QuestionSpec):
-                try:
-                    self.entry(q.qid, q.type, q.options)
-                except ValueError as e:
-                    raise ConfigError(f"--calibration: question {q.qid!r}: {e}") from None
+        """Refuse, at start, shared questions the file cannot calibrate. Raises ConfigError. A file with
+        `unfitted: raw` that calibrates none of them is an OptionWarning now, before any model loads (issue
+        48.8: `--dry-run` said nothing; the run's summary says it again at its end)."""
+        asked = [q for q in questions if isinstance(q, QuestionSpec)]
+        for q in asked:
+            try:
+                self.entry(q.qid, q.type, q.options)
+            except ValueError as e:
+                raise ConfigError(f"--calibration: question {q.qid!r}: {e}") from None
+        if asked and not any(q.qid in self.entries for q in asked):
+            names = ", ".join(q.qid for q in asked[:5]) + (f", … ({len(asked)})" if len(asked) > 5 else "")
+            warnings.warn(OptionWarning(
+                f"--calibration {self.path}: no entry for any of the {len(asked)} questions ({names}): every "
+                "answer will be uncalibrated, as its `unfitted: raw` allows"), stacklevel=2)  # fmt: skip
 
 
 def scaled(probs: tuple[float, ...], t: float) -> list[float]:
@@ -191,23 +199,33 @@ def load_calibration(path: Path) -> Calibration:
     entries = {}
     for qid, v in qs.items():
         try:
-            qtype = str(v["type"])
-            n = v.get("n_options") if v.get("options") is None else None
-            if n is not None and (type(n) is not int or not 2 <= n <= 64):
-                raise ValueError("n_options must be an integer 2–64")
-            options = n if n is not None else tuple(str(o) for o in v["options"])
-            if qtype == "multi":  # per-label P(yes), set by hand: only the threshold labels are chosen at
-                # [0, 1], as a question's own threshold (questions.py)
-                entries[str(qid)] = Entry(qtype, options, 1.0, 0.0, _number(v, "threshold", 0.0, 1.0))
-                continue
-            t, tau = _number(v, "temperature", *T_RANGE), _number(v, "abstain_below", 0.0, 1.0)
-        except (KeyError, TypeError, ValueError, OverflowError) as e:
-            raise ConfigError(
-                f"{where}: questions.{qid}: needs type, options and temperature + abstain_below "
-                f"(multi: threshold) ({e})"
-            ) from None
-        entries[str(qid)] = Entry(qtype, options, t, tau)
+            entries[str(qid)] = _entry(v)
+        except ValueError as e:  # the question id is the file's text: escaped, never a forged line
+            raise ConfigError(f"{where}: questions.{one_line(str(qid))}: {e}") from None
     return Calibration(entries, unfitted, hashlib.sha256(raw).hexdigest(), str(path), debias)
+
+
+def _entry(v: Any) -> Entry:
+    """One question's entry of the file. Raises ValueError naming the field, in words (issue 48.8: a missing
+    temperature read `(…) ('temperature')`)."""
+    if not isinstance(v, dict):
+        raise ValueError("expected an object with type, options, temperature and abstain_below (multi: threshold)")
+    needs = ("type", "options" if "n_options" not in v else "n_options")
+    needs += ("threshold",) if v.get("type") == "multi" else ("temperature", "abstain_below")
+    if missing := [k for k in needs if k not in v]:
+        raise ValueError(f"{', '.join(missing)} missing (an entry needs type, options, temperature and "
+                         "abstain_below; multi: type, options and threshold)")  # fmt: skip
+    qtype = str(v["type"])
+    n = v.get("n_options") if v.get("options") is None else None
+    if n is not None and (type(n) is not int or not 2 <= n <= 64):
+        raise ValueError("n_options must be an integer 2–64")
+    if n is None and not isinstance(v["options"], list):
+        raise ValueError("options must be a list of the option names (or null with n_options)")
+    options = n if n is not None else tuple(str(o) for o in v["options"])
+    if qtype == "multi":  # per-label P(yes), set by hand: only the threshold labels are chosen at
+        # [0, 1], as a question's own threshold (questions.py)
+        return Entry(qtype, options, 1.0, 0.0, _number(v, "threshold", 0.0, 1.0))
+    return Entry(qtype, options, _number(v, "temperature", *T_RANGE), _number(v, "abstain_below", 0.0, 1.0))
 
 
 # A temperature outside this is no calibration: at T = 1e-320 (a subnormal a hand-edited file held) every
