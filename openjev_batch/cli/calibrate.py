@@ -37,7 +37,8 @@ def calibrate(
         None, min=0.0, max=1.0, help="Instead: abstain below the confidence that keeps this share of answers."
     ),
     question: list[str] = typer.Option(
-        None, "--question", help="Fit only this question id (repeatable): the one --gold labels. Default: all."
+        None, "--question", metavar="ID",
+        help="Fit only this question id (repeatable): the one --gold labels. Default: all.",
     ),
     min_kept: int = typer.Option(
         MIN_KEPT,
@@ -50,7 +51,7 @@ def calibrate(
         None,
         "--holdout",
         help="Fit on the other rows and report ECE, Brier, coverage and selective accuracy on this share of "
-        "them (a seeded split by row id), beside the fit's own figures.",
+        "them (between 0 and 1, exclusive; a seeded split by row id), beside the fit's own figures.",
     ),
     unfitted: str = typer.Option(
         "error", "--unfitted", help="What `run --calibration` does with a question the file has no entry for: "

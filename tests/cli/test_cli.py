@@ -621,3 +621,28 @@ def test_the_console_script_shows_usage_errors_as_the_module_does():
     assert r.returncode == 2 and r.stderr.splitlines()[-1] == "error: No such option: --bogus", r.stderr
     ok = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True, text=True, cwd=ROOT)
     assert ok.returncode == 0 and ok.stdout.startswith("openjev-batch "), ok.stderr
+
+
+def test_help_texts_say_what_each_command_takes():
+    """Issue 48.15: metavars read `<list[str]>` and usage lines `{input}`; serve's `--config` help offered
+    `chunk-rows` and `input`, which serve refuses; run's `--limit` spoke of eval; `--holdout` and eval's
+    `--calibrate` showed no range; the README's `--sglang-patches` left out `with-alloc`."""
+    helps = {c: " ".join(cli(c, "--help").stdout.split()) for c in ("run", "serve", "calibrate", "eval")}
+    for command, text in helps.items():
+        assert "list[str]" not in text and "{" not in text.split("Options:")[0], (command, text)
+    assert "run [OPTIONS] INPUT" in helps["run"] and "calibrate [OPTIONS] LABELLED" in helps["calibrate"]
+    assert "--engine-arg KEY=VALUE" in helps["run"] and "--question ID" in helps["calibrate"]
+    config = helps["serve"].split("--config <file>")[1][:120]
+    assert "`port: 8000`, `model` too" in config and "chunk-rows" not in config, config
+    assert "`chunk-rows: 512`, `input`" in helps["run"].split("--config <file>")[1][:120]
+    limit = helps["run"].split("--limit <int>")[1][:80]
+    assert "eval" not in limit and "lm-eval" in helps["eval"].split("--limit <int>")[1][:120], limit
+    assert "(between 0 and 1, exclusive" in helps["calibrate"].split("--holdout")[1][:200]
+    assert "(between 0 and 1, exclusive)" in helps["eval"].split("--calibrate <float>")[1][:120]
+    from openjev_batch.options import ENGINE_OPTIONS
+
+    (patches,) = [o for o in ENGINE_OPTIONS if o.name == "sglang_patches"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (line,) = [ln for ln in readme.splitlines() if ln.lstrip().startswith("--sglang-patches TEXT")]
+    for name in ("all", "with-alloc", "gather", "readback", "none"):
+        assert name in line and name in str(patches), name

@@ -93,6 +93,13 @@ def test_calibrate_then_run_with_calibration(tiny_model, tmp_path):
     # issue 42.1: the summary counts the abstentions (per question and per option) and names the file
     n_ab = sum(a["abstain"] for a in t)
     assert re.search(rf"abstained \(sentiment\)\s*│\s*{n_ab} \({n_ab / 20:.1%}\)", r.stderr), r.stderr
+    # issue 48.14: the threshold and T are said on the line, not only when more than half abstained
+    tau = doc["questions"]["sentiment"]["abstain_below"]
+    assert f"(top calibrated probability below {tau:.3f}, T = {T:.3f})" in " ".join(r.stderr.split()), r.stderr
+    # issue 48.13: the wall time is the job's, and the time since the command started is said beside it
+    said = " ".join(r.stderr.split())
+    assert re.search(r"wall time │ [0-9.]+ s \(the job: model load to output\)", said), r.stderr
+    assert re.search(r"since the command started │ [0-9.]+ s \(imports and model lookup too\)", said), r.stderr
     sha = load_calibration(cal).sha256
     assert re.search(rf"calibration\s*│\s*{re.escape(str(cal))} \(sha256 {sha[:16]}\)", r.stderr), r.stderr
     table = r.stderr[r.stderr.index("answers"):]
