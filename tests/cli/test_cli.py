@@ -249,7 +249,7 @@ def test_validate_says_what_its_five_kinds_leave_out(tmp_path):
     line = v.stdout.strip().splitlines()[-1]
     assert line.startswith("8 rows, 8 questions, 7 questions with errors ("), line
     assert line.endswith(", others: 2 in 2 kinds)"), line  # issue 48.8: was ", 2 more kinds: 2"
-    counts = re.findall(r": (\d+)(?=[,)])", line)
+    counts = re.findall(r": (\d+)(?= in |[,)])", line)
     assert len(counts) == 6 and sum(map(int, counts)) == 7, line
 
 
@@ -646,3 +646,19 @@ def test_help_texts_say_what_each_command_takes():
     (line,) = [ln for ln in readme.splitlines() if ln.lstrip().startswith("--sglang-patches TEXT")]
     for name in ("all", "with-alloc", "gather", "readback", "none"):
         assert name in line and name in str(patches), name
+
+
+def test_a_run_leaves_no_torchinductor_folder_in_tmpdir(tiny_model, tmp_path):
+    """Issue 48.9: every run left an empty `torchinductor_<user>/` in its TMPDIR (torch makes its compile cache
+    folder when transformers imports torch._dynamo). It is made beside the packaged models' cache instead."""
+    import os
+
+    tmp, cache = tmp_path / "tmp", tmp_path / "cache"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "OPENJEV_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    r = subprocess.run([sys.executable, "-m", "openjev_batch", "run", EXAMPLES / "tickets.jsonl", "-q",
+                        EXAMPLES / "ticket_questions.yaml", "-m", tiny_model, "-b", "hf", "--dry-run"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert list(tmp.iterdir()) == [] and (cache / "torchinductor").is_dir()
