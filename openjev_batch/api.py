@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,19 @@ from .pipeline.input.source import FrameSource
 from .pipeline.output.sink import MemorySink, NullSink
 from .pipeline.runners.local import LocalRunner
 from .pipeline.runners.plan_only import PlanOnlyRunner
-from .pipeline.summary import abstain_warnings
+from .pipeline.summary import Summary, abstain_warnings
 from .readouts import DEFAULT
 from .threads import apply_threads
+
+
+@dataclass(frozen=True)
+class Held:
+    """A Classifier's parts a server holds open (`Classifier.held`)."""
+
+    cfg: Any  # config.RunConfig
+    readout: Any  # readouts.base.Readout
+    prompter: Any  # the readout's prompter, over the backend's tokenizer
+    backend: Any  # backends.base.Backend
 
 
 class Classifier:
@@ -105,7 +116,7 @@ class Classifier:
             self.backend.close()
             raise
         self.runner = LocalRunner(self.backend, prompter)
-        self.last_summary = None
+        self.last_summary: Summary | None = None
 
     def run(
         self,
@@ -147,7 +158,7 @@ class Classifier:
         output, cols = _checked(data, kind, output, limit)
         cfg, readout = self._job(questions, options, keep, cols, limit)
         source = FrameSource(data, kind, cfg.chunk_rows, limit)
-        self.last_summary, table = loop.run(
+        summary, table = loop.run(
             cfg,
             source,
             MemorySink(),
@@ -156,9 +167,10 @@ class Classifier:
             progress=progress,
             on_progress=on_progress,
         )
+        self.last_summary = summary
         # the CLI's `warning:` lines, for a notebook or a nightly script: a missed calibration target abstains
         # on every row, and the table alone shows it only in its `abstain` column
-        for line in abstain_warnings(self.last_summary, readout):
+        for line in abstain_warnings(summary, readout):
             warnings.warn(line, UserWarning, stacklevel=2)
         table = restore_ids(table, data, kind)
         index = input_index(source.positions(), data, kind) if output == "pandas" else None
@@ -197,6 +209,16 @@ class Classifier:
         s, _ = loop.run(cfg, FrameSource(data, kind_of(data), n, n), NullSink(), runner, readout=readout)
         return "".join(s.counted.shown)
 
+    def held(self, questions: Any = None) -> Held:
+        """What a server built on this Classifier holds open (`openjev-batch serve`): the job config with
+        `questions` (a mapping or a JSON/YAML path: the questions a request may ask by id; None: each request
+        its own), the readout built from it, the prompter built and label-checked at start-up, and the
+        backend. Raises ConfigError for bad questions."""
+        self._open()
+        cfg = build_config(**{**self._options, "questions": _path(questions)})
+        readout = readouts.build(self.readout, cfg, self.backend.labels)
+        return Held(cfg, readout, self.runner.held_prompter, self.backend)
+
     def _keep(
         self, keep: Iterable[str] | str | None, cols: list[str] | None, skip: set[str]
     ) -> tuple[str, ...]:
@@ -222,7 +244,7 @@ class Classifier:
     def close(self) -> None:
         if getattr(self, "backend", None) is not None:
             self.backend.close()
-            self.backend = None
+            self.backend = None  # type: ignore[assignment]  # closed: _open() refuses every later use
 
     def __enter__(self) -> Classifier:
         return self

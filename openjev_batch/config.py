@@ -157,7 +157,7 @@ def check_keep(v: tuple[str, ...], readout: str = DEFAULT) -> tuple[str, ...]:
     return v
 
 
-class RunConfig(EngineOptions, JobOptions):  # type: ignore[misc, valid-type]
+class RunConfig(EngineOptions, JobOptions):
     """One job: the engine options and the job options (each declared once: options.py, job_options.py);
     `readout` says what its rows ask (label-logprobs: `run`; classifier-head: `classify`), and
     `readout_options` holds that readout's own options, of its `Options` type (readouts/). The flat keywords

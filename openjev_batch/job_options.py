@@ -9,7 +9,7 @@ here (and reading it where the job uses it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, create_model
 
@@ -88,9 +88,15 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
 BY_NAME = {o.name: o for o in JOB_OPTIONS}
 
 
-JobOptions = create_model(  # type: ignore[call-overload]
-    "JobOptions",
-    __base__=_Frozen,
-    __doc__="The job options RunConfig and EvalConfig share (JOB_OPTIONS' fields), with their one default.",
-    **{o.name: (o.type, Field(o.default, **o.constraints)) for o in JOB_OPTIONS if o.config},
-)
+if TYPE_CHECKING:  # generated from JOB_OPTIONS at import: mypy reads a field as Any
+
+    class JobOptions(_Frozen):
+        def __getattr__(self, name: str) -> Any: ...
+
+else:
+    JobOptions = create_model(
+        "JobOptions",
+        __base__=_Frozen,
+        __doc__="The job options RunConfig and EvalConfig share (JOB_OPTIONS' fields), with their one default.",
+        **{o.name: (o.type, Field(o.default, **o.constraints)) for o in JOB_OPTIONS if o.config},
+    )

@@ -10,9 +10,10 @@ which config validates."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -25,6 +26,9 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing's own from Python 3.11
 
 BACKENDS = ("hf", "sglang")  # the --backend choices (backends/__init__.py maps each to its classes)
 
@@ -144,6 +148,12 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
     EngineOption("connect", str | None, None,
                  "sglang: drive the sglang server already running at this URL over HTTP instead of starting an "
                  "engine (it must serve -m's model).", owner="sglang", commands=("run", "eval")),
+    # The seed's backend timeout is 120 s. httpx's read timeout restarts on every byte (a trickling server held
+    # a request for ever: issue 48), so this is a wall-clock deadline per request, its retries included.
+    EngineOption("connect_timeout", float, 120.0,
+                 "sglang --connect: the longest one request to the server may take, start to end, in seconds "
+                 "(also the longest wait for a starting server); past it the job ends naming the URL.",
+                 owner="sglang", commands=("run", "eval"), constraints={"gt": 0, "allow_inf_nan": False}),
     EngineOption("skip_prefix_warmup", bool, False,
                  "sglang classify: no warm-up request per shared prefix (a benchmark baseline).",
                  owner="sglang", commands=("classify",)),
@@ -169,10 +179,19 @@ def _options_type(name: str, owner: str | None, doc: str) -> type[_Frozen]:
     return create_model(name, __base__=_Frozen, __doc__=doc, **fields)  # type: ignore[call-overload]
 
 
-SGLangOptions = _options_type("SGLangOptions", "sglang", "The options only the sglang backend reads.")
-HFOptions = _options_type("HFOptions", "hf", "The options only the hf (transformers) backend reads.")
+if TYPE_CHECKING:  # the types below are generated from ENGINE_OPTIONS at import: mypy reads a field as Any
+
+    class _Generated(_Frozen):
+        def __getattr__(self, name: str) -> Any: ...
+
+    SGLangOptions = _Generated
+    HFOptions = _Generated
+    _Shared = _Generated
+else:
+    SGLangOptions = _options_type("SGLangOptions", "sglang", "The options only the sglang backend reads.")
+    HFOptions = _options_type("HFOptions", "hf", "The options only the hf (transformers) backend reads.")
+    _Shared = _options_type("_Shared", None, "The options every backend reads.")
 OWNED: dict[str, type[_Frozen]] = {"sglang": SGLangOptions, "hf": HFOptions}  # backend → its options type
-_Shared = _options_type("_Shared", None, "The options every backend reads.")
 
 
 def _owned_keywords(kw: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -188,8 +207,8 @@ class EngineOptions(_Shared):
     here, each backend's own nested (`sglang`, `hf`). The flat keywords of the CLI and the API
     (`tp_size=2`) are accepted and read as before (`opts.tp_size` is `opts.sglang.tp_size`)."""
 
-    sglang: SGLangOptions = Field(default_factory=SGLangOptions)  # type: ignore[valid-type]
-    hf: HFOptions = Field(default_factory=HFOptions)  # type: ignore[valid-type]
+    sglang: SGLangOptions = Field(default_factory=SGLangOptions)
+    hf: HFOptions = Field(default_factory=HFOptions)
 
     @model_validator(mode="before")
     @classmethod
@@ -204,7 +223,7 @@ class EngineOptions(_Shared):
             data[owner] = {**base, **flat}
         return data
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False):
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy with `update`, whose flat keywords of a backend's options go to its nested options (pydantic
         would set them beside the field, where `opts.tp_size` never reads)."""
         update = dict(update or {})

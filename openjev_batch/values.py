@@ -206,8 +206,10 @@ def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     d = dict(pairs)
     if len(d) != len(pairs):
         seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"duplicate key {dup!r} in a JSON object")
+        for k, _ in pairs:  # the first key seen twice
+            if k in seen:
+                raise ValueError(f"duplicate key {k!r} in a JSON object")
+            seen.add(k)
     return d
 
 
@@ -272,14 +274,14 @@ def yaml_alias_problem(node: Any) -> str | None:
 
     def size(n: Any) -> int:
         if id(n) in sizes:
-            if sizes[id(n)] is None:
+            if (known := sizes[id(n)]) is None:
                 raise ValueError("an alias refers to the node that contains it")
-            return sizes[id(n)]
+            return known
         sizes[id(n)] = None
         children = n.value if isinstance(n.value, list) else []
         total = 1 + sum(size(c) for item in children for c in (item if isinstance(item, tuple) else (item,)))
-        sizes[id(n)] = min(total, MAX_YAML_NODES + 1)  # capped: the sum stays a small integer
-        return sizes[id(n)]
+        sizes[id(n)] = capped = min(total, MAX_YAML_NODES + 1)  # capped: the sum stays a small integer
+        return capped
 
     try:
         if size(node) > MAX_YAML_NODES:

@@ -1,7 +1,8 @@
 """The package's import graph keeps its layers (docs/structure.md): every import runs down the floors that
 docs/structure.md states, no module takes a name from a package above it, the pipeline's input and output
 wings do not import each other, and no two modules import each other, directly or round a longer loop. Every
-import counts, a lazy one inside a function too: it runs back up the same way when it runs."""
+import that runs counts, a lazy one inside a function too: it runs back up the same way when it runs. An import
+under `if TYPE_CHECKING:` never runs (it names a type for mypy), so it makes no arrow."""
 
 from __future__ import annotations
 
@@ -21,6 +22,26 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _type_checking(test: ast.expr) -> bool:
+    """The test of `if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:`."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def runtime_nodes(tree: ast.AST):
+    """ast.walk, but not into the body of an `if TYPE_CHECKING:` block: those imports never run (its `else`
+    does, so that is walked)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.If) and _type_checking(node.test):
+            todo.extend(node.orelse)
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+
+
 def import_graph(root: Path = PKG) -> dict[str, set[str]]:
     """Module → the package modules it imports (`from pkg import name` counts as pkg.name where that is a
     module, else as pkg). A module's import of its own enclosing package is left out: Python runs that
@@ -31,7 +52,7 @@ def import_graph(root: Path = PKG) -> dict[str, set[str]]:
     for mod, path in files.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
         out: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in runtime_nodes(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 out.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -137,7 +158,7 @@ def names_from_above(root: Path = PKG) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for mod, path in files.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in runtime_nodes(ast.parse(path.read_text(), str(path))):
             if not isinstance(node, ast.ImportFrom):
                 continue
             base = node.module or ""
@@ -278,6 +299,24 @@ def test_no_import_circles():
             },
             [("openjev_batch.backends.eng", "openjev_batch.pipeline.plan")],
             [["openjev_batch.backends.eng", "openjev_batch.backends.opts"]],
+        ),
+        # an import under `if TYPE_CHECKING:` never runs: no arrow back up, no circle (its `else` runs)
+        (
+            {
+                "backends/__init__.py": "",
+                "backends/eng.py": (
+                    "from typing import TYPE_CHECKING\nimport typing\nfrom . import opts\n"
+                    "if TYPE_CHECKING:\n    from ..pipeline import plan\n"
+                    "if typing.TYPE_CHECKING:\n    from ..pipeline import job\nelse:\n    from ..core import x\n"
+                ),
+                "backends/opts.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .eng import x\n",
+                "pipeline/__init__.py": "",
+                "pipeline/plan.py": "",
+                "pipeline/job.py": "",
+                "core.py": "from .backends import eng\n",
+            },
+            [],
+            [["openjev_batch.backends.eng", "openjev_batch.core"]],
         ),
         # the layers kept: the pipeline imports the backends, a chain without a loop
         (

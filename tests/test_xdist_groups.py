@@ -49,8 +49,8 @@ def test_the_quick_set_leaves_out_model_builds_and_the_registry_and_counts_as_it
     fast = "tests/test_packaging.py::test_sglang_extra_covers_the_supported_range"
     ids = [
         "tests/backends/test_backends.py::test_hf_hybrid_qwen3_5_equals_full_forward",  # heavy
-        "tests/backends/test_hybrid_fork.py",  # heavy (its module)
-        "tests/backends/test_mis.py::test_packed_request_equals_separate_requests_on_the_tiny_qwen3",  # hf_backend
+        "tests/backends/sglang/hybrid/test_fork.py",  # heavy (its module)
+        "tests/backends/sglang/test_mis.py::test_packed_request_equals_separate_requests_on_the_tiny_qwen3",  # hf_backend
         "tests/test_packaging.py::test_each_sglang_release_pins_fit_our_ranges",  # registry
         fast,
     ]

@@ -33,12 +33,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.trust import trust_hint
 from ..core import BranchResult, Window
 from ..errors import BackendError
 from ..options import BackendOptions
+
+if TYPE_CHECKING:
+    from ..checkpoint.info import ModelInfo
+    from ..config import RunConfig
 
 
 def load_tokenizer(model: str, trust_remote_code: bool = False) -> Any:
@@ -56,7 +60,9 @@ def load_tokenizer(model: str, trust_remote_code: bool = False) -> Any:
     except BackendError:
         raise
     except Exception as e:
-        hint = trust_hint(BackendOptions(model=model, trust_remote_code=trust_remote_code), e)
+        # validated from a mapping: mypy sees no generated option among the keywords of the constructor
+        opts = BackendOptions.model_validate({"model": model, "trust_remote_code": trust_remote_code})
+        hint = trust_hint(opts, e)
         raise BackendError(f"cannot load the tokenizer of {model!r}: {e}{hint}") from e
 
 
@@ -158,25 +164,25 @@ class BackendSpec:
         by default the planner's own count (a cache that shares any common token prefix)."""
         plan.unique_tokens += sum(w.unique_tokens for w in windows)
 
-    def planned(self, cfg: Any, info: Any) -> str:
+    def planned(self, cfg: RunConfig, info: ModelInfo) -> str:
         """The request pattern a run of `cfg` would use for the model `info` (checkpoint.info.ModelInfo)
         describes, in words; '' for a backend with one way of sending its work."""
         return ""
 
-    def prepare(self, cfg: Any, first_plan: Callable[[Any], Any]) -> tuple[Any, str]:
+    def prepare(self, cfg: RunConfig, first_plan: Callable[[RunConfig], Any]) -> tuple[RunConfig, str]:
         """The choices made before the engine starts: `cfg` (a RunConfig) as the job should run it, and the
         choice in words ('' when none was made). `first_plan(cfg)` plans the job's first chunk (a
         pipeline.dry_run.PlanSummary), for a backend whose choice depends on the job's counts."""
         return cfg, ""
 
-    def gpus_per_worker(self, cfg: Any) -> float:
+    def gpus_per_worker(self, cfg: RunConfig) -> float:
         """The GPUs one worker of `cfg` needs on a cluster that has GPUs (Ray's default)."""
         return 1.0
 
-    def check_gpus(self, cfg: Any, gpus: float) -> None:
+    def check_gpus(self, cfg: RunConfig, gpus: float) -> None:
         """Raise ConfigError when `gpus` GPUs per worker (> 0) cannot serve `cfg`."""
 
-    def device(self, cfg: Any) -> str:
+    def device(self, cfg: RunConfig) -> str:
         """The device a run of `cfg` uses (its `--device`, `auto` resolved: cuda where torch sees one)."""
         if cfg.device != "auto":
             return cfg.device

@@ -199,10 +199,10 @@ def load_config(model: str) -> dict[str, Any] | None:
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        f = try_to_load_from_cache(model, "config.json")
+        cached = try_to_load_from_cache(model, "config.json")
     except Exception:  # not a valid repo id
         return None
-    return json.loads(Path(f).read_text()) if isinstance(f, str) else None
+    return json.loads(Path(cached).read_text()) if isinstance(cached, str) else None
 
 
 def model_info(model: str) -> ModelInfo:

@@ -62,4 +62,4 @@ def main() -> None:  # pragma: no cover - the entry point (`python -m openjev_ba
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()  # exits 0 when it returns

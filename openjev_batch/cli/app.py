@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 import warnings
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -214,26 +214,27 @@ def printable(text: str) -> str:
     return text.translate(_UNSAFE)
 
 
-def _fail(e: OpenjevError) -> None:
+def _fail(e: OpenjevError) -> NoReturn:
     err.print("[bold red]error:[/] ", end="")
     err.print(printable(stdin_name(str(e))), markup=False, highlight=False)
     raise typer.Exit(EXIT_FAILED)
 
 
-def _stopped(e: KeyboardInterrupt, partial) -> None:
+def _stopped(e: KeyboardInterrupt, partial) -> NoReturn:
     """Ctrl-C, SIGTERM or SIGHUP (interrupts.py): the window in flight was dropped; say what is kept, exit
     130/143/129."""
     import signal
     from pathlib import Path
 
-    term = isinstance(e, JobInterrupted) and e.signum != signal.SIGINT  # SIGTERM, or SIGHUP (interrupts.py)
+    signum = e.signum if isinstance(e, JobInterrupted) else signal.SIGINT  # a plain KeyboardInterrupt: Ctrl-C
+    term = signum != signal.SIGINT  # SIGTERM, or SIGHUP (interrupts.py)
     # decided before printing: the exit must not
-    code = (EXIT_TERMINATED if e.signum == signal.SIGTERM else 128 + e.signum) if term else EXIT_INTERRUPTED
+    code = (EXIT_TERMINATED if signum == signal.SIGTERM else 128 + signum) if term else EXIT_INTERRUPTED
     try:  # depend on whether anyone still reads stderr (issue 34.1)
         # a job stopped before its first part leaves none; a command that writes nothing has none (None)
         kept = partial is not None and Path(partial).is_dir()
         err.print(
-            f"{f'terminated ({signal.Signals(e.signum).name})' if term else 'interrupted'}: "
+            f"{f'terminated ({signal.Signals(signum).name})' if term else 'interrupted'}: "
             + (f"finished chunks are kept in {partial}; rerun with --resume" if kept else "nothing written"),
             markup=False,
         )

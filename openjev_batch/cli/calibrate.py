@@ -92,8 +92,7 @@ def fit_file(labelled: Path, gold: str | None, output: Path, target_precision: f
     if holdout is not None and not 0 < holdout < 1:
         raise ConfigError(f"calibrate: --holdout must be between 0 and 1 (a share of the rows), got {holdout}")
     records = read_labelled(labelled, gold, questions)
-    doc = fit(records, target_precision, target_coverage, min_kept, holdout)
-    doc["unfitted"] = unfitted
+    doc = fit(records, target_precision, target_coverage, min_kept, holdout, unfitted)
     if (k := fitted_debias_order(labelled)) is not None:  # run --calibration refuses another order
         doc["debias_order"] = k
     return doc

@@ -45,6 +45,7 @@ def _print_plan(p, command: str = "run") -> None:
     plans = p.by_backend.items()  # the run's backend first
     for k, v in [
         *([("model", p.model)] if p.model else []),
+        *([("prompt layout", p.layout)] if p.layout else []),
         # the pattern each backend would use: another backend's said so (a new-user trial read it as this run's)
         *((f"request pattern{'' if n == this else f', if run on {n}'}", b.pattern) for n, b in plans if b.pattern),
         ("rows", f"{p.rows:,}"),
@@ -197,7 +198,8 @@ def _timed(rows):
 
 def _ranges(chunks) -> str:
     """Chunk indices as ranges: 0–3, 7, 9–10."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[int] = []
     for c in sorted(chunks):
         if run and c != run[-1] + 1:
             out.append(f"{run[0]}–{run[-1]}" if len(run) > 1 else str(run[0]))

@@ -117,7 +117,7 @@ def _config(job: dict, engine: dict, *, model: str, tokenizer_only: bool, backen
     return cfg, ray_options(job["ray"], job["ray_address"], job["workers"], job["gpus_per_worker"])
 
 
-def _plan_only(cfg, show_prompt: int | None, *, dry_run: bool, resume: bool, force: bool, ray: bool) -> None:
+def _plan_only(cfg, show_prompt: int, *, dry_run: bool, resume: bool, force: bool, ray: bool) -> None:
     """--dry-run (the plan of the whole benchmark) or --show-prompt (the first questions' prompts): the
     tokenizer alone; the output folder is neither read nor written."""
     from ..evaluation.run import dry_run as plan_only  # lazy: keeps --help fast

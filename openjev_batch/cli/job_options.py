@@ -45,7 +45,8 @@ def job_flag(name: str, command: str):
     2048 for `run`, 20000 for `classify`), or for a command that runs either (eval) None, shown as each
     readout's (the config fills it in)."""
     o = BY_NAME[name]
-    default, shown = o.default, True
+    default = o.default
+    shown: bool | str = True  # or the text click shows as the default
     if o.per_readout:
         kind = _readout_of(command)
         default = None if kind is None else getattr(kind, name)

@@ -29,7 +29,8 @@ KEEP = ("gold", "category")  # input columns every eval row carries into predict
 
 def option_names(options: tuple[str, ...]) -> list[str]:
     """Option texts as unique, non-empty choice names (a repeat gets ' (2)', …; empty → '(empty)')."""
-    out, seen = [], {}
+    out: list[str] = []
+    seen: dict[str, int] = {}
     for o in options:
         name = str(o).strip() or "(empty)"
         seen[name] = seen.get(name, 0) + 1
@@ -119,7 +120,7 @@ def prepare(
             raise ValueError("--shots needs --dev (the split the worked examples come from)")
         if shots and TASKS[fmt].kind == YES_NO:
             raise ValueError("--shots is for multiple-choice sets")
-        dev_items = to_items(read_records(dev), fmt)[0] if shots else None
+        dev_items = to_items(read_records(dev), fmt)[0] if shots and dev is not None else None  # checked above
     except OSError as e:  # a missing or unreadable file: its name and what happened (no `[Errno 2]`)
         raise ConfigError(f"eval: {os_error_text(e) if e.filename else e}") from None
     except (ValueError, ImportError) as e:  # JSONDecodeError and Arrow errors are ValueErrors/OSErrors

@@ -121,6 +121,7 @@ def _record(path: Path, r: dict[str, Any], gold: str, index_gold: bool = False) 
     elif not _distribution(probs, len(options)):
         # a hand-made or damaged file: fitting a temperature on it would write a file that looks valid
         raise ConfigError(f"{where} is not a distribution over its {len(options)} options")
+    g: frozenset[int] | int  # the gold labels of a multi question, else the gold option's index
     try:
         if r["type"] == "multi":
             g = gold_labels(r[gold], options, r.get("id"))
@@ -129,8 +130,8 @@ def _record(path: Path, r: dict[str, Any], gold: str, index_gold: bool = False) 
     except ConfigError as e:  # a gold column kept for one question of several (new-user trial)
         raise ConfigError(f"{e} (question {r['question_id']!r}; a gold column for some questions only: "
                           "--question ID)") from None  # fmt: skip
-    qid, options = r["question_id"], tuple(options)
-    return {"qid": qid, "type": r["type"], "options": options, "probs": tuple(probs), "gold": g, "id": r.get("id")}
+    qid = r["question_id"]
+    return {"qid": qid, "type": r["type"], "options": tuple(options), "probs": tuple(probs), "gold": g, "id": r.get("id")}
 
 
 def _distribution(probs: list, k: int) -> bool:

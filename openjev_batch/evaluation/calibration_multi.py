@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -74,7 +74,7 @@ def fit_multi(
         ok = [k for k in cuts if k >= min_kept and wilson(int(tp[k - 1]), k)[0] >= precision - 1e-12]
         k = max(ok) if ok else None
     else:
-        k = next((k for k in cuts if gold and tp[k - 1] / gold >= coverage - 1e-9), None)
+        k = next((k for k in cuts if gold and tp[k - 1] / gold >= cast(float, coverage) - 1e-9), None)  # the other target
         k = k if k is not None and k >= min_kept else None
     if k is None:
         note = ("target not met: threshold 1 (only a certain label is chosen)"

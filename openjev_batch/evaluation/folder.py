@@ -8,13 +8,16 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import check_not_input
 from ..errors import ConfigError
 from ..pipeline.loop import job_manifest
 from ..pipeline.output import manifest as output_manifest
 from ..values import sha256_file
+
+if TYPE_CHECKING:
+    from .run import EvalConfig
 
 QUESTIONS, PREDICTIONS, JOB = "questions.jsonl", "predictions.parquet", "eval_job.json"
 WRITES = (
@@ -23,7 +26,7 @@ WRITES = (
 )  # fmt: skip
 
 
-def claim(out_dir: Path, cfg: Any) -> None:
+def claim(out_dir: Path, cfg: EvalConfig) -> None:
     """Refuse a benchmark or dev file that eval would write over, and a non-empty output folder unless
     --force (its files are replaced) or --resume of the eval job it holds."""
     for what, path in (("the benchmark file", cfg.input), ("the --dev file", cfg.dev)):
@@ -79,7 +82,7 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def job_key(cfg: Any, fmt: str) -> dict[str, Any]:
+def job_key(cfg: EvalConfig, fmt: str) -> dict[str, Any]:
     """What makes an eval's numbers (eval_job.json): the benchmark and dev files by content, how they are
     sampled and prompted, the model, the backend and the engine options that change the numbers. The
     temperature-fit share is not in it: --resume --calibrate re-scores a finished job."""
@@ -110,15 +113,15 @@ def refuse_another_job(out_dir: Path, key: dict[str, Any], text: str) -> None:
     seed, shots, format, model or engine setting would be reported under the old job's predictions, or
     recompute and overwrite them (hostile trial, issue 26). Raises ConfigError naming what changed; checked
     before anything in the folder is written."""
-    old: dict[str, Any] | None = None
+    old: dict[str, Any] = {}  # empty: no earlier job recorded
     if (out_dir / JOB).exists():
-        old = json.loads((out_dir / JOB).read_text(encoding="utf-8"))
+        old = json.loads((out_dir / JOB).read_text(encoding="utf-8")) or {}
     elif (out_dir / "report.json").exists():  # a folder from before eval_job.json: what its report records
         rep = json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
         d, r = rep.get("dataset", {}), rep.get("run", {})
         old = {"input sha256": d.get("sha256"), "model": r.get("model_path"), "backend": r.get("backend")}
         old |= {k: d[k] for k in ("format", "sample", "seed", "shots") if k in d}
-    diff = sorted(k for k in (old or {}) if old[k] != key.get(k))
+    diff = sorted(k for k in old if old[k] != key.get(k))
     if (
         not diff
         and (out_dir / QUESTIONS).exists()

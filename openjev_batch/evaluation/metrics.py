@@ -55,9 +55,10 @@ def reliability(conf: np.ndarray, hit: np.ndarray, n_bins: int = N_BINS) -> tupl
     for m in range(n_bins):
         sel = idx == m
         nb = int(sel.sum())
-        acc = float(hit[sel].mean()) if nb else None
-        cf = float(conf[sel].mean()) if nb else None
+        acc: float | None = None
+        cf: float | None = None
         if nb:
+            acc, cf = float(hit[sel].mean()), float(conf[sel].mean())
             ece += nb / len(conf) * abs(acc - cf)
         bins.append({"lo": m / n_bins, "hi": (m + 1) / n_bins, "n": nb, "accuracy": acc, "confidence": cf})
     return float(ece), bins

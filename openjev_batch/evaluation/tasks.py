@@ -246,7 +246,8 @@ def to_items(
     fmt = detect_format(records[0]) if fmt == "auto" else fmt
     if fmt not in TASKS:
         raise ValueError(f"unknown format {fmt!r}; expected auto or one of {', '.join(FORMATS)}")
-    task, items, seen = TASKS[fmt], [], {}
+    task, items = TASKS[fmt], []
+    seen: dict[str, int] = {}
     model_labels: tuple[str, ...] = ()
     if task.readout == CLASSIFIER_HEAD:
         if labels is None:

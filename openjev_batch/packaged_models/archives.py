@@ -11,6 +11,7 @@ import tarfile
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, cast
 
 from ..errors import ModelFetchError
 
@@ -50,7 +51,7 @@ def _open_member(archives: list[Path], suffix: str):
             with tarfile.open(a) as t:
                 for m in t.getmembers():
                     if m.isfile() and (m.name == suffix or m.name.endswith("/" + suffix)):
-                        with t.extractfile(m) as f:
+                        with cast(IO[bytes], t.extractfile(m)) as f:  # a file member: never None
                             yield f
                         return
     raise ModelFetchError(f"{suffix} not found in {', '.join(a.name for a in archives) or 'no archives'}")

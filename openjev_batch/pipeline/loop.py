@@ -144,7 +144,7 @@ def _fix(out) -> str:
     return "rerun" if out.partial is None else f"delete {Path(out.partial).name} and rerun"
 
 
-def _record_downloaded_model(cfg: Any, manifest: dict, out) -> None:
+def _record_downloaded_model(cfg: RunConfig, manifest: dict, out) -> None:
     """A hub id the loader has just downloaded: its revision is known now, so the key a resume computes
     matches the manifest."""
     if manifest.get("model content", {}).get("revision", "") is None:

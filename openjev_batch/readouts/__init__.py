@@ -22,6 +22,7 @@ from ..registry import Registry
 from .flags import Flag
 
 if TYPE_CHECKING:
+    from ..config import RunConfig
     from .base import Readout
 
 # the readouts' names: everything else refers to them through these two constants
@@ -52,7 +53,7 @@ def readout_class(name: str) -> type[Readout]:
     return READOUTS[name]
 
 
-def build(name: str, cfg: Any, labels: tuple[str, ...] | None = None) -> Readout:
+def build(name: str, cfg: RunConfig, labels: tuple[str, ...] | None = None) -> Readout:
     """Readout `name` for a job. `cfg`: the job's options (a RunConfig: keep, model, `readout_options` of
     that readout's `Options` type); `labels`: a started backend's (classifier-head; else read from the
     checkpoint when `cfg.model` is set). Raises ConfigError / BackendError (a checkpoint that is no
@@ -63,7 +64,8 @@ def build(name: str, cfg: Any, labels: tuple[str, ...] | None = None) -> Readout
 def default_readout(keep: tuple[str, ...] = (), questions: Any = None) -> Readout:
     """The default readout over parsed shared `questions` (None: each row's own) and `keep`, built without a
     job's config: what the reading and writing functions parse and write when not given one."""
-    return readout_class(DEFAULT)(questions, tuple(keep))
+    cls: Any = readout_class(DEFAULT)  # its own fields: the base Readout declares only `keep`
+    return cls(questions, tuple(keep))
 
 
 def base_columns(name: str) -> tuple[str, ...]:
@@ -100,7 +102,7 @@ def command_options(command: str) -> dict[str, tuple[FieldInfo, Flag]]:
     """The readout options `command` takes, by field name, each with its `Options` field (default, bounds)
     and its `Flag`: every option of the readout that `command` runs (`Readout.command`), and each other
     readout's whose `Flag.also` names `command` (eval: the system prompt, validate: the questions)."""
-    out = {}
+    out: dict[str, tuple[FieldInfo, Flag]] = {}
     for n in NAMES:
         cls = readout_class(n)
         for name, field in cls.Options.model_fields.items():

@@ -17,13 +17,15 @@ every image row fails naming the field, and a job whose input has an image colum
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigError
 from ..images import ImageProblem, ImageRef
 from .rows_images import has_images
 from .text import TextTokenizer
 
+# the image processor, the ids before and after an image's tokens, the image token's id
+_Markup = tuple[Any, tuple[int, ...], tuple[int, ...], int]
 _A, _B = "\ue000openjev-a\ue001", "\ue000openjev-b\ue001"  # start-up rendering only (as prompt.py's slots)
 
 
@@ -32,7 +34,7 @@ class ImageSlots:
 
     def __init__(self, prompter):
         self.p = prompter
-        self._ready: tuple[Any, tuple[int, ...], tuple[int, ...], int] | str | None = None
+        self._ready: _Markup | str | None = None  # loaded, or why the model takes no images
 
     @property
     def model(self) -> str:
@@ -52,7 +54,14 @@ class ImageSlots:
         if (why := self.problem()) is not None:
             raise ConfigError(f"the input has an image column, but {why}")
 
-    def _load(self):
+    def _markup(self) -> _Markup:
+        """The image processor, the ids before and after an image's tokens, and the image token's id. Raises
+        ImageProblem when the model takes no images."""
+        if (why := self.problem()) is not None:
+            raise ImageProblem(why)
+        return cast(_Markup, self._ready)  # problem() loaded it, and it is no reason
+
+    def _load(self) -> _Markup:
         tok = self.p.tok
         kw = dict(tokenize=False, add_generation_prompt=True, enable_thinking=False)
         parts = [{"type": "text", "text": _A}, {"type": "image"}, {"type": "text", "text": _B}]
@@ -89,9 +98,7 @@ class ImageSlots:
     def n_tokens(self, image: ImageRef) -> int:
         """The image tokens the model reads for `image`. Raises ImageProblem (e.g. an aspect ratio past the
         processor's limit)."""
-        if (why := self.problem()) is not None:
-            raise ImageProblem(why)
-        ip = self._ready[0]  # type: ignore[index]
+        ip = self._markup()[0]
         try:
             return int(ip.get_number_of_image_patches(image.height, image.width, {})) // int(ip.merge_size) ** 2
         except ValueError as e:
@@ -101,19 +108,17 @@ class ImageSlots:
         """The ids one image takes in a prompt: its markup around its image tokens (the classifier-head readout
         puts them where the template's premise goes). Raises ImageProblem."""
         n = self.n_tokens(image)
-        _, before, after, image_id = self._ready  # type: ignore[misc]
+        _, before, after, image_id = self._markup()
         return (*before, *[image_id] * n, *after)
 
     @property
     def image_id(self) -> int | None:
-        return None if self.problem() else self._ready[3]  # type: ignore[index]
+        return None if self.problem() else self._markup()[3]
 
     def prefix(self, row, cut: str) -> tuple[tuple[int, ...], tuple[ImageRef, ...]]:
         """The prefix ids of an image row (body pieces + `cut`, the SEP share of the prefix) and its images in
         their order. Raises ImageProblem."""
-        if (why := self.problem()) is not None:
-            raise ImageProblem(why)
-        _, before, after, image_id = self._ready  # type: ignore[misc]
+        _, before, after, image_id = self._markup()
         pieces = body_pieces(row)
         if isinstance(pieces[-1], str):
             pieces[-1] += cut

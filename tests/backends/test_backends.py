@@ -4,36 +4,12 @@ import math
 
 import pytest
 import torch
+from token_rows import full_forward, make_rows
 
 from openjev_batch.backends import BackendOptions
-from openjev_batch.core import BranchSpec, RowPrompt
+from openjev_batch.core import RowPrompt
 from openjev_batch.errors import BackendError
 from openjev_batch.pipeline.plan import plan
-
-
-def make_rows(n_rows=4, n_q=3, shared=(), seed=0):
-    import random
-
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n_rows):
-        prefix = tuple(shared) + tuple(rng.randrange(100, 5000) for _ in range(rng.randrange(5, 30)))
-        br = tuple(
-            BranchSpec(
-                f"q{j}",
-                tuple(rng.randrange(100, 5000) for _ in range(rng.randrange(3, 12))),
-                tuple(rng.sample(range(32, 90), 4)),
-            )
-            for j in range(n_q)
-        )
-        rows.append(RowPrompt(i, str(i), prefix, br))
-    return rows
-
-
-def full_forward(model, ids, label_ids):
-    with torch.no_grad():
-        lp = torch.log_softmax(model(torch.tensor([ids])).logits[0, -1].float(), -1)
-    return [lp[t].item() for t in label_ids]
 
 
 def test_hf_kv_reuse_equals_full_forward(hf_backend):
@@ -307,7 +283,7 @@ def test_multi_item_choice(tiny_model, tmp_path, monkeypatch):
     (hybrid / "config.json").write_text(json.dumps({**cfg, "architectures": ["Qwen3NextForCausalLM"]}))
     with pytest.raises(BackendError, match="not a 1-D RoPE full-attention model"):
         choose(model=hybrid, engine_args={"enable_mis": True})
-    # the Qwen3.5/3.6 hybrids: exact through the product's state fork on sglang 0.5.17-0.5.23 (mis.FORK_SGLANG), refused on another release
+    # the Qwen3.5/3.6 hybrids: exact through the product's state fork on sglang 0.5.17-0.5.23 (fork_releases.FORK_SGLANG), refused on another release
     qwen35 = tmp_path / "qwen35"
     shutil.copytree(tiny_model, qwen35)
     (qwen35 / "config.json").write_text(json.dumps({**cfg, "architectures": ["Qwen3_5ForCausalLM"]}))
@@ -536,6 +512,7 @@ def test_a_warm_up_that_stops_is_logged_and_start_up_goes_on(caplog):
     import logging
     import types
 
+    from openjev_batch.backends.sglang import warmup
     from openjev_batch.backends.sglang.engine import SGLangBackend
 
     sent = []
@@ -552,7 +529,7 @@ def test_a_warm_up_that_stops_is_logged_and_start_up_goes_on(caplog):
     b.engine, b.tokenizer = Engine(), types.SimpleNamespace(eos_token_id=2)
     b.pack_tokens, b.context_length, b.max_new_tokens = 16_384, 1000, 0
     with caplog.at_level(logging.WARNING, logger="openjev_batch.backends.sglang.engine"):
-        assert b._warm_up() >= 0.0
+        assert warmup.kernels(b) >= 0.0
     assert sent == [64, 128, 500, 999, 999, 400]  # every shape, capped below the context
     assert "warm-up stopped (RuntimeError: no cache to flush); the job compiles as it goes" in caplog.text
 

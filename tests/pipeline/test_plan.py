@@ -1,14 +1,7 @@
-from openjev_batch.core import BranchSpec, RowPrompt, lcp
+from token_rows import row
+
+from openjev_batch.core import lcp
 from openjev_batch.pipeline.plan import plan
-
-
-def row(pos, prefix, n_q=2, suffix_len=3):
-    return RowPrompt(
-        pos,
-        str(pos),
-        tuple(prefix),
-        tuple(BranchSpec(f"q{i}", (900 + i,) * suffix_len, (1, 2)) for i in range(n_q)),
-    )
 
 
 def test_lcp():

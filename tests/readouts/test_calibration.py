@@ -542,7 +542,7 @@ def test_a_calibration_file_with_a_question_twice_is_refused(tmp_path):
     f = tmp_path / "c.json"
     head = '{"format": "openjev-calibration/1", "questions": '
     f.write_text(head + f'{{"refund": {entry(1.5)}, "refund": {entry(3.0)}}}}}')
-    with pytest.raises(ConfigError, match=r"c.json: the key 'refund' is given twice \(a question written twice\?\)"):
+    with pytest.raises(ConfigError, match=r"c.json: duplicate key 'refund' in a JSON object \(a question written twice\?\)"):
         load_calibration(f)
     f.write_text(head + f'{{"refund": {entry(1.5)}}}}}')
     assert load_calibration(f).entries["refund"].temperature == 1.5 and load_calibration(f).path == str(f)
@@ -647,7 +647,7 @@ def test_a_calibration_records_its_debias_order_and_refuses_another(tiny_model, 
     (tmp_path / "old.json").write_text(json.dumps(doc))
     r = cli("run", src, "-q", qs, "-o", out, "--calibration", tmp_path / "old.json", "--debias-order", "2", *run)
     assert r.returncode == 0, r.stderr
-    with pytest.raises(ConfigError, match="debias_order: expected an integer 1–64"):
+    with pytest.raises(ConfigError, match="debias_order: Input should be a valid integer"):
         (tmp_path / "bad.json").write_text(json.dumps({**doc, "debias_order": "2"}))
         load_calibration(tmp_path / "bad.json")
 
@@ -664,8 +664,8 @@ def test_calibration_messages_are_plain_lines_and_a_dry_run_says_what_a_raw_file
     dry = ("run", src, "-q", qs, "-m", tiny_model, "-b", "hf", "--dry-run", "--limit", "2")
     r = cli(*dry, "--calibration", bad)
     assert r.returncode == 4 and r.stderr.count("\n") == 1, r.stderr
-    assert r.stderr == (f"error: --calibration {bad}: questions.a\\nforged: temperature missing (an entry needs "
-                        "type, options, temperature and abstain_below; multi: type, options and threshold)\n")  # fmt: skip
+    assert r.stderr == (f"error: --calibration {bad}: questions.a\\nforged: temperature: missing (an entry needs "
+                        "type, options, temperature and abstain_below (multi: threshold))\n")  # fmt: skip
     raw = tmp_path / "raw.json"
     raw.write_text(json.dumps({"format": "openjev-calibration/1", "unfitted": "raw",
                                "questions": {"other": {**entry, "temperature": 1.2}}}))  # fmt: skip
@@ -679,3 +679,29 @@ def test_calibration_messages_are_plain_lines_and_a_dry_run_says_what_a_raw_file
     lab.write_text("".join(json.dumps(x) + "\n" for x in rows))
     r = cli("calibrate", lab, "--gold", "gold", "-o", tmp_path / "c.json", "--min-kept", "5")
     assert r.returncode == 0 and "q: n=40" in r.stdout, r.stderr
+
+
+def test_the_file_is_one_model_the_writer_builds_and_the_reader_validates(tmp_path):
+    """Issue 49.3: `CalibrationFile` is the format. The fit's entry splits into the applied fields and its
+    `report`; the file keeps them side by side as `calibrate` always wrote them; a top-level field a later
+    writer adds is kept, not refused; a missing applied field is one line naming it (was `(…) ('temperature')`)."""
+    from openjev_batch.readouts.label_logprobs.calibration import CalibrationFile
+
+    doc = fit(_records(), precision=0.8, unfitted="raw")
+    assert list(doc) == ["format", "unfitted", "target", "questions"] and doc["unfitted"] == "raw"
+    assert list(doc["questions"]["s"])[:4] == ["type", "options", "temperature", "abstain_below"]
+    model = CalibrationFile.model_validate(doc)
+    e = model.questions["s"]
+    assert e.options == ("neg", "pos") and e.temperature == doc["questions"]["s"]["temperature"]
+    assert e.report["kept"] == doc["questions"]["s"]["kept"] and "temperature" not in e.report
+    assert model.document() == doc  # what the reader validates is what the writer wrote
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({**doc, "debias_order": 2}))
+    cal = load_calibration(f)
+    assert cal.entries["s"] == e and cal.unfitted == "raw"
+    bad = {**doc, "questions": {"refund": {"type": "noul", "options": ["true", "false"], "abstain_below": 0.5}}}
+    f.write_text(json.dumps(bad))
+    with pytest.raises(ConfigError) as err:
+        load_calibration(f)
+    assert str(err.value) == (f"--calibration {f}: questions.refund: temperature: missing (an entry needs type, "
+                              "options, temperature and abstain_below (multi: threshold))")  # fmt: skip

@@ -14,77 +14,23 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
-from conftest import EXAMPLES, ROOT, cli, sglang_cpu_env, write_jsonl
+from conftest import ROOT, cli, sglang_cpu_env
+from serve_process import QUESTIONS, TRANSCRIPT, Server, httpx, run_rows, tickets
 
-httpx = pytest.importorskip("httpx")
-
-QUESTIONS = EXAMPLES / "ticket_questions.yaml"
 NUMBERS = ("probs", "p_true", "score", "confidence", "label_mass", "order_spread", "raw_probs")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """The real `openjev-batch serve` in a process of its own; `url`, `proc`, `log` (its stderr)."""
-
-    def __init__(self, tmp: Path, *args: str, env: dict | None = None, wait: float = 500):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = tmp / f"serve-{self.port}.log"
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "openjev_batch", "serve", "--port", str(self.port), "--threads", "1", *args],
-            cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-            stdout=subprocess.DEVNULL, stderr=self._log,
-        )  # fmt: skip
-        deadline = time.time() + wait
-        while time.time() < deadline:
-            assert self.proc.poll() is None, self.log
-            try:
-                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"the server did not start: {self.log}")
-
-    @property
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def post(self, body, **kw) -> httpx.Response:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        return httpx.post(self.url + "/v1/systemone", content=data, timeout=kw.pop("timeout", 300), **kw)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(120)
-        self._log.close()
-        return code
 
 
 @pytest.fixture(scope="module")
 def server(tiny_model, tmp_path_factory):
-    """One server for the module: the ticket questions by id, 64 requests at once, at most 16 a batch."""
+    """One server for the module: the ticket questions by id, 64 requests at once, at most 16 a batch; run's
+    layout (serve's own default, the seed's, is held to `run --layout systemone` in test_seed.py)."""
     s = Server(tmp_path_factory.mktemp("serve"), "-m", str(tiny_model), "-b", "hf", "-q", str(QUESTIONS),
-               "--max-concurrent", "64", "--max-batch", "16")  # fmt: skip
+               "--max-concurrent", "64", "--max-batch", "16", *TRANSCRIPT)  # fmt: skip
     yield s
     assert s.stop() == 143, s.log
     assert "Traceback" not in s.log, s.log
-
-
-def tickets(n: int | None = None) -> list[dict]:
-    rows = [json.loads(x) for x in (EXAMPLES / "tickets.jsonl").read_text().splitlines() if x.strip()]
-    return [{"id": r["id"], "state": r["state"]} for r in rows[:n]]
 
 
 # rows with their own questions: multi, order debiasing, a JSON-object state, a message list, an integer id
@@ -100,15 +46,6 @@ OWN_ROWS = [
     {"id": 7, "state": [{"role": "user", "content": "Refund me now!"}, {"role": "assistant", "content": "Why?"},
                         {"role": "user", "content": "Charged twice."}], "questions": OWN},
 ]  # fmt: skip
-
-
-def run_rows(tiny_model, tmp_path, rows, *args) -> dict[tuple[str, str], dict]:
-    """`run` over `rows`: its output records by (id, question_id)."""
-    src = write_jsonl(tmp_path / f"in{len(args)}.jsonl", rows)
-    out = tmp_path / f"out{len(args)}.parquet"
-    r = cli("run", src, "-o", out, "-m", tiny_model, "-b", "hf", "--threads", "1", "--no-progress", *args)
-    assert r.returncode == 0, r.stderr
-    return {(x["id"], x["question_id"]): x for x in pq.read_table(out).to_pylist()}
 
 
 def assert_same(got: dict, want: dict) -> None:
@@ -168,13 +105,13 @@ def test_64_concurrent_requests_none_lost_or_mixed(server, tiny_model, tmp_path)
     alone = {}
     for row in tickets():
         alone[row["id"]] = server.post(row).json()["answers"]
-    before = httpx.get(server.url + "/health").json()["batches"]
+    before = httpx.get(server.url + "/v1/status").json()["batches"]
     rows = [{"id": f"{t['id']}-{i}", "state": t["state"]} for i, t in enumerate(tickets() * 3) if i < 64]
 
     async def main():
         async with httpx.AsyncClient(base_url=server.url, timeout=300,
                                      limits=httpx.Limits(max_connections=64)) as c:  # fmt: skip
-            return await asyncio.gather(*(c.post("/v1/systemone", json=r) for r in rows))
+            return await asyncio.gather(*(c.post("/v1/records", json=r) for r in rows))
 
     got = asyncio.run(main())
     assert [r.status_code for r in got] == [200] * 64, [r.text for r in got if r.status_code != 200][:2]
@@ -184,7 +121,7 @@ def test_64_concurrent_requests_none_lost_or_mixed(server, tiny_model, tmp_path)
         for a, b in zip(body["answers"], alone[row["id"].rsplit("-", 1)[0]], strict=True):
             assert a["question_id"] == b["question_id"] and a["answer"] == b["answer"]
             assert all(math.isclose(x, y, abs_tol=1e-6) for x, y in zip(a["probs"], b["probs"], strict=True))
-    batches = httpx.get(server.url + "/health").json()["batches"] - before
+    batches = httpx.get(server.url + "/v1/status").json()["batches"] - before
     assert 4 <= batches < 64, batches  # gathered (requests in flight reach the engine together), ≤ 16 a batch
 
 
@@ -254,23 +191,21 @@ def test_hostile_bodies_are_one_line_4xx(server, body, status, field):
     assert httpx.get(server.url + "/health").status_code == 200
 
 
-def test_models_and_health(server, tiny_model):
-    m = httpx.get(server.url + "/v1/models").json()["data"][0]
+def test_manifest_and_status(server, tiny_model):
+    m = httpx.get(server.url + "/v1/manifest").json()["data"][0]
     assert m["id"] == str(tiny_model) and m["backend"] == "hf" and m["releases"]["openjev-batch"]
     man = m["manifest"]
     assert man["model content"]["files"]["config.json"] and man["questions_sha256"] and man["readout"]
-    assert httpx.get(server.url + "/health").json()["status"] == "ok"
+    assert httpx.get(server.url + "/v1/status").json()["status"] == "ok"
 
 
-def test_unknown_paths_and_methods_answer_in_the_error_shape(server):
-    """An unknown path or a wrong method is the API's JSON error like every other refusal (it was Starlette's
-    plain-text "Not Found")."""
+def test_unknown_paths_and_methods_answer_in_json(server):
+    """An unknown path or a wrong method is JSON as the seed's server (FastAPI) words it, not Starlette's plain
+    text "Not Found"."""
     r = httpx.get(server.url + "/v1/nothing?x=1")
-    assert r.status_code == 404 and r.json() == {
-        "error": {"status": 404, "field": None, "message": "GET /v1/nothing: Not Found"}
-    }
+    assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
     r = httpx.get(server.url + "/v1/systemone")
-    assert r.status_code == 405 and r.json()["error"]["message"] == "GET /v1/systemone: Method Not Allowed"
+    assert r.status_code == 405 and r.json() == {"detail": "Method Not Allowed"}
     assert r.headers["allow"] == "POST"
 
 
@@ -281,7 +216,7 @@ def test_the_readme_names_every_field_of_a_response(server, tiny_model):
     with_id, without = server.post(tickets(1)[0]), server.post({"state": "Where is my parcel?"})
     assert with_id.status_code == without.status_code == 200, with_id.text + without.text
     assert (with_id.json()["id"], without.json()["id"]) == (tickets(1)[0]["id"], "0")
-    assert with_id.json()["model"] == str(tiny_model) == httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
+    assert with_id.json()["model"] == str(tiny_model) == httpx.get(server.url + "/v1/manifest").json()["data"][0]["id"]
     readme = (ROOT / "README.md").read_text()
     section = re.search(r"^- \*\*Response\*\*: (.*?)(?=^- \*\*)", readme, re.M | re.S)
     assert section, "README: no serve Response section"
@@ -293,8 +228,8 @@ def test_limits_are_options_529_and_504(tiny_model, tmp_path):
     """Every limit lowered by its option; past --max-concurrent a 529 with Retry-After, past --timeout a 504
     (the engine here waits --batch-wait-ms for more requests, longer than the timeout)."""
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "--max-questions", "2", "--max-options", "3",
-               "--max-body-bytes", "5000", "--max-branch-tokens", "100", "--max-request-tokens", "120",
-               "--max-concurrent", "1", "--timeout", "3", "--batch-wait-ms", "6000")  # fmt: skip
+               "--max-body-bytes", "5000", "--max-branch-tokens", "100", "--max-request-tokens", "200",
+               "--max-concurrent", "1", "--timeout", "3", "--batch-wait-ms", "6000", *TRANSCRIPT)  # fmt: skip
     try:
         q = {"type": "noul", "instructions": "Is it urgent?"}
         choice = {
@@ -307,11 +242,9 @@ def test_limits_are_options_529_and_504(tiny_model, tmp_path):
             ({"state": "x", "questions": {"c": choice}}, 422, "questions.c.criteria"),
             ({"state": "x " * 3000, "questions": {"a": q}}, 413, None),
             ({"state": "word " * 200, "questions": {"a": q}}, 422, "questions.a"),
-            (
-                {"state": "word " * 10, "questions": {"a": q, "b": q}},
-                422,
-                "state",
-            ),  # 91-token branches, 126 in all
+            # branches of 91 tokens (92 with the output token), 238 counted as the seed counts a request: the
+            # prefix's warm-up, then each branch's whole prompt
+            ({"state": "word " * 10, "questions": {"a": q, "b": q}}, 422, "state"),
         ]
         for body, status, field in cases:
             r = s.post(body)
@@ -341,12 +274,12 @@ def test_clients_stalled_mid_body_hold_no_slot_and_get_408(tiny_model, tmp_path)
     try:
         for _ in range(6):  # three times the slots
             c = socket.create_connection(("127.0.0.1", s.port))
-            c.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b'{"state": "')
+            c.sendall(b"POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b'{"state": "')
             stalled.append(c)
         time.sleep(0.5)
         ok = s.post({"id": "t", "state": "My card was charged twice", "questions": ["refund_request"]})
         assert ok.status_code == 200 and ok.json()["id"] == "t", ok.text
-        assert httpx.get(s.url + "/health", timeout=5).json()["in_flight"] == 0
+        assert httpx.get(s.url + "/v1/status", timeout=5).json()["in_flight"] == 0
         stalled[0].settimeout(30)
         # the stalled client's own answer, after --body-timeout: read to the end of the response (uvicorn may
         # send the head and the body in two writes; CI's plain install read the head alone in one recv)
@@ -362,7 +295,8 @@ def test_clients_stalled_mid_body_hold_no_slot_and_get_408(tiny_model, tmp_path)
 
 def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
     """SIGTERM while a request waits for the engine: it is answered (with --calibration's columns, equal to
-    `run --calibration`'s), new connections are refused, and the server exits 143."""
+    `run --calibration`'s), new connections are refused, and the server exits 143. The server's default layout
+    is the seed's: its answers are `run --layout systemone`'s."""
     cal = tmp_path / "calibration.json"
     cal.write_text(json.dumps({"format": "openjev-calibration/1", "questions": {
         "refund_request": {"type": "noul", "options": ["true", "false"], "temperature": 2.0, "abstain_below": 0.7},
@@ -370,7 +304,7 @@ def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
                                                    "shipping", "other"], "temperature": 0.5, "abstain_below": 0.3},
         "urgency": {"type": "score", "options": ["0", "1", "2", "3", "4"], "temperature": 1.5, "abstain_below": 0.9},
     }}))  # fmt: skip
-    want = run_rows(tiny_model, tmp_path, tickets(2), "-q", QUESTIONS, "--calibration", cal)
+    want = run_rows(tiny_model, tmp_path, tickets(2), "-q", QUESTIONS, "--calibration", cal, "--layout", "systemone")
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "-q", str(QUESTIONS), "--calibration", str(cal),
                "--batch-wait-ms", "4000")  # fmt: skip
     got = {}
@@ -388,6 +322,7 @@ def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
     with pytest.raises(httpx.TransportError):
         s.post(tickets(1)[0], timeout=5)
     assert "stopped (SIGTERM)" in s.log and "Traceback" not in s.log
+    assert "prompt layout: systemone (the seed's prompt" in s.log
 
 
 def test_a_port_in_use_is_one_line(tiny_model, tmp_path):
@@ -414,6 +349,7 @@ def test_port_0_names_the_port_the_system_gave(tiny_model, tmp_path):
             line = p.stderr.readline()
             assert line or p.poll() is None, "the server ended before serving"
         port = int(line.split("http://127.0.0.1:", 1)[1].split()[0])
+        assert "prompt layout: systemone" in line  # serve's default, named on its start-up line
         assert port > 0
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).json()["status"] == "ok"
     finally:
@@ -430,7 +366,7 @@ def test_sglang_engine_behind_the_server_and_its_death(tiny_model, tmp_path):
     psutil = pytest.importorskip("psutil")
     want = run_rows(tiny_model, tmp_path, tickets(3), "-q", QUESTIONS)
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "sglang", "--device", "cpu", "-q", str(QUESTIONS),
-               "--engine-arg", "max_total_tokens=200000", env=sglang_cpu_env(), wait=900)  # fmt: skip
+               "--engine-arg", "max_total_tokens=200000", *TRANSCRIPT, env=sglang_cpu_env(), wait=900)  # fmt: skip
     try:
         for row in tickets(3):
             r = s.post(row)
@@ -441,7 +377,7 @@ def test_sglang_engine_behind_the_server_and_its_death(tiny_model, tmp_path):
                 assert all(
                     math.isclose(x, y, abs_tol=1e-5) for x, y in zip(a["probs"], w["probs"], strict=True)
                 )
-        assert httpx.get(s.url + "/v1/models").json()["data"][0]["releases"]["sglang"]
+        assert httpx.get(s.url + "/v1/manifest").json()["data"][0]["releases"]["sglang"]
         kids = psutil.Process(s.proc.pid).children(recursive=True)
         sched = [
             p for p in kids if "scheduler" in " ".join(p.cmdline()).lower() or "sglang" in p.name().lower()

@@ -119,7 +119,7 @@ class HFBackend(Backend):
                 continue
             # the prefix cache itself is never run on, so no branch sees another's state
             pos = (
-                {} if start is None else {"position_ids": self.vision.suffix_positions(start, len(b.suffix))}
+                {} if start is None or self.vision is None else {"position_ids": self.vision.suffix_positions(start, len(b.suffix))}
             )
             lp = self._last_logprobs(b.suffix, copy.deepcopy(prefix_cache), **pos)
             vals = tuple(lp[list(b.label_ids)].tolist())

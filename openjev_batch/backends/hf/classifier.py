@@ -20,6 +20,8 @@ the checkpoint's image processor makes them and explicit M-RoPE positions (visio
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ...checkpoint.classifier import read_checkpoint
@@ -47,7 +49,7 @@ class HFClassifier(Backend):
         opts.check_backend("hf")  # ConfigError naming an sglang option given here
         ckpt = read_checkpoint(opts.model)  # refuse a checkpoint before any weights load
         device, dtype = device_and_dtype(opts)
-        auto = AutoModelForSequenceClassification
+        auto: Any = AutoModelForSequenceClassification
         if ckpt.config.get("model_type") == "qwen3_5_moe":
             # lazy: transformers' Qwen3.5 MoE classes
             from .qwen3_5_moe_cls import Qwen3_5MoeForSequenceClassification as auto
@@ -69,7 +71,7 @@ class HFClassifier(Backend):
         self.device = device
         self.batch_tokens = opts.hf.batch_tokens or default_batch_tokens(device)
         self.context_length = opts.context_length or getattr(text_cfg, "max_position_embeddings", None)
-        self._base = getattr(self.model, getattr(self.model, "base_model_prefix", ""), None)
+        self._base: Any = getattr(self.model, getattr(self.model, "base_model_prefix", ""), None)  # None: no base
         self._score = getattr(self.model, "score", None)
 
         # the multimodal base (a text-only class over a VL config has no M-RoPE index: its image rows fail)

@@ -170,7 +170,8 @@ class SGLangClassifier(Backend):
             for i, err in errors.items():
                 results[i] = [BranchResult((), len(rows[i].prefix) + len(rows[i].branches[0].suffix), 0, err)]
             todo = [(i, ids) for i, ids in todo if i not in errors]
-        item = (lambda r: self.images.item(r) if r.images else None) if self.images else (lambda r: None)
+        images = self.images
+        item = (lambda r: images.item(r) if r.images else None) if images else (lambda r: None)
         # N+1, step 1: each prefix (and its images) that two or more rows share, once (rows are prefix-sorted).
         counts: dict[tuple, tuple[int, int]] = {}
         for i, ids in todo:

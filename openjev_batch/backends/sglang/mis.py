@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core import Window
-from .fork_releases import FORK_GPU_VERIFIED, FORK_SGLANG, fork_note, fork_release  # noqa: F401 - re-exported
+from .fork_releases import FORK_SGLANG
 
 DELIMITER_ID = 9999  # sglang's MIS_DELIMITER_TOKEN_ID; a placeholder only (positions travel with the request)
 MAX_ITEM_TOKENS = 65_535  # sglang/flashinfer keep an item's positions in uint16
@@ -96,7 +96,7 @@ def exactness(config: Any, sglang_version: str | None = None) -> str | None:
 def needs_fork(config: Any) -> bool:
     """Whether multi-item scoring on this model runs through the product's state-fork override."""
     archs = config.get("architectures") if isinstance(config, dict) else getattr(config, "architectures", None)
-    return bool(archs) and all(a in FORK_ARCHITECTURES for a in archs)
+    return bool(archs) and all(a in FORK_ARCHITECTURES for a in archs or ())
 
 
 @dataclass(frozen=True)

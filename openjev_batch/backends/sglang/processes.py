@@ -41,7 +41,7 @@ def own_children_only(own: frozenset[int] | None) -> Iterator[None]:
     the session's engine died as the vision module's engine closed, and `flush_cache` hung for 25 min).
     None (an engine not started by `start_engine`): sglang's own kill."""
     mod = _sglang_engine_module() if own is not None else None
-    if mod is None or not hasattr(mod, "kill_process_tree"):
+    if own is None or mod is None or not hasattr(mod, "kill_process_tree"):
         yield
         return
     original = mod.kill_process_tree

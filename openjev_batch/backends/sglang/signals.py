@@ -27,6 +27,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Iterator
+from typing import Any, TypedDict
 
 from ...checkpoint.trust import trust_hint
 from ...errors import BackendError, EngineDied, JobInterrupted
@@ -68,7 +69,15 @@ def _error_lines(path: str | None) -> list[str]:
         return []
 
 
-_state = {"waiting": 0, "cause": None, "error_file": None}
+
+
+class _State(TypedDict):
+    waiting: int  # blocks waiting on the engine (waiting_on_engine)
+    cause: str | None  # a recorded engine death
+    error_file: str | None  # where the scheduler writes its failure
+
+
+_state: _State = {"waiting": 0, "cause": None, "error_file": None}
 _engines: weakref.WeakSet = weakref.WeakSet()  # running engines (their processes name a death's cause)
 
 
@@ -153,7 +162,7 @@ def waiting_on_engine() -> Iterator[None]:
 @contextlib.contextmanager
 def starting(error_file: str) -> Iterator[None]:
     """Around `sglang.Engine(...)`: the scheduler processes spawned in it inherit `ERROR_FILE_ENV`."""
-    _state.update(cause=None, error_file=error_file)
+    _state["cause"], _state["error_file"] = None, error_file
     old = os.environ.get(ERROR_FILE_ENV)
     os.environ[ERROR_FILE_ENV] = error_file
     try:
@@ -211,7 +220,7 @@ def external_models(package: str | None) -> Iterator[None]:
             os.environ.pop(EXTERNAL_MODELS_ENV, None)
 
 
-def start_engine(make, kw: dict, opts, external_package: str | None = None) -> tuple[object, str]:
+def start_engine(make, kw: dict, opts, external_package: str | None = None) -> tuple[Any, str]:
     """Start an engine with `make(**kw)` under the product's signal handling, for both sglang backends
     (`make` imports sglang's Engine, so a missing sgl_kernel is raised here and named with its hint):
     SIGQUIT from a failing engine process is recorded (sglang's own handler SIGKILLs this process), the

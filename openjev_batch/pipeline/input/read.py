@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import readouts
 from ...core import duplicate_id_error
@@ -19,6 +19,9 @@ from ...errors import InputFileError
 from ...readouts import default_readout
 from ...values import no_symlink_loop
 from .formats import has_rows, input_columns, input_format, record_chunks, refuse_repeated_columns
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
 
 KEEP_SCAN_ROWS = 1_000  # JSONL rows read up front to check that each --keep column exists
 
@@ -98,7 +101,7 @@ def _given(value: Any) -> bool:
     return value is not None and value not in ({}, [])
 
 
-def all_columns(cfg: Any) -> tuple[str, ...]:
+def all_columns(cfg: RunConfig) -> tuple[str, ...]:
     """`--keep all`, as the Python API's keep="all": every column of the input's first KEEP_SCAN_ROWS rows in
     the order first seen (a schema's order for Parquet and CSV), except those `cfg`'s readout reads or
     writes. Raises InputFileError as check_input does."""
@@ -137,7 +140,7 @@ def read_rows(
         raise InputFileError(f"{path}: no rows")
 
 
-def job_rows(cfg: Any, readout: Any) -> tuple[Iterator[list[Any]], Any]:
+def job_rows(cfg: RunConfig, readout: Any) -> tuple[Iterator[list[Any]], Any]:
     """A job's input (`cfg`: a RunConfig's input, keep, chunk_rows, limit) as chunks of `readout`'s rows,
     and the sha256 hasher the reader feeds: its digest, read once a chunk is yielded, is the input's content
     up to that chunk's end, by which `--resume` identifies the input (store.OutputStore.begin_chunk). The

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -17,6 +17,9 @@ from ...readouts.base import Readout
 from .formats import count_rows, kept_types
 from .frames import records_of
 from .read import check_has_column, check_input, job_rows, parse_records
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
 
 
 class Source(Protocol):
@@ -37,7 +40,7 @@ class Source(Protocol):
 class FileSource:
     """A job's input file (`cfg.input`, read by `cfg.chunk_rows`, the first `cfg.limit` rows)."""
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: RunConfig):
         self.cfg = cfg
 
     def check(self) -> None:

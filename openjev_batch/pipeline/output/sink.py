@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pyarrow as pa
 
 from ...readouts.base import Readout
 from .store import OutputStore
 from .write import records_table
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
 
 
 class Output(Protocol):
@@ -55,14 +58,15 @@ class StoreSink:
 
     keeps_manifest = True
 
-    def __init__(self, cfg: Any, source: Any):
+    def __init__(self, cfg: RunConfig, source: Any):
         self.cfg, self.source = cfg, source
 
     def open(self, manifest: dict, readout: Readout):
         """The job's OutputStore, locked (a context manager: keeps the partial when the job fails)."""
         cfg = self.cfg
+        output = cast(Path, cfg.output)  # a job that writes (--dry-run opens no store)
         return OutputStore(
-            cfg.output, cfg.keep, manifest, cfg.resume, self.source.kept_types(), schema=readout.schema
+            output, cfg.keep, manifest, cfg.resume, self.source.kept_types(), schema=readout.schema
         )
 
 

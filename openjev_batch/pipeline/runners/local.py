@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...backends import SPECS, Backend, load_backend, tokenizer_name
 from ...checkpoint.info import model_info
@@ -15,6 +15,9 @@ from ..progress import Progress
 from ..stages import prompt_chunk, score_chunk
 from ..summary import Summary, describe_model
 from .streams import OnProgress, Scored, Todo
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
 
 
 class LocalRunner:
@@ -41,7 +44,7 @@ class LocalRunner:
         return self.backend
 
     @contextlib.contextmanager
-    def open(self, cfg: Any, readout: Readout):
+    def open(self, cfg: RunConfig, readout: Readout):
         if self.own:
             self.backend = load_backend(cfg.backend, cfg.backend_options(cfg.model), readout.backend_kind)
         else:

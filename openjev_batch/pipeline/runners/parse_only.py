@@ -8,12 +8,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core import RowError
 from ...readouts.base import Readout
 from ..summary import Summary
 from . import stand_ins
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
 
 
 @dataclass
@@ -39,7 +42,7 @@ class ParseOnlyRunner:
     labels = None  # validate needs no classifier's labels to check its rows
 
     @contextlib.contextmanager
-    def open(self, cfg: Any, readout: Readout):
+    def open(self, cfg: RunConfig, readout: Readout):
         self.readout, self.checks = readout, RowChecks()
         yield self
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...backends import SPECS
 from ...backends.base import BackendPlan, load_tokenizer
@@ -18,6 +18,9 @@ from ..plan import plan
 from ..stages import prompt_chunk
 from ..summary import Summary, describe_model
 from . import stand_ins
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
 
 
 @dataclass
@@ -68,7 +71,7 @@ class PlanOnlyRunner:
         self.tokenizer, self.show, self.texts, self.held_prompter = tokenizer, show, texts, prompter
 
     @contextlib.contextmanager
-    def open(self, cfg: Any, readout: Readout):
+    def open(self, cfg: RunConfig, readout: Readout):
         if self.tokenizer is None:
             self.tokenizer = load_tokenizer(cfg.model, cfg.trust_remote_code)
         self.cfg, self.readout = cfg, readout

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +46,9 @@ from .options import ClassifierHeadOptions
 from .prompt import ClassifierPrompter
 from .rows import ClsRow, parse_cls_row
 from .template import DEFAULT_TEMPLATE, Template
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
 
 
 def read_out(logits: tuple[float, ...], labels: tuple[str, ...]) -> tuple[tuple[float, ...], str]:
@@ -87,7 +90,7 @@ class ClassifierHead(Readout):
     chunk_rows = 20_000
 
     @classmethod
-    def from_config(cls, cfg: Any, labels: tuple[str, ...] | None = None) -> ClassifierHead:
+    def from_config(cls, cfg: RunConfig, labels: tuple[str, ...] | None = None) -> ClassifierHead:
         """`labels` from a started backend, else read from the checkpoint's config.json (no weights; a
         checkpoint that is no classifier is refused here, before any model loads); without a model
         (`validate`) a placeholder label, as a row's checks do not need them. Raises ConfigError /
@@ -103,7 +106,8 @@ class ClassifierHead(Readout):
             root, image_input = str(Path(cfg.input).absolute().parent), input_has_image_column(Path(cfg.input))
         if image_input and getattr(cfg, "model", None):  # before any weights load: tokenizer and processor
             check_model_takes_images(cfg.model, getattr(cfg, "trust_remote_code", False))
-        return cls(tuple(labels or ("?",)), cfg.readout_options.template, tuple(cfg.keep), root, image_input)
+        template = cast(ClassifierHeadOptions, cfg.readout_options).template  # a job of this readout
+        return cls(tuple(labels or ("?",)), template, tuple(cfg.keep), root, image_input)
 
     def __post_init__(self):
         check_keep(self.keep, self.labels)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -21,13 +21,13 @@ from ...core import RowError, unidentified_row_error
 from ...errors import ConfigError
 from ...values import read_at_most
 from .. import LABEL_LOGPROBS, register
-from ..base import Readout, RowFailures, RowResults
+from ..base import Readout, ReadoutOptions, RowFailures, RowResults
 from ..image_prompt import check_model_takes_images
 from ..rows_images import image_key, input_has_image_column
 from .calibration import Calibration, load_calibration
 from .items import with_debias
 from .leads import lead_problem
-from .options import LabelLogprobsOptions
+from .options import SYSTEMONE, TRANSCRIPT, LabelLogprobsOptions
 from .output import (
     CALIBRATED_SCHEMA,
     OUTPUT_SCHEMA,
@@ -37,9 +37,14 @@ from .output import (
     token_totals,
 )
 from .prompt import INSTRUCTIONS, Prompter
+from .prompt_systemone import UNSUPPORTED, SystemOnePrompter, state_key
 from .prompt_variants import Variants
 from .questions import MAX_QUESTIONS_FILE_BYTES, QuestionError, QuestionSpec, load_questions
+from .request import LabelRequest
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
 
 
 @register(LABEL_LOGPROBS)
@@ -59,6 +64,7 @@ class LabelLogprobs(Readout):
     calibration: Calibration | None = None
     # --debias-order: choice/score questions without their own `debias` (items.py); its default is the option's
     debias_order: int = LabelLogprobsOptions.model_fields["debias_order"].default
+    layout: str = TRANSCRIPT  # --layout: the prompt (transcript: prompt.py; systemone: prompt_systemone.py)
 
     backend_kind = "label-logprobs"
     unit = "branches"
@@ -71,14 +77,15 @@ class LabelLogprobs(Readout):
     # the host stage of chunk k+1 runs while chunk k is on the engine, so smaller chunks hide more of it
     # (H200, multi-item, W2 12,032 rows: 11.2 s in one chunk, 9.5 s in chunks of 2048; docs/benchmarks.md)
     chunk_rows = 2048
+    Request = LabelRequest  # how `serve` reads a request body into a row (request.py)
 
     @classmethod
-    def from_config(cls, cfg: Any, labels: Any = None) -> LabelLogprobs:
+    def from_config(cls, cfg: RunConfig, labels: Any = None) -> LabelLogprobs:
         """The questions of the options: a file's (read here; raises ConfigError for a missing or bad
         one), parsed ones (the Python API's mapping), or None (each row's own); the calibration of
         `calibration` (`--calibration`; raises ConfigError for a missing or bad file, or shared questions it
         cannot apply to); `debias_order` (shared questions too small for the orders: ConfigError)."""
-        opts, keep = cfg.readout_options, tuple(cfg.keep)
+        opts, keep = cast(LabelLogprobsOptions, cfg.readout_options), tuple(cfg.keep)  # a job of this readout
         # relative image paths resolve against the input file's folder, and only inside it (images.py)
         root, image_input = None, False
         if getattr(cfg, "input", None) and Path(cfg.input).is_file():
@@ -94,8 +101,11 @@ class LabelLogprobs(Readout):
         if opts.calibration is not None:
             calibration = load_calibration(opts.calibration)  # raises ConfigError naming the file
             calibration.check_debias_order(opts.debias_order)  # fitted on other probabilities: refused
-        own = dict(system_prompt=opts.system_prompt, image_root=root, image_input=image_input,
-                   calibration=calibration, debias_order=opts.debias_order)  # fmt: skip
+        own: dict[str, Any] = dict(system_prompt=opts.system_prompt, image_root=root, image_input=image_input,
+                   calibration=calibration, debias_order=opts.debias_order, layout=opts.layout)  # fmt: skip
+        if opts.layout == SYSTEMONE and opts.system_prompt is not None:
+            raise ConfigError("--system-prompt is the transcript layout's system message; under --layout "
+                              "systemone a row's own system message is its system turn")  # fmt: skip
         if not isinstance(opts.questions, Path):
             out = cls(opts.questions, keep, **own)
         else:
@@ -109,13 +119,14 @@ class LabelLogprobs(Readout):
             qs = tuple(with_debias(q, opts.debias_order) for q in out.questions)
             if bad := [q.error for q in qs if isinstance(q, QuestionError)]:
                 raise ConfigError("; ".join(bad))
-            out = replace(out, questions=qs)
+            out = replace(out, questions=tuple(q for q in qs if isinstance(q, QuestionSpec)))  # none refused
         if calibration is not None and out.questions is not None:
             calibration.check_questions(out.questions)  # a file for other questions: refused at start
         return out
 
     @classmethod
-    def needed_columns(cls, options: LabelLogprobsOptions) -> tuple[tuple[str, str], ...]:
+    def needed_columns(cls, options: ReadoutOptions) -> tuple[tuple[str, str], ...]:
+        options = cast(LabelLogprobsOptions, options)  # this readout's own (the base names the base type)
         # every row's conversation; without shared questions, each row's own: an input with none of either
         # is refused before the model loads
         state = ("state", "each row's conversation or text (a string, a message list or a JSON object): rename "
@@ -155,18 +166,19 @@ class LabelLogprobs(Readout):
     def prefix_key(self, row: Row | RowError) -> str:
         # The prefix is the chat template over the fixed instructions and this text (prompt.py), and the
         # row's images (their content hashes: two rows with one text and other images share no prefix).
-        return image_key(row, Prompter.body(row)) if isinstance(row, Row) else ""
+        if not isinstance(row, Row):
+            return ""
+        return image_key(row, state_key(row) if self.layout == SYSTEMONE else Prompter.body(row))
 
     def problems(self, row: Row) -> list[str]:
         return [q.error for q in row.questions if isinstance(q, QuestionError)]
 
-    def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> Variants:
+    def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> Variants | SystemOnePrompter:
+        limit = min(MAX_BRANCH_TOKENS, max_branch_tokens or MAX_BRANCH_TOKENS)
+        if self.layout == SYSTEMONE:
+            return self._systemone(tokenizer, limit)
         # per-question answer leads and worked examples (prompt_variants) around the default Prompter
-        base = Prompter(
-            tokenizer,
-            self.system_prompt or INSTRUCTIONS,
-            max_branch_tokens=min(MAX_BRANCH_TOKENS, max_branch_tokens or MAX_BRANCH_TOKENS),
-        )
+        base = Prompter(tokenizer, self.system_prompt or INSTRUCTIONS, max_branch_tokens=limit)
         if self.image_input:
             base.images.check()  # ConfigError at start for a text-only model
         for q in self.questions or ():  # shared questions: a lead holding this model's control token is the
@@ -176,6 +188,18 @@ class LabelLogprobs(Readout):
             ):
                 raise ConfigError(f"questions.{q.qid}.answer_lead: {why}")
         return Variants(base)
+
+    def _systemone(self, tokenizer, limit: int) -> SystemOnePrompter:
+        """The seed's layout; shared questions it cannot ask (an answer lead, worked examples) are the job's
+        error at start, not every row's."""
+        if self.image_input:
+            raise ConfigError("--layout systemone reads text states only: the input has an image column "
+                              "(use --layout transcript)")  # fmt: skip
+        for q in self.questions or ():
+            if isinstance(q, QuestionSpec) and (q.answer_lead is not None or q.examples):
+                key = "answer_lead" if q.answer_lead is not None else "examples"
+                raise ConfigError(f"questions.{q.qid}.{key}: {UNSUPPORTED}")
+        return SystemOnePrompter(tokenizer, max_branch_tokens=limit)
 
     def records(self, row: Row, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
         return question_records(row, results, failed, self.calibration, self._rec)
@@ -189,10 +213,12 @@ class LabelLogprobs(Readout):
         return self.blank(row.id, row.kept, question_id=qid, type=qtype, **values)
 
     def manifest(self) -> dict[str, Any]:
-        key = {"readout": self.name, "questions_sha256": self.questions_sha256}
+        key: dict[str, Any] = {"readout": self.name, "questions_sha256": self.questions_sha256}
         if self.system_prompt is not None:  # only when set: partials made before the option still resume
             used = self.system_prompt.strip()  # as the prompt uses it: a file's trailing newline is no change
             key["system_prompt_sha256"] = hashlib.sha256(used.encode()).hexdigest()
+        if self.layout != TRANSCRIPT:  # only when set: partials made before the option still resume
+            key["layout"] = self.layout
         if self.debias_order > 1:  # only when set: partials made before the option still resume
             key["debias_order"] = self.debias_order
         if self.calibration is not None:  # the file's content: a refitted file must not mix answers

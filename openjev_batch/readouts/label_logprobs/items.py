@@ -150,7 +150,10 @@ def chosen_labels(table: pa.Table, key: pa.ChunkedArray) -> pa.Table:
             continue
         p_yes = dict(zip(opts, probs, strict=True))
         for i, label in enumerate(chosen or [None]):
-            qs.append(k), labels.append(label), p_chosen.append(p_yes.get(label)), first.append(int(i == 0))
+            qs.append(k)
+            labels.append(label)
+            p_chosen.append(p_yes.get(label))
+            first.append(int(i == 0))
     n = len(qs)
     return pa.table([pa.array(qs, pa.string()), pa.array(labels, pa.string()), pa.array(p_chosen, pa.float64()),
                      pa.nulls(n, pa.bool_()), pa.array(first, pa.int64())],

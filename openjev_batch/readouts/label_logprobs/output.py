@@ -6,7 +6,7 @@ their answers (`summary.AnswerCounts`) and the summary table's rows."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -64,6 +64,7 @@ def question_records(
             opts = list(q.options) if isinstance(q, QuestionSpec) else None
             out.append(rec(row, q.qid, q.type, error=why, options=opts))
             continue
+        q = cast(QuestionSpec, q)  # a QuestionError is always failed by its id (branches.row_prompt)
         got = [results[it.bid] for it in its]
         tokens = dict(prefix_tokens=got[0][0], branch_tokens=sum(r.prompt_tokens for _, r in got),
                       cached_tokens=sum(r.cached_tokens for _, r in got))  # fmt: skip

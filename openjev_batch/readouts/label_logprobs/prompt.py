@@ -34,6 +34,7 @@ The ids of a row are then put together under the token limits by branches.py.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 from ...core import RowPrompt
 from ...errors import PromptError
@@ -159,13 +160,14 @@ class Prompter:
         i = max((k for k, p in enumerate(pre) if isinstance(p, int)), default=-1)
         self._pre = self._ids(pre[: i + 1])
         self._pre_run = "".join(p for p in pre[i + 1 :] if isinstance(p, str))
-        post = self.text.markup(tail)
+        post = self.text.markup(tail)  # text, id, text, …, text
+        self._post: tuple[int, ...] = ()
         if len(post) == 1:  # no control token after the user content: one run to the answer lead
-            self._post_run, self._post = tail + self.answer_lead, ()
+            self._post_run = tail + self.answer_lead
         else:
-            self._post_run = post[0]
+            self._post_run = cast(str, post[0])
             *rest, last = post[1:]
-            self._post = self._ids([*rest, last + self.answer_lead])
+            self._post = self._ids([*rest, cast(str, last) + self.answer_lead])
 
     def _ids(self, pieces: list[str | int]) -> tuple[int, ...]:
         """Pieces → ids: control ids as they are, each run of text between two of them tokenized as text."""
@@ -221,7 +223,7 @@ class Prompter:
     def question_text(self, q: QuestionSpec) -> str:
         lines = [f"Question: {q.instructions.strip()}", "Options:"]
         for label, name, desc in zip(self.labels, q.options, q.descriptions, strict=False):
-            shown = desc if q.type in ("noul", "score") else (f"{name}: {desc}" if desc else name)
+            shown = (desc or name) if q.type in ("noul", "score") else (f"{name}: {desc}" if desc else name)
             lines.append(f"{label.text}. {shown}")
         lines.append("Reply with the letter of one option.")
         return "\n".join(lines)

@@ -139,5 +139,7 @@ class Variants:
                 for it in items(q)
                 if it.bid in branches
             )
-            out.append((RowPrompt(row.pos, row.id, prefix, ordered, images) if ordered else None, tuple(failed)))
+            # a branch came with a RowPrompt, which set the prefix
+            rp_out = RowPrompt(row.pos, row.id, prefix, ordered, images) if ordered and prefix is not None else None
+            out.append((rp_out, tuple(failed)))
         return out

@@ -12,6 +12,7 @@ branches, `hybrid_lead` such steps in flight, `hybrid_depth` groups in flight wi
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from ....core import BranchResult, Window
@@ -64,7 +65,7 @@ def prefill(backend: Any, window: Window) -> list[list[BranchResult]]:
     return results  # type: ignore[return-value]
 
 
-def _pipelined(backend: Any, rows: list, step) -> None:
+def _pipelined(backend: Any, rows: Sequence[Any], step) -> None:
     """Step k: group k-lead's branches with group k's prefix-only requests (the first `lead`: prefixes only,
     the last `lead`: branches only). Step k is sent once step k-lead has finished, so its branches' prefix
     states are in the radix cache (sglang inserts a finished request before it answers), and `lead` steps
@@ -94,7 +95,7 @@ def _pipelined(backend: Any, rows: list, step) -> None:
 
 
 async def hybrid_step(
-    backend: Any, rows: list, results: list, g: tuple[int, int] | None, nxt: tuple[int, int] | None
+    backend: Any, rows: Sequence[Any], results: list, g: tuple[int, int] | None, nxt: tuple[int, int] | None
 ) -> None:
     """Group g's branches and group nxt's prefix-only requests (one per distinct prefix; either may be None)
     as ONE request batch, branches first: one batch reaches the scheduler as one message, so both go into the

@@ -15,6 +15,8 @@ settings (benchmarks/results/2026-11-29c-h200-sync.md): W1 8B 9.41–9.90 → 9.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def token_ids_logprobs_no_sync(logprobs, token_ids_logprobs: list[list[int] | None]) -> tuple[list, list]:
     """Gather the requested token ids' logprobs per row without a host-device synchronisation.
@@ -49,7 +51,7 @@ def apply() -> bool:
     import importlib
 
     try:
-        lp = importlib.import_module("sglang.srt.layers.logprob_processor")
+        lp: Any = importlib.import_module("sglang.srt.layers.logprob_processor")  # its names vary by release
     except ImportError:  # a release without this module: its own readout runs
         return False
     if not callable(getattr(lp, "get_token_ids_logprobs_batch_optimized", None)):

@@ -26,7 +26,7 @@ def apply_idle_check(interval_s: float = IDLE_CHECK_INTERVAL_S) -> bool:
         ic = importlib.import_module("sglang.srt.managers.scheduler_components.invariant_checker")
     except ImportError:
         return False
-    cls = getattr(ic, "SchedulerInvariantChecker", None)
+    cls: Any = getattr(ic, "SchedulerInvariantChecker", None)
     stock = getattr(cls, "_check_tree_cache", None)
     if not callable(stock):
         return False

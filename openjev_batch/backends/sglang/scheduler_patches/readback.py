@@ -10,7 +10,7 @@ py-spy on the H200 put 59 % of the scheduler's samples on multi-item W2 there
 (profiles/issue19_multi_item_w2.prof.gz, docs/benchmarks.md run d). The product starts one pinned,
 non-blocking copy of all of a batch's such tensors inside `copy_to_cpu` (before sglang records `copy_done`,
 which the result processor waits on), so `.tolist()` reads host memory. Same values (a bitwise copy; the test
-in tests/backends/test_scheduler_patch.py runs sglang's own gather and consumer on both). Measured effect:
+in tests/backends/sglang/test_scheduler_patch.py runs sglang's own gather and consumer on both). Measured effect:
 not yet (benchmarks/gpu.sh issue19b measures it against the stock readback in one run).
 """
 
@@ -97,7 +97,7 @@ def apply_readback() -> bool:
 
     @functools.wraps(stock)
     def copy_to_cpu(self, *args: Any, **kwargs: Any) -> Any:
-        out = getattr(self, "logits_output", None)
+        out: Any = getattr(self, "logits_output", None)
         try:
             host = host_copy_token_ids_logprobs(getattr(out, "input_token_ids_logprobs_val", None))
         except Exception as e:  # noqa: BLE001 - never the scheduler's end: sglang's own readback then

@@ -27,7 +27,8 @@ import contextlib
 import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +45,9 @@ from ..streams import OnProgress, Scored, Todo
 from .cluster import RayOptions, _connect, _domain_error, _gpus, _iter_results
 from .stages import bucket_of, buckets_per_chunk, stage_schema
 from .staging import _records_of, _stage_files, _write_stage, read_stage, stage_dir
+
+if TYPE_CHECKING:
+    from ....config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ class RayRunner:
         return self.cfg.backend
 
     @contextlib.contextmanager
-    def open(self, cfg: Any, readout: Readout):
+    def open(self, cfg: RunConfig, readout: Readout):
         """The staged rows of earlier runs read, the cluster joined (or started: shut down after)."""
         if cfg.output is None:
             raise ConfigError("--ray needs an output path (-o): its staged rows live next to it")
@@ -124,7 +128,7 @@ class RayRunner:
 
     def _read_stage(self) -> None:
         """The rows staged by earlier Ray runs of this job (the store removed another job's), input order."""
-        self.stage = stage_dir(self.cfg.output)
+        self.stage = stage_dir(cast(Path, self.cfg.output))  # a job that writes (--dry-run runs no Ray job)
         self.stage.mkdir(exist_ok=True)
         for tmp in self.stage.glob("*.tmp"):
             tmp.unlink()

@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
+from token_rows import full_forward, make_rows
 
-from openjev_batch.backends.sglang import mis
+from openjev_batch.backends.sglang import fork_releases, mis
 from openjev_batch.backends.sglang.mis import (
     DELIMITER_ID,
     MAX_ITEM_TOKENS,
@@ -122,7 +123,7 @@ def test_exactness():
     assert "sliding" in exactness({"architectures": ["LlamaForCausalLM"], "sliding_window": 4096})
     # the Qwen3.5/3.6 hybrids (GDN + M-RoPE) are exact only through the product's state fork, on its sglang
     for arch in ("Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"):
-        for release in mis.FORK_SGLANG:  # every release the extra installs
+        for release in fork_releases.FORK_SGLANG:  # every release the extra installs
             assert exactness({"architectures": [arch]}, release) is None
         assert mis.needs_fork({"architectures": [arch]})
         for outside in ("0.5.16", "0.5.24"):
@@ -173,8 +174,6 @@ def mis_forward(model, pk):
 
 def test_packed_request_equals_separate_requests_on_the_tiny_qwen3(hf_backend):
     """The pack's layout + sglang's multi-item semantics give each item its own request's label logprobs."""
-    from test_backends import full_forward, make_rows
-
     model = hf_backend.model
     rows = make_rows(n_rows=3, n_q=3, shared=(500, 501, 502))
     rows += [RowPrompt(9, "dup", rows[0].prefix, rows[1].branches)]  # same prefix as row 0: one pack

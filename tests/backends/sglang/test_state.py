@@ -1,6 +1,6 @@
 """The recurrent-state budget of hybrid models (backends/sglang/state.py): pure, no engine."""
 
-from pipeline.test_plan import row
+from token_rows import row
 
 from openjev_batch.backends.sglang.state import (
     StateBudget,
