@@ -149,6 +149,10 @@ def test_the_readmes_vision_model_recipe_runs_images_on_a_cpu(tmp_path):
         capture_output=True, text=True, cwd=ROOT, timeout=600,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr[-2000:]
+    # issue 48.17: it says what it does while it works (stderr; stdout holds the two paths)
+    steps = [ln for ln in made.stderr.splitlines() if ln[:4] in ("1/3 ", "2/3 ", "3/3 ")]
+    assert [s[:3] for s in steps] == ["1/3", "2/3", "3/3"] and "a random Qwen3-VL" in steps[1], made.stderr
+    assert made.stdout.split() == [str(model), str(example)]
     out = tmp_path / "out_images.parquet"
     r = cli("run", example / "rows.jsonl", "-q", example / "questions.yaml", "-m", model, "-b", "hf", "-o", out,
             "--no-progress")  # fmt: skip

@@ -662,3 +662,8 @@ def test_a_run_leaves_no_torchinductor_folder_in_tmpdir(tiny_model, tmp_path):
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert list(tmp.iterdir()) == [] and (cache / "torchinductor").is_dir()
+    # issue 48.12: --dry-run said nothing until its table (51-157 s at load): its first line says what it does
+    assert r.stderr.splitlines()[0].startswith(
+        f"--dry-run: planning every row of {EXAMPLES / 'tickets.jsonl'} with the model's tokenizer alone (no "
+        "weights load, nothing is written)"
+    ), r.stderr
