@@ -663,8 +663,8 @@ def test_calibration_messages_are_plain_lines_and_a_dry_run_says_what_a_raw_file
     bad.write_text(json.dumps({"format": "openjev-calibration/1", "questions": {"a\nforged": entry}}))
     dry = ("run", src, "-q", qs, "-m", tiny_model, "-b", "hf", "--dry-run", "--limit", "2")
     r = cli(*dry, "--calibration", bad)
-    assert r.returncode == 4 and r.stderr.count("\n") == 1, r.stderr
-    assert r.stderr == (f"error: --calibration {bad}: questions.a\\nforged: temperature: missing (an entry needs "
+    assert r.returncode == 4 and r.stderr.startswith("--dry-run: planning every row") and r.stderr.count("\n") == 2
+    assert r.stderr.splitlines(keepends=True)[1] == (f"error: --calibration {bad}: questions.a\\nforged: temperature: missing (an entry needs "
                         "type, options, temperature and abstain_below (multi: threshold))\n")  # fmt: skip
     raw = tmp_path / "raw.json"
     raw.write_text(json.dumps({"format": "openjev-calibration/1", "unfitted": "raw",

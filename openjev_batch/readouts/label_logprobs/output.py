@@ -163,7 +163,7 @@ def _entry(cal: Calibration | None, qid: str) -> str:
     e = cal.entries.get(qid) if cal is not None else None
     if e is None:
         return ""
-    if e.qtype == "multi":
+    if e.type == "multi":
         return f" (labels chosen at P(yes) ≥ {e.threshold:.3f})"
     return f" (top calibrated probability below {e.abstain_below:.3f}, T = {e.temperature:.3f})"
 
