@@ -145,8 +145,8 @@ def _engine_options(command: str):
             annotation = next((t for t in typing.get_args(o.type) if t is not type(None)), o.type)
             default = o.default
         # a repeatable key=value pair: typer's own metavar read `<list[str]>` (issue 48.15)
-        pairs = {"metavar": "KEY=VALUE"} if isinstance(o.default, dict) else {}
-        info = typer.Option(default, o.cli_flag, help=o.help, **pairs)
+        metavar = "KEY=VALUE" if isinstance(o.default, dict) else None
+        info = typer.Option(default, o.cli_flag, help=o.help, metavar=metavar)
         return inspect.Parameter(
             o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info, annotation=annotation
         )
