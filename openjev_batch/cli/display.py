@@ -45,6 +45,7 @@ def _print_plan(p, command: str = "run") -> None:
     plans = p.by_backend.items()  # the run's backend first
     for k, v in [
         *([("model", p.model)] if p.model else []),
+        *([("prompt layout", p.layout)] if p.layout else []),
         # the pattern each backend would use: another backend's said so (a new-user trial read it as this run's)
         *((f"request pattern{'' if n == this else f', if run on {n}'}", b.pattern) for n, b in plans if b.pattern),
         ("rows", f"{p.rows:,}"),

@@ -16,6 +16,10 @@ from .app import EXIT_FAILED, _fail, app, err
 from .job_options import ENGINE, READOUT, _engine_options, _expand, _readout_options, job_flag
 from .options import BACKEND, _resolve, _text_or_file, apply_threads_option
 
+# serve's prompt layout when --layout is not given (run's and the API's is transcript: README "Prompt layouts")
+SERVE_LAYOUT = "systemone"
+LAYOUT_NOTE = {"systemone": " (the seed's prompt; --layout transcript for run's default)",
+               "transcript": " (run's default prompt; the seed's is --layout systemone)"}  # fmt: skip
 LIMITS = Limits()  # where serve's request limits go (`_limit_options`); never a CLI option itself
 
 
@@ -98,10 +102,14 @@ def run_server(stop, model: str, backend: str, questions: Path | None, opts: dic
     try:
         if opts.get("system_prompt") is not None:
             opts["system_prompt"] = _text_or_file(opts["system_prompt"], "--system-prompt")
+        if opts.get("layout") is None:  # the seed's prompt, so a seed client gets the seed's numbers
+            opts["layout"] = SERVE_LAYOUT
         clf = Classifier(_resolve(model), backend, **opts, **engine)
         cfg, readouts = held_readouts(clf, questions)  # the -q questions checked as `run` checks them
+        layout = f" · prompt layout: {opts['layout']}{LAYOUT_NOTE[opts['layout']]}"  # named on the start-up line
         code = serve_forever(clf, cfg, readouts, limits, host, port, model, stop,
-                             lambda s: err.print(s, markup=False, highlight=False))  # fmt: skip
+                             lambda s: err.print(s + (layout if s.startswith("serving ") else ""), markup=False,
+                                                 highlight=False))  # fmt: skip
     except OpenjevError as e:
         if clf is not None:
             clf.close()

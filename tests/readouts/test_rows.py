@@ -51,7 +51,9 @@ def test_question_errors_name_the_field():
     assert "choice needs 2–64 options, got 65" in e.error
     # issue 34.18: a noul description that is not text was taken as the option's text (choice's were checked)
     e = parse_question("r", {"type": "noul", "instructions": "x", "criteria": {"true": 5}})
-    assert isinstance(e, QuestionError) and e.error == "questions.r.criteria.true: description must be a string or null"
+    assert isinstance(e, QuestionError) and e.error == (
+        "questions.r.criteria.true: description must be a string, a JSON object or array, or null"
+    )
 
 
 def test_question_normal_forms():

@@ -24,9 +24,10 @@ NUMBERS = ("probs", "p_true", "score", "confidence", "label_mass", "order_spread
 
 @pytest.fixture(scope="module")
 def server(tiny_model, tmp_path_factory):
-    """One server for the module: the ticket questions by id, 64 requests at once, at most 16 a batch."""
+    """One server for the module: the ticket questions by id, 64 requests at once, at most 16 a batch; run's
+    prompt layout (its rows' answer leads have none in the seed's)."""
     s = Server(tmp_path_factory.mktemp("serve"), "-m", str(tiny_model), "-b", "hf", "-q", str(QUESTIONS),
-               "--max-concurrent", "64", "--max-batch", "16")  # fmt: skip
+               "--max-concurrent", "64", "--max-batch", "16", "--layout", "transcript")  # fmt: skip
     yield s
     assert s.stop() == 143, s.log
     assert "Traceback" not in s.log, s.log
@@ -298,7 +299,8 @@ def test_clients_stalled_mid_body_hold_no_slot_and_get_408(tiny_model, tmp_path)
 
 def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
     """SIGTERM while a request waits for the engine: it is answered (with --calibration's columns, equal to
-    `run --calibration`'s), new connections are refused, and the server exits 143."""
+    `run --calibration`'s), new connections are refused, and the server exits 143. The server's default layout
+    is the seed's: its answers are `run --layout systemone`'s."""
     cal = tmp_path / "calibration.json"
     cal.write_text(json.dumps({"format": "openjev-calibration/1", "questions": {
         "refund_request": {"type": "noul", "options": ["true", "false"], "temperature": 2.0, "abstain_below": 0.7},
@@ -306,7 +308,7 @@ def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
                                                    "shipping", "other"], "temperature": 0.5, "abstain_below": 0.3},
         "urgency": {"type": "score", "options": ["0", "1", "2", "3", "4"], "temperature": 1.5, "abstain_below": 0.9},
     }}))  # fmt: skip
-    want = run_rows(tiny_model, tmp_path, tickets(2), "-q", QUESTIONS, "--calibration", cal)
+    want = run_rows(tiny_model, tmp_path, tickets(2), "-q", QUESTIONS, "--calibration", cal, "--layout", "systemone")
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "hf", "-q", str(QUESTIONS), "--calibration", str(cal),
                "--batch-wait-ms", "4000")  # fmt: skip
     got = {}
@@ -324,6 +326,7 @@ def test_sigterm_mid_request_answers_it_then_exits_143(tiny_model, tmp_path):
     with pytest.raises(httpx.TransportError):
         s.post(tickets(1)[0], timeout=5)
     assert "stopped (SIGTERM)" in s.log and "Traceback" not in s.log
+    assert "prompt layout: systemone (the seed's prompt" in s.log
 
 
 def test_a_port_in_use_is_one_line(tiny_model, tmp_path):
@@ -350,6 +353,7 @@ def test_port_0_names_the_port_the_system_gave(tiny_model, tmp_path):
             line = p.stderr.readline()
             assert line or p.poll() is None, "the server ended before serving"
         port = int(line.split("http://127.0.0.1:", 1)[1].split()[0])
+        assert "prompt layout: systemone" in line  # serve's default, named on its start-up line
         assert port > 0
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).json()["status"] == "ok"
     finally:

@@ -27,7 +27,7 @@ from ..rows_images import image_key, input_has_image_column
 from .calibration import Calibration, load_calibration
 from .items import with_debias
 from .leads import lead_problem
-from .options import LabelLogprobsOptions
+from .options import SYSTEMONE, TRANSCRIPT, LabelLogprobsOptions
 from .output import (
     CALIBRATED_SCHEMA,
     OUTPUT_SCHEMA,
@@ -37,6 +37,7 @@ from .output import (
     token_totals,
 )
 from .prompt import INSTRUCTIONS, Prompter
+from .prompt_systemone import UNSUPPORTED, SystemOnePrompter, state_key
 from .prompt_variants import Variants
 from .questions import MAX_QUESTIONS_FILE_BYTES, QuestionError, QuestionSpec, load_questions
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
@@ -62,6 +63,7 @@ class LabelLogprobs(Readout):
     calibration: Calibration | None = None
     # --debias-order: choice/score questions without their own `debias` (items.py); its default is the option's
     debias_order: int = LabelLogprobsOptions.model_fields["debias_order"].default
+    layout: str = TRANSCRIPT  # --layout: the prompt (transcript: prompt.py; systemone: prompt_systemone.py)
 
     backend_kind = "label-logprobs"
     unit = "branches"
@@ -97,7 +99,10 @@ class LabelLogprobs(Readout):
         if opts.calibration is not None:
             calibration = load_calibration(opts.calibration)  # raises ConfigError naming the file
         own: dict[str, Any] = dict(system_prompt=opts.system_prompt, image_root=root, image_input=image_input,
-                   calibration=calibration, debias_order=opts.debias_order)  # fmt: skip
+                   calibration=calibration, debias_order=opts.debias_order, layout=opts.layout)  # fmt: skip
+        if opts.layout == SYSTEMONE and opts.system_prompt is not None:
+            raise ConfigError("--system-prompt is the transcript layout's system message; under --layout "
+                              "systemone a row's own system message is its system turn")  # fmt: skip
         if not isinstance(opts.questions, Path):
             out = cls(opts.questions, keep, **own)
         else:
@@ -158,18 +163,19 @@ class LabelLogprobs(Readout):
     def prefix_key(self, row: Row | RowError) -> str:
         # The prefix is the chat template over the fixed instructions and this text (prompt.py), and the
         # row's images (their content hashes: two rows with one text and other images share no prefix).
-        return image_key(row, Prompter.body(row)) if isinstance(row, Row) else ""
+        if not isinstance(row, Row):
+            return ""
+        return image_key(row, state_key(row) if self.layout == SYSTEMONE else Prompter.body(row))
 
     def problems(self, row: Row) -> list[str]:
         return [q.error for q in row.questions if isinstance(q, QuestionError)]
 
-    def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> Variants:
+    def prompter(self, tokenizer, max_branch_tokens: int | None = None) -> Variants | SystemOnePrompter:
+        limit = min(MAX_BRANCH_TOKENS, max_branch_tokens or MAX_BRANCH_TOKENS)
+        if self.layout == SYSTEMONE:
+            return self._systemone(tokenizer, limit)
         # per-question answer leads and worked examples (prompt_variants) around the default Prompter
-        base = Prompter(
-            tokenizer,
-            self.system_prompt or INSTRUCTIONS,
-            max_branch_tokens=min(MAX_BRANCH_TOKENS, max_branch_tokens or MAX_BRANCH_TOKENS),
-        )
+        base = Prompter(tokenizer, self.system_prompt or INSTRUCTIONS, max_branch_tokens=limit)
         if self.image_input:
             base.images.check()  # ConfigError at start for a text-only model
         for q in self.questions or ():  # shared questions: a lead holding this model's control token is the
@@ -179,6 +185,18 @@ class LabelLogprobs(Readout):
             ):
                 raise ConfigError(f"questions.{q.qid}.answer_lead: {why}")
         return Variants(base)
+
+    def _systemone(self, tokenizer, limit: int) -> SystemOnePrompter:
+        """The seed's layout; shared questions it cannot ask (an answer lead, worked examples) are the job's
+        error at start, not every row's."""
+        if self.image_input:
+            raise ConfigError("--layout systemone reads text states only: the input has an image column "
+                              "(use --layout transcript)")  # fmt: skip
+        for q in self.questions or ():
+            if isinstance(q, QuestionSpec) and (q.answer_lead is not None or q.examples):
+                key = "answer_lead" if q.answer_lead is not None else "examples"
+                raise ConfigError(f"questions.{q.qid}.{key}: {UNSUPPORTED}")
+        return SystemOnePrompter(tokenizer, max_branch_tokens=limit)
 
     def records(self, row: Row, results: RowResults, failed: RowFailures) -> list[dict[str, Any]]:
         return question_records(row, results, failed, self.calibration, self._rec)
@@ -196,6 +214,8 @@ class LabelLogprobs(Readout):
         if self.system_prompt is not None:  # only when set: partials made before the option still resume
             used = self.system_prompt.strip()  # as the prompt uses it: a file's trailing newline is no change
             key["system_prompt_sha256"] = hashlib.sha256(used.encode()).hexdigest()
+        if self.layout != TRANSCRIPT:  # only when set: partials made before the option still resume
+            key["layout"] = self.layout
         if self.debias_order > 1:  # only when set: partials made before the option still resume
             key["debias_order"] = self.debias_order
         if self.calibration is not None:  # the file's content: a refitted file must not mix answers

@@ -29,8 +29,9 @@ def candidates() -> list[str]:
     return list(ascii_uppercase) + ["".join(p) for p in product(ascii_uppercase, repeat=2)]
 
 
-def select_labels(tokenizer, context: str, n: int = MAX_LABELS) -> tuple[Label, ...]:
-    """The first `n` candidates that are one verified token after `context`.
+def select_labels(tokenizer, context: str, n: int = MAX_LABELS, joiner: str = " ") -> tuple[Label, ...]:
+    """The first `n` candidates that are one verified token after `context` + `joiner` (" ": the transcript
+    layout's `Answer: A`; "": the systemone layout's `Answer:\nA`).
 
     Shapes: returns exactly `n` labels. Raises LabelError when the tokenizer yields fewer than `n`.
     """
@@ -42,7 +43,7 @@ def select_labels(tokenizer, context: str, n: int = MAX_LABELS) -> tuple[Label, 
     out: list[Label] = []
     seen: set[int] = set()
     for text in candidates():
-        ids = enc(context + " " + text)
+        ids = enc(context + joiner + text)
         if len(ids) != len(base) + 1 or ids[: len(base)] != base:
             continue
         t = ids[-1]

@@ -16,6 +16,10 @@ from ..base import ReadoutOptions
 from ..flags import Flag
 from .questions import MAX_QUESTION_BYTES, QuestionSpec, shared_questions
 
+# the prompt layouts (--layout): prompt.py's (run's and the API's default) and prompt_systemone.py's (serve's)
+TRANSCRIPT, SYSTEMONE = "transcript", "systemone"
+LAYOUTS = (TRANSCRIPT, SYSTEMONE)
+
 
 class LabelLogprobsOptions(ReadoutOptions):
     """`questions`: the questions every row is asked: a JSON/YAML file (`run -q`, or the API's path; read when
@@ -27,7 +31,9 @@ class LabelLogprobsOptions(ReadoutOptions):
     `calibration`: a file `calibrate` wrote (per-question temperatures and abstain thresholds; read when the
     readout is built, its sha256 part of the resume key).
     `debias_order`: choice/score options also shown in K − 1 more cyclic orders, averaged (items.py); part
-    of the resume key when > 1."""
+    of the resume key when > 1.
+    `layout`: the prompt, `transcript` (prompt.py) or `systemone` (prompt_systemone.py, the seed's); part of
+    the resume key when not `transcript`. `serve` defaults to `systemone` (cli/serve.py)."""
 
     questions: Annotated[
         Path | tuple[QuestionSpec, ...] | None,
@@ -48,6 +54,13 @@ class LabelLogprobsOptions(ReadoutOptions):
         Flag("Show choice/score options in K cyclic orders (one more suffix each), average by option; order_spread.",
              also=("eval", "serve")),
     ] = Field(1, ge=1, le=64)  # fmt: skip
+
+    layout: Annotated[
+        str,
+        Flag("The prompt: `transcript` (the conversation quoted in one user turn, option names shown) or `systemone` "
+             "(the seed's: the state's messages in their own roles, then one evaluation turn; descriptions only).",
+             also=("serve",), shown="transcript; serve: systemone"),
+    ] = TRANSCRIPT  # fmt: skip
 
     @field_validator("questions", mode="before")
     @classmethod
@@ -81,6 +94,13 @@ class LabelLogprobsOptions(ReadoutOptions):
         # 0.5 s a row to turn into row errors), so it is refused at once, at the question text's limit
         if v is not None and (n := text_bytes(v)) > MAX_QUESTION_BYTES:
             raise ValueError(f"--system-prompt is {n:,} bytes, limit {MAX_QUESTION_BYTES:,}")
+        return v
+
+    @field_validator("layout")
+    @classmethod
+    def _layout(cls, v: str) -> str:
+        if v not in LAYOUTS:
+            raise ValueError(f"unknown layout {v!r}; expected one of {', '.join(LAYOUTS)}")
         return v
 
     def files(self) -> list[tuple[Path, str]]:

@@ -223,7 +223,7 @@ class Prompter:
     def question_text(self, q: QuestionSpec) -> str:
         lines = [f"Question: {q.instructions.strip()}", "Options:"]
         for label, name, desc in zip(self.labels, q.options, q.descriptions, strict=False):
-            shown = desc if q.type in ("noul", "score") else (f"{name}: {desc}" if desc else name)
+            shown = (desc or name) if q.type in ("noul", "score") else (f"{name}: {desc}" if desc else name)
             lines.append(f"{label.text}. {shown}")
         lines.append("Reply with the letter of one option.")
         return "\n".join(lines)

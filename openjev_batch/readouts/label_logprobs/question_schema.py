@@ -14,6 +14,9 @@ MIN_OPTIONS, MAX_OPTIONS = 2, 64
 QUESTION_TYPES = ("noul", "choice", "score", "multi")
 MIN_LABELS = 1  # multi: one yes/no item per label, so one label is a question too (1–64)
 MAX_DEBIAS = MAX_OPTIONS  # `debias: K`: K cyclic option orders, at most one per option
+# a description: text, or a JSON object or array (shown as compact JSON, as the seed shows it)
+DESCRIPTION = (str, dict, list)
+DESCRIPTION_WANTED = "description must be a string, a JSON object or array, or null"
 _WANT = {
     "debias": "the number of option orders K (1 up to the option count)",
     "threshold": "a P(yes) in [0, 1]",
@@ -25,7 +28,8 @@ class _Question(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     type: str
-    instructions: str
+    # text, or a JSON object or array (shown as compact JSON); absent or null: the seed's default instructions
+    instructions: Any = None
     criteria: Any = None
     answer_lead: str | None = None
     examples: list[Any] | None = None
@@ -61,8 +65,10 @@ class _Question(BaseModel):
 
     @field_validator("instructions")
     @classmethod
-    def _nonempty(cls, v: str) -> str:
-        if not v.strip():
+    def _nonempty(cls, v: Any) -> Any:
+        if v is not None and not isinstance(v, str | dict | list):
+            raise ValueError("expected text, or a JSON object or array (shown as compact JSON)")
+        if isinstance(v, str) and not v.strip():
             raise ValueError("must not be empty")
         return v
 
@@ -87,8 +93,8 @@ class _Question(BaseModel):
             for k, v in c.items():
                 if not str(k).strip():
                     raise ValueError("criteria: label names must not be empty")
-                if v is not None and not isinstance(v, str):
-                    raise ValueError(f"criteria.{k}: description must be a string or null")
+                if v is not None and not isinstance(v, DESCRIPTION):
+                    raise ValueError(f"criteria.{k}: {DESCRIPTION_WANTED}")
         elif t == "noul":
             if c is not None and (not isinstance(c, dict) or set(c) - {"true", "false"}):
                 got = f" (got keys {', '.join(map(repr, c))})" if isinstance(c, dict) else ""
@@ -96,8 +102,8 @@ class _Question(BaseModel):
                     f"criteria: noul criteria must be an object with keys 'true' and/or 'false'{got}"
                 )
             for k, v in (c or {}).items():  # a number or list was read as the option's text (issue 34.18)
-                if v is not None and not isinstance(v, str):
-                    raise ValueError(f"criteria.{k}: description must be a string or null")
+                if v is not None and not isinstance(v, DESCRIPTION):
+                    raise ValueError(f"criteria.{k}: {DESCRIPTION_WANTED}")
         elif t == "choice":
             if not isinstance(c, dict):
                 raise ValueError("criteria: choice needs an object mapping option name → description")
@@ -106,13 +112,13 @@ class _Question(BaseModel):
             for k, v in c.items():
                 if not str(k).strip():
                     raise ValueError("criteria: option names must not be empty")
-                if v is not None and not isinstance(v, str):
-                    raise ValueError(f"criteria.{k}: description must be a string or null")
+                if v is not None and not isinstance(v, DESCRIPTION):
+                    raise ValueError(f"criteria.{k}: {DESCRIPTION_WANTED}")
         else:
             if not isinstance(c, list):
                 raise ValueError("criteria: score needs a list of level descriptions, lowest first")
             if not MIN_OPTIONS <= len(c) <= MAX_OPTIONS:
                 raise ValueError(f"criteria: score needs 2–64 levels, got {len(c)}")
-            if not all(isinstance(x, str) for x in c):
-                raise ValueError("criteria: score levels must be strings")
+            if not all(isinstance(x, DESCRIPTION) for x in c):
+                raise ValueError("criteria: score levels must be strings (or JSON objects or arrays)")
         return self

@@ -20,6 +20,8 @@ from ...values import kind_of, no_duplicate_keys, text_bytes, value_problem
 from .question_schema import QUESTION_TYPES, _Question
 
 MAX_QUESTIONS = 64
+# a question without instructions (absent or null) is asked with the seed's default
+DEFAULT_INSTRUCTIONS = "Answer using the options below."
 # 256 KiB of question text is ~2× a 32,768-token branch (refused before any tokenization, as the state is).
 MAX_QUESTION_BYTES = 256 * 2**10
 # A --questions file: all MAX_QUESTIONS questions at their text limit, twice over for markup and escapes.
@@ -165,7 +167,8 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     examples_texts = [
         e["text"] for e in q.examples or () if isinstance(e, dict) and isinstance(e.get("text"), str)
     ]
-    texts = [q.instructions, *_criteria_texts(q.criteria), q.answer_lead or "", *examples_texts]
+    instructions = shown_text(q.instructions)
+    texts = [instructions or "", *_criteria_texts(q.criteria), q.answer_lead or "", *examples_texts]
     if (n := sum(map(text_bytes, texts))) > MAX_QUESTION_BYTES:
         return QuestionError(
             qid, q.type, f"{where}: question text is {n:,} bytes, limit {MAX_QUESTION_BYTES:,}"
@@ -173,17 +176,17 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
     names: tuple[str, ...]
     if q.type == "noul":
         c = q.criteria or {}
-        names, descs = ("true", "false"), (c.get("true") or "Yes", c.get("false") or "No")
+        names, descs = ("true", "false"), (shown_text(c.get("true")) or "Yes", shown_text(c.get("false")) or "No")
     elif q.type in ("choice", "multi"):
-        names, descs = tuple(str(k) for k in q.criteria), tuple(q.criteria.values())
+        names, descs = tuple(str(k) for k in q.criteria), tuple(map(shown_text, q.criteria.values()))
     else:
-        names, descs = tuple(str(i) for i in range(len(q.criteria))), tuple(q.criteria)
+        names, descs = tuple(str(i) for i in range(len(q.criteria))), tuple(map(shown_text, q.criteria))
     try:
         examples = _examples(q.examples, names)
     except ValueError as e:
         return QuestionError(qid, q.type, f"{where}.examples{e}")
     return QuestionSpec(
-        qid, q.type, q.instructions, names, descs, q.answer_lead, examples,  # type: ignore[arg-type]
+        qid, q.type, instructions or DEFAULT_INSTRUCTIONS, names, descs, q.answer_lead, examples,  # type: ignore[arg-type]
         threshold=0.5 if q.type == "multi" and q.threshold is None else q.threshold, debias=q.debias,
     )  # fmt: skip
 
@@ -212,8 +215,16 @@ def _examples(raw: list[Any] | None, names: tuple[str, ...]) -> tuple[tuple[str,
 
 def _criteria_texts(c: Any) -> list[str]:
     if isinstance(c, dict):
-        return [str(x) for kv in c.items() for x in kv if x is not None]
-    return [x for x in c or () if isinstance(x, str)]
+        return [str(k) for k in c] + [shown_text(x) or "" for x in c.values()]
+    return [shown_text(x) or "" for x in c or ()]
+
+
+def shown_text(v: Any) -> str | None:
+    """An instruction or description as the model reads it: text as it is, a JSON object or array as compact
+    JSON (as the seed serializes it), None as None."""
+    if v is None or isinstance(v, str):
+        return v
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
 def parse_questions(raw: Any) -> tuple[QuestionSpec | QuestionError, ...]:

@@ -50,6 +50,9 @@ class Row:
     questions: tuple[QuestionSpec | QuestionError, ...]
     kept: dict[str, Any] = field(default_factory=dict)
     images: tuple[Any, ...] = ()  # the `image` / `images` column's ImageRefs: first in the user turn
+    # a JSON object or list state as compact JSON (the systemone layout's user message; the transcript layout
+    # reads `messages`, its `key: value` lines); None for a string or conversation state
+    record: str | None = None
 
 
 _JSON_CONVERSATION = re.compile(r'^(\{\s*"messages"|\[\s*\{\s*")')
@@ -274,4 +277,10 @@ def parse_row(
         q if isinstance(q, QuestionSpec) else QuestionError(q.qid, q.type, f"row {rid}: {q.error}")
         for q in questions
     )
-    return Row(pos, rid, messages, plain, qs, kept, images)
+    return Row(pos, rid, messages, plain, qs, kept, images, _record(rec["state"]) if plain else None)
+
+
+def _record(state: Any) -> str | None:
+    """A JSON object or list state (not a conversation: the row is plain) as compact JSON, else None."""
+    state = given_fields(state)
+    return _field_text(state) if isinstance(state, dict | list) else None

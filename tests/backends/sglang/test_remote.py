@@ -66,7 +66,8 @@ def test_run_and_serve_drive_a_running_sglang_server(sglang_server, tiny_model, 
         assert all(math.isclose(a, b, abs_tol=1e-5) for a, b in zip(g["probs"], w["probs"], strict=True))
     # serve over the same running server: one request, the same answers; the server outlives both
     s = Server(
-        tmp_path, "-m", str(tiny_model), "-b", "sglang", "--connect", sglang_server, "-q", str(QUESTIONS)
+        tmp_path, "-m", str(tiny_model), "-b", "sglang", "--connect", sglang_server, "-q", str(QUESTIONS),
+        "--layout", "transcript",  # run's default, which `want` is
     )
     try:
         resp = s.post(tickets(1)[0])
