@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import pytest
 from conftest import ROOT, cli, sglang_cpu_env, write_jsonl
-from serve_process import QUESTIONS, Server, free_port, httpx, run_rows, tickets
+from serve_process import QUESTIONS, TRANSCRIPT, Server, free_port, httpx, run_rows, tickets
 
 from openjev_batch.backends.sglang.fork_releases import at_least
 from openjev_batch.backends.sglang.remote import RemoteEngine, connect
@@ -341,7 +341,7 @@ def test_run_and_serve_drive_a_running_sglang_server(sglang_server, tiny_model, 
     # serve over the same running server: one request, the same answers; the server outlives both
     s = Server(
         tmp_path, "-m", str(tiny_model), "-b", "sglang", "--connect", sglang_server, "-q", str(QUESTIONS),
-        "--layout", "transcript",  # run's default, which `want` is
+        *TRANSCRIPT,
     )
     try:
         resp = s.post(tickets(1)[0])
