@@ -159,21 +159,28 @@ def sglang_cpu_env() -> dict[str, str]:
     return {"PYTHONPATH": pp, "SGLANG_USE_CPU_ENGINE": "1"}
 
 
-@pytest.fixture(scope="session")
-def sglang_backend(tiny_model):
-    """One real sglang.Engine (CPU) for the whole test session."""
+def sglang_cpu_engine(model: Path, max_total_tokens: int, readout: str | None = None):
+    """The body of every sglang engine fixture (`yield from` it): one real sglang engine of `model` on the CPU
+    (the test-only sgl_kernel shim, sglang's CPU switch) for `readout`'s backend kind (None: the label
+    readout's), closed at the fixture's end. Skips where sglang is not installed."""
     pytest.importorskip("sglang")
     os.environ.update(sglang_cpu_env())
     if str(SHIMS) not in sys.path:
         sys.path.insert(0, str(SHIMS))
     from openjev_batch.backends import BackendOptions, load_backend
 
-    b = load_backend(
-        "sglang",
-        BackendOptions(model=str(tiny_model), device="cpu", engine_args={"max_total_tokens": 200_000}),
-    )
-    yield b
-    b.close()
+    opts = BackendOptions(model=str(model), device="cpu", engine_args={"max_total_tokens": max_total_tokens})
+    b = load_backend("sglang", opts, *([readout] if readout else []))
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def sglang_backend(tiny_model):
+    """One real sglang.Engine (CPU) for the whole test session."""
+    yield from sglang_cpu_engine(tiny_model, 200_000)
 
 
 @pytest.fixture(scope="session")

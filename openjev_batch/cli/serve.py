@@ -100,7 +100,7 @@ def serve(
     gets the columns and numbers `run` writes for that row."""
     import time
 
-    from ..serve.app import Served, Stop  # lazy: keeps --help fast
+    from ..serve.app import SIGNAL_NAMES, Served, Stop  # lazy: keeps --help fast
 
     served = Served(model, served_model_name or model, api_key or None, time.monotonic(), allow_image_urls)
     stop = Stop()
@@ -109,10 +109,7 @@ def serve(
     opts = dict(readout_opts, max_branches=max_branches)
     code = run_server(stop, served, backend, questions, opts, engine, limits, host, port)
     if code:
-        err.print(
-            f"stopped ({'SIGTERM' if code == 143 else 'SIGINT'}): the requests in flight were answered",
-            markup=False,
-        )
+        err.print(f"stopped ({SIGNAL_NAMES[code]}): the requests in flight were answered", markup=False)
     raise typer.Exit(code)
 
 
