@@ -141,7 +141,7 @@ class CalibrationFile(BaseModel):
     questions: dict[str, CalibrationEntry]
     holdout: dict[str, Any] | None = None
     # the fitted run's --debias-order (issue 48.4); None: not recorded (a hand-made or older file)
-    debias_order: int | None = Field(None, ge=1, le=64, strict=True)
+    debias_order: int | None = Field(default=None, ge=1, le=64, strict=True)
 
     @field_validator("unfitted")
     @classmethod
