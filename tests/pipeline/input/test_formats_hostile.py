@@ -513,3 +513,19 @@ def test_a_csv_of_100000_columns_reads_whole(tmp_path, qfile):
     dup.write_text(",".join([*names, "c5"]) + "\n" + f"r,text,{cells},5\n")
     with pytest.raises(InputFileError, match=r"names column\(s\) 'c5' twice"):
         _rows(dup, questions=QS)
+
+
+def test_a_parquet_struct_with_two_fields_of_one_name_is_one_plain_line(tmp_path, qfile):
+    """Issue 48.8: a struct column whose two fields share a name read pyarrow's "Converting to Python
+    dictionary is not supported when duplicate field names are present"; it says which column and name."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    meta = pa.StructArray.from_arrays([pa.array([1]), pa.array([2])], names=["x", "x"])
+    pq.write_table(pa.table({"id": ["a"], "state": ["hi"], "meta": meta}), tmp_path / "dup.parquet")
+    r = cli("validate", tmp_path / "dup.parquet", "-q", qfile)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert " ".join(r.stderr.split()) == (
+        f"error: {tmp_path / 'dup.parquet'}: cannot read as Parquet: column 'meta': a struct with two fields "
+        "named 'x' (a row is read as a mapping, whose names are unique); rename one"
+    )
