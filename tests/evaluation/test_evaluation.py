@@ -504,3 +504,15 @@ def test_a_stopped_sampled_eval_keeps_its_chunks_and_resumes_to_the_same_predict
     a = pl.read_parquet(out / "predictions.parquet").sort("id")
     b = pl.read_parquet(whole / "predictions.parquet").sort("id")
     assert a.height == 150 and a.select("id", "probs", "answer").equals(b.select("id", "probs", "answer"))
+
+
+def test_a_benchmark_answer_that_is_no_index_is_one_plain_line(tmp_path):
+    """Issue 48.8: an MMLU row with `answer: null` stopped eval with "int() argument must be a string, a
+    bytes-like object or a real number, not 'NoneType'"; it names the row, the column and what it holds."""
+    row = {"question": "2+2?", "subject": "math", "choices": ["3", "4", "5", "6"], "answer": None}
+    bench = tmp_path / "mmlu.jsonl"
+    bench.write_text(json.dumps(row) + "\n")
+    r = cli("eval", bench, "-o", tmp_path / "ev", "-m", "M", "-b", "hf", "--format", "mmlu")
+    assert r.returncode == 4 and "int()" not in r.stderr and "NoneType" not in r.stderr, r.stderr
+    assert "row 0 (mmlu): answer: expected the correct option's index (0, 1, …), got null" in r.stderr, r.stderr
+    assert [tasks._index(v, "answer") for v in (1, 2.0, "3")] == [1, 2, 3]
