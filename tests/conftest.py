@@ -17,21 +17,22 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
-# A test that takes one of these (directly), or calls one of these, runs the real command or a model in a
-# process of its own: each pays the interpreter's, torch's and the model's start-up again (seconds idle, a
-# minute on a loaded machine)
-PROCESS_FIXTURES = {"tiny_model", "tiny_classifier", "tiny_qwen3_6", "sg_env", "cluster", "job"}
+# A test that takes one of these (directly or through another fixture: hf_backend builds tiny_model), or calls
+# one of these, builds a model or runs the real command or a model in a process of its own: each pays the
+# interpreter's, torch's and the model's start-up again (seconds idle, minutes on a loaded machine; issue 48.10:
+# the quick set had run 23 of 487 tests after 15 minutes at load 8–15)
+PROCESS_FIXTURES = {"tiny_model", "tiny_classifier", "tiny_qwen3_6", "tiny_vl", "sg_env", "cluster", "job"}
 PROCESS_CALLS = re.compile(r"\b(cli|start_cli)\(|sys\.executable")
 
 
 def _slow(item, group: str | None) -> bool:
-    """The `slow` set (issue 34.12): the sglang engine, Ray, the packaged real models, and tests that run the
-    real command or a model in another process. `-m "not slow"` (the README's quick command) leaves them out;
-    the full run (`.ci/run`) keeps them."""
-    if group is not None:
+    """The `slow` set (issue 34.12): the sglang engine, Ray, the packaged real models, tests that run the
+    real command or a model in another process, build a model (`heavy`, or a model fixture) or ask the package
+    registry (pip's resolver: 2 min at load 12, issue 48.10). `-m "not slow"` (the README's quick command)
+    leaves them out; the full run (`.ci/run`) keeps them."""
+    if group is not None or item.get_closest_marker("heavy") or item.get_closest_marker("registry"):
         return True
-    args = getattr(getattr(item, "_fixtureinfo", None), "argnames", ())
-    if PROCESS_FIXTURES.intersection(args):
+    if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):  # the fixtures' closure
         return True
     try:
         return bool(PROCESS_CALLS.search(inspect.getsource(item.function)))
@@ -158,21 +159,28 @@ def sglang_cpu_env() -> dict[str, str]:
     return {"PYTHONPATH": pp, "SGLANG_USE_CPU_ENGINE": "1"}
 
 
-@pytest.fixture(scope="session")
-def sglang_backend(tiny_model):
-    """One real sglang.Engine (CPU) for the whole test session."""
+def sglang_cpu_engine(model: Path, max_total_tokens: int, readout: str | None = None):
+    """The body of every sglang engine fixture (`yield from` it): one real sglang engine of `model` on the CPU
+    (the test-only sgl_kernel shim, sglang's CPU switch) for `readout`'s backend kind (None: the label
+    readout's), closed at the fixture's end. Skips where sglang is not installed."""
     pytest.importorskip("sglang")
     os.environ.update(sglang_cpu_env())
     if str(SHIMS) not in sys.path:
         sys.path.insert(0, str(SHIMS))
     from openjev_batch.backends import BackendOptions, load_backend
 
-    b = load_backend(
-        "sglang",
-        BackendOptions(model=str(tiny_model), device="cpu", engine_args={"max_total_tokens": 200_000}),
-    )
-    yield b
-    b.close()
+    opts = BackendOptions(model=str(model), device="cpu", engine_args={"max_total_tokens": max_total_tokens})
+    b = load_backend("sglang", opts, *([readout] if readout else []))
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def sglang_backend(tiny_model):
+    """One real sglang.Engine (CPU) for the whole test session."""
+    yield from sglang_cpu_engine(tiny_model, 200_000)
 
 
 @pytest.fixture(scope="session")

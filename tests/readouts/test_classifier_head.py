@@ -31,7 +31,7 @@ from openjev_batch.readouts.classifier_head.rows import ClsRow, parse_cls_row
 from openjev_batch.readouts.classifier_head.template import DEFAULT_TEMPLATE, Template
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: conftest, tiny
-from conftest import EXAMPLES, SHIMS, cli, sglang_cpu_env, write_jsonl  # noqa: E402
+from conftest import EXAMPLES, cli, sglang_cpu_engine, write_jsonl  # noqa: E402
 from tiny import ID2LABEL  # noqa: E402
 
 LABELS = tuple(ID2LABEL.values())
@@ -59,16 +59,7 @@ def classify(backend, window):
 @pytest.fixture(scope="session")
 def sglang_cls(tiny_classifier):
     """The one sglang classifier engine (CPU) of the session."""
-    pytest.importorskip("sglang")
-    os.environ.update(sglang_cpu_env())
-    if str(SHIMS) not in sys.path:
-        sys.path.insert(0, str(SHIMS))
-    b = load_classifier(
-        "sglang",
-        BackendOptions(model=str(tiny_classifier), device="cpu", engine_args={"max_total_tokens": 16_384}),
-    )
-    yield b
-    b.close()
+    yield from sglang_cpu_engine(tiny_classifier, 16_384, "classifier-head")
 
 
 def flat(rows) -> list[float]:

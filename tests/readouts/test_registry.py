@@ -199,3 +199,66 @@ def test_a_readout_option_is_declared_once(flag):
         assert (same.default, same.metadata) == (field.default, field.metadata)
     for fn in (Classifier.__init__, Classifier.run):
         assert name not in inspect.signature(fn).parameters
+
+
+# the third readout's own command, as `classify` is written (cli/run.py), registered before the CLI loads; argv[1:]
+# is the command line
+ECHO_CLI = """
+import sys
+from pathlib import Path
+
+import typer
+
+from openjev_batch import config, readouts
+
+readouts.READOUTS.lazy("echo", "echo_voice:Echo")
+readouts.NAMES = config.NAMES = (*readouts.NAMES, "echo")
+from openjev_batch.cli import app, main
+from openjev_batch.cli.job_options import ENGINE, JOB, READOUT, _engine_options, job_flag
+from openjev_batch.cli.options import BACKEND
+from openjev_batch.cli.run import _run_job
+
+@app.command()
+@_engine_options("echo")
+def echo(input: Path = typer.Argument(...), output: Path = typer.Option(None, "-o"),
+         model: str = typer.Option(..., "-m"), backend: str = BACKEND, readout_opts: dict = READOUT,
+         keep: str = job_flag("keep", "echo"), engine: dict = ENGINE, job: dict = JOB) -> None:
+    _run_job("echo", dict(input=input, output=output, model=model, backend=backend, readout="echo", keep=keep,
+                          **readout_opts, **engine), job)
+
+sys.argv = ["openjev-batch", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_third_readout_runs_a_job_through_its_command_and_the_loop(tiny_model, tmp_path):
+    """The third readout end to end: its module and its command, with no edit to the package, read a file
+    through the job's loop on the tiny model and write every record; its own option reaches the prompt
+    (`--echo-voice` is the system prompt): the numbers equal `run --system-prompt` with that text, and differ
+    from `run` without it."""
+    import pyarrow.parquet as pq
+    from conftest import EXAMPLES, cli, write_jsonl
+
+    (tmp_path / "echo_voice.py").write_text(ECHO)
+    rows = [{"id": "a", "state": "my invoice is wrong"}, {"id": "b", "state": "the site is down, help"}]
+    src = write_jsonl(tmp_path / "in.jsonl", rows)
+    q = EXAMPLES / "ticket_questions.yaml"
+    common = ["-q", q, "-m", tiny_model, "-b", "hf", "--device", "cpu", "--threads", "1", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1"}  # fmt: skip
+    voice = "Speak like a pirate."
+    r = subprocess.run([sys.executable, "-c", ECHO_CLI, "echo", src, "-o", tmp_path / "echo.parquet",
+                        "--echo-voice", voice, *map(str, common)],
+                       capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    echo = pq.read_table(tmp_path / "echo.parquet").to_pylist()
+    for name, extra in (("pirate", ["--system-prompt", voice]), ("plain", [])):
+        r = cli("run", src, "-o", tmp_path / f"{name}.parquet", *common, *extra)
+        assert r.returncode == 0, r.stderr
+    pirate, plain = (pq.read_table(tmp_path / f"{n}.parquet").to_pylist() for n in ("pirate", "plain"))
+    n_questions = len([k for k in pirate if k["id"] == "a"])
+    assert len(echo) == len(rows) * n_questions > 0 and all(x["error"] is None for x in echo)
+    assert [(x["id"], x["question_id"], x["probs"]) for x in echo] == [
+        (x["id"], x["question_id"], x["probs"]) for x in pirate
+    ]
+    assert [x["probs"] for x in echo] != [x["probs"] for x in plain]  # the option reached the prompt

@@ -48,6 +48,12 @@ class RemoteEngine:
     ends within `deadline_s` (wall clock, retries included) or raises BackendError naming the URL."""
 
     def __init__(self, url: str, deadline_s: float = 120.0):
+        try:  # core dependencies, imported here: only --connect needs them
+            import httpx  # noqa: F401
+            import tenacity  # noqa: F401
+        except ImportError as e:  # a plain install once lacked httpx, and the message blamed the server
+            raise BackendError(f"--connect needs the Python package {e.name}, a dependency of openjev-batch: "
+                               f"pip install {e.name}") from None  # fmt: skip
         self.url = url.rstrip("/")
         self.deadline_s = deadline_s
         self.loop = asyncio.new_event_loop()

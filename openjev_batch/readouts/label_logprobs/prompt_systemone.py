@@ -221,7 +221,8 @@ class SystemOnePrompter:
             why = f"row {row.id}: state: {layout}"
         if why is not None or isinstance(layout, str):
             return None, tuple(Failed(q.qid, why or "") for q in row.questions)
-        fails, suffixes = [], {}
+        fails: list[Failed] = []
+        suffixes: dict[str, tuple[int, ...]] = {}
         for q in specs:
             if q.answer_lead is not None or q.examples:
                 key = "answer_lead" if q.answer_lead is not None else "examples"

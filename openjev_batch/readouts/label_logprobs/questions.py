@@ -174,6 +174,7 @@ def parse_question(qid: str, raw: Any) -> QuestionSpec | QuestionError:
             qid, q.type, f"{where}: question text is {n:,} bytes, limit {MAX_QUESTION_BYTES:,}"
         )
     names: tuple[str, ...]
+    descs: tuple[str | None, ...]
     if q.type == "noul":
         c = q.criteria or {}
         names, descs = ("true", "false"), (shown_text(c.get("true")) or "Yes", shown_text(c.get("false")) or "No")

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import sglang_cpu_env, write_jsonl
+from conftest import sglang_cpu_engine, sglang_cpu_env, write_jsonl
 from PIL import Image
 
 from openjev_batch.backends import BackendOptions, load_backend
@@ -156,19 +156,7 @@ def pictures(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def sglang_vl(tiny_qwen3_vl):
     """One CPU engine for this module (closed at its end, so no second engine outlives it)."""
-    pytest.importorskip("sglang")
-    import os
-    import sys
-
-    from conftest import SHIMS
-
-    os.environ.update(sglang_cpu_env())
-    if str(SHIMS) not in sys.path:
-        sys.path.insert(0, str(SHIMS))
-    b = load_backend("sglang", BackendOptions(model=str(tiny_qwen3_vl), device="cpu",
-                                              engine_args={"max_total_tokens": 200_000}))  # fmt: skip
-    yield b
-    b.close()
+    yield from sglang_cpu_engine(tiny_qwen3_vl, 200_000)
 
 
 @pytest.fixture(scope="module")
