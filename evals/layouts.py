@@ -123,7 +123,7 @@ def main() -> None:
         for lay, out in outs.items():
             results[name][lay]["errors"] = sum(r["error"] is not None for r in pq.read_table(out).to_pylist())
     (a.out / "table.json").write_text(json.dumps(results, indent=1) + "\n")
-    rows = f"`boolq{a.suffix}.jsonl`, `sst2{a.suffix}.jsonl` ({a.data.name}/)"
+    rows = ", ".join(f"`{name}{a.suffix}.jsonl`" for name in results) + f" ({a.data.name}/)"
     (a.out / "table.md").write_text(table(results, a.model, rows))
     print(table(results, a.model, rows))
 
