@@ -71,13 +71,13 @@ def rows(n: int, tag: str) -> list[dict]:
     return [tagged(base[i % len(base)], f"{tag}{i:03d}] ") for i in range(n)]
 
 
-def run_jobs(model: str, backend: str, threads: int, n: int) -> dict:
+def run_jobs(model: str, backend: str, threads: int, n: int, layout: str) -> dict:
     """`run` through the Python API on a held-open Classifier: a warm-up job, the N rows, the first 16."""
     import openjev_batch as ob
 
     q = str(EXAMPLES / "ticket_questions.yaml")
     t = time.perf_counter()
-    clf = ob.Classifier(model, backend, threads=threads)
+    clf = ob.Classifier(model, backend, threads=threads, layout=layout)
     out: dict = {"load_s": round(time.perf_counter() - t, 1)}
     try:
         clf.run(rows(4, "[warm "), q, output="arrow")
@@ -161,7 +161,7 @@ def serve_rounds(a, out: dict, save) -> None:
     port = free_port()
     cmd = [sys.executable, "-m", "openjev_batch", "serve", "-m", a.model, "-b", a.backend, "-q",
            str(EXAMPLES / "ticket_questions.yaml"), "--port", str(port), "--threads", str(a.threads),
-           "--max-concurrent", str(max(a.clients)), *a.serve_arg]  # fmt: skip
+           "--max-concurrent", str(max(a.clients)), "--layout", a.layout, *a.serve_arg]  # fmt: skip
     out["serve_command"] = " ".join(cmd[1:])
     log = open(Path(a.out).with_suffix(".serve.log"), "w")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT, env=os.environ)
@@ -213,8 +213,10 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=32, help="rows of the run job; serve rounds send up to 64")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--threads", type=int, default=1, help="torch threads, both ways (the machine is shared)")
+    ap.add_argument("--layout", default="transcript", help="the prompt layout, both ways (serve's default differs)")
     ap.add_argument("--serve-arg", action="append", default=[], help="one more serve flag (repeat)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results" / f"{time.strftime('%Y-%m-%d')}-cpu-serve-load.json"))
+    ap.add_argument("--run-from", metavar="RESULTS", help="take run's jobs from an earlier results file")
     ap.add_argument("--verdict", metavar="RESULTS", help="recompute the comparison of a results file, no run")
     a = ap.parse_args()
     if a.verdict:
@@ -223,13 +225,16 @@ def main() -> None:
         Path(a.verdict).write_text(json.dumps(out, indent=1) + "\n")
         return
     out: dict = {"what": "serve under load vs run, same rows (benchmarks/serve_load.py)", "model": a.model,
-                 "backend": a.backend, "threads": a.threads, "rows": a.rows, "machine_before": machine(),
+                 "backend": a.backend, "layout": a.layout, "threads": a.threads, "rows": a.rows, "machine_before": machine(),
                  "serve": {}}  # fmt: skip
 
     def save() -> None:
         Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
 
-    out["run"] = run_jobs(a.model, a.backend, a.threads, a.rows)
+    if a.run_from:  # `run`'s jobs from an earlier results file (the same rows, model and threads)
+        out["run"] = {**json.loads(Path(a.run_from).read_text())["run"], "from": Path(a.run_from).name}
+    else:
+        out["run"] = run_jobs(a.model, a.backend, a.threads, a.rows, a.layout)
     print(json.dumps(out["run"]), flush=True)
     save()
     serve_rounds(a, out, save)

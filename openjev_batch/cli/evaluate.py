@@ -49,7 +49,9 @@ def eval_(
     readout_opts: dict = READOUT,
     show_prompt: int = show_prompt_option("questions"),
     seed: int = typer.Option(42, help="Seed of --sample and of the --calibrate split."),
-    calibrate: float = typer.Option(None, help="Fit one temperature on this share, report the rest scaled."),
+    calibrate: float = typer.Option(
+        None, help="Fit one temperature on this share (between 0 and 1, exclusive), report the rest scaled."
+    ),
     engine: dict = ENGINE,
     force: bool = typer.Option(False, "--force", help="Overwrite a non-empty output folder."),
     job: dict = JOB,

@@ -52,6 +52,8 @@ def job_flag(name: str, command: str):
         default = None if kind is None else getattr(kind, name)
         if kind is None:
             shown = "the readout's: " + ", ".join(f"{getattr(readout_class(n), name)} {n}" for n in NAMES)
+            if name == "chunk_rows":  # eval's is a share of its questions (evaluation/run.eval_chunk_rows)
+                shown = f"a 20th of the questions, at least 32, at most the readout's ({shown.split(': ', 1)[1]})"
     return typer.Option(default, o.cli_flag, help=o.help_for(command), show_default=shown, **o.cli)
 
 
@@ -142,22 +144,27 @@ def _engine_options(command: str):
         else:
             annotation = next((t for t in typing.get_args(o.type) if t is not type(None)), o.type)
             default = o.default
-        info = typer.Option(default, o.cli_flag, help=o.help)
+        # a repeatable key=value pair: typer's own metavar read `<list[str]>` (issue 48.15)
+        metavar = "KEY=VALUE" if isinstance(o.default, dict) else None
+        info = typer.Option(default, o.cli_flag, help=o.help, metavar=metavar)
         return inspect.Parameter(
             o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info, annotation=annotation
         )
 
-    config = inspect.Parameter(
-        "config", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
-        default=typer.Option(
-            None, "--config", is_eager=True, callback=load_job_file, dir_okay=False,
-            help="A JSON/YAML file of this command's options (`chunk-rows: 512`, `input`, `model` too); "
-            "flags given here override it.",
-        ),
-    )  # fmt: skip
+    def config(own) -> inspect.Parameter:
+        # keys the command takes: serve (no input, no chunks) was offered `chunk-rows` and `input` (issue 48.15)
+        keys = "`chunk-rows: 512`, `input`, `model` too" if "input" in own else "`port: 8000`, `model` too"
+        return inspect.Parameter(
+            "config", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
+            default=typer.Option(
+                None, "--config", is_eager=True, callback=load_job_file, dir_okay=False,
+                help=f"A JSON/YAML file of this command's options ({keys}); flags given here override it.",
+            ),
+        )  # fmt: skip
 
     def deco(f):
         own = inspect.signature(f).parameters
+        extra = [config(own)]
         if "readout_opts" in own:
             f = _readout_options(command)(f)
         if "job" in own:
@@ -174,7 +181,7 @@ def _engine_options(command: str):
                     _fail(e)
             return f(**kw, engine=engine)
 
-        return _expand(f, wrapper, "engine", [option(o) for o in declared], [config])
+        return _expand(f, wrapper, "engine", [option(o) for o in declared], extra)
 
     return deco
 

@@ -109,10 +109,10 @@ class Service:
     async def evaluate(self, row: Any, gone: Any = None) -> Answer:
         """`row`'s answer, on the event loop. Admission: past `--max-concurrent` requests in flight a 529 with
         Retry-After (the body was parsed before: a malformed one is a 422 however full the server is), and when
-        the engine's measured speed says the queue ahead outlasts `--timeout` (a 504 foreseen). Past
-        `--timeout` a 504; `gone()` (None: not watched) makes an awaitable that ends when the client leaves. Either way
-        the request is dropped from the queue: the engine never computes an answer nobody waits for. Raises
-        HTTPError."""
+        the engine's measured speed says the queue ahead holds more than half of `--timeout` (a 504 foreseen:
+        batching.BatchBudget.too_busy). Past `--timeout` a 504; `gone()` (None: not watched) makes an awaitable
+        that ends when the client leaves (a 499 nobody reads). Either way the request is dropped from the queue:
+        the engine never computes an answer nobody waits for. Raises HTTPError."""
         lim = self.limits
         if self.in_flight >= lim.max_concurrent:
             raise HTTPError(529, f"{lim.max_concurrent} in evaluation, the most requests this server takes at "

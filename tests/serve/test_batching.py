@@ -49,10 +49,10 @@ def test_the_backlog_is_the_requests_at_their_measured_engine_time():
     assert b.s_per_request == 2.0 and b.backlog_s(61) == 122.0
 
 
-def test_a_queue_past_half_the_timeout_is_a_504_foreseen():
+def test_a_queue_past_most_of_the_timeout_is_a_504_foreseen():
     b = BatchBudget("hf")
     assert b.too_busy(1000, 120.0) is None  # nothing measured: nothing refused
     b.observe(tokens=500, seconds=5.0, requests=1)
-    assert b.too_busy(12, 120.0) is None  # 60 s: half the timeout
-    assert b.too_busy(13, 120.0) == (65.0, 5)  # retry in a request's engine time (5 s), when a slot frees
-    assert b.too_busy(40, 120.0) == (200.0, 140)
+    assert b.too_busy(19, 120.0) is None  # 95 s: within 80 % of the timeout
+    assert b.too_busy(20, 120.0) == (100.0, 5)  # retry in a request's engine time (5 s), when a slot frees
+    assert b.too_busy(40, 120.0) == (200.0, 104)
