@@ -20,6 +20,7 @@ from .service import Answer
 # the seed's words for the refusals it has (openjev-sglang api.py / service.py); the others keep the product's
 SEED_WORDS = {
     413: "Request body is too large",
+    499: "Client disconnected",
     504: "Evaluation deadline exceeded",
     529: "Server is at capacity; retry shortly",
 }
