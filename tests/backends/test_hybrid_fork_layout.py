@@ -34,11 +34,13 @@ class OpLog(TorchDispatchMode):
 
 
 def batch():
-    """Two requests (prefix + 3 items, prefix + 1 item), packed as sglang packs them: (ids, seg, T)."""
+    """Two requests (prefix + 3 items, prefix + 1 item), packed as sglang packs them: (ids, seg, T, layout)."""
     ids, d = mis.build([11, 12, 13, 14, 15], [[21, 22], [31], [41, 42, 43]])  # 5 + 3 + 2 + 4 + 1 = 15 tokens
     ids2, d2 = mis.build([7, 8], [[9, 10, 11]])  # 2 + 4 + 1 = 7 tokens
-    seg = mis.fork_segments([len(ids), len(ids2)], [d, d2])
-    return list(ids) + list(ids2), seg, len(ids) + len(ids2)
+    lens = [len(ids), len(ids2)]
+    seg = mis.fork_segments(lens, [d, d2])
+    lay = Layout.build(lens, [torch.tensor(d), torch.tensor(d2)], torch.device("cpu"))
+    return list(ids) + list(ids2), seg, sum(lens), lay
 
 
 def scan(x, a, state):
@@ -56,26 +58,43 @@ def run_segments(x, a, cu, states):
 
 
 def test_fork_order_puts_prefixes_then_items_then_delimiters_and_is_a_permutation():
-    ids, seg, T = batch()
+    ids, seg, T, lay = batch()
     order = fork_order(seg, T)
     assert sorted(order) == list(range(T))
     toks = [ids[r] for r in order]
     assert toks[: len(seg.prefix_rows)] == [11, 12, 13, 14, 15, 7, 8]
     assert toks[len(seg.prefix_rows) : len(seg.prefix_rows) + len(seg.item_rows)] == [21, 22, 31, 41, 42, 43, 9, 10, 11]
     assert set(toks[len(seg.prefix_rows) + len(seg.item_rows) :]) == {mis.DELIMITER_ID}
-    lay = Layout.build(seg, T, torch.device("cpu"))
+    assert lay.order.tolist() == order
     x = torch.randn(T, 3, dtype=torch.float64)
     assert torch.equal(lay.to_packed(lay.to_fork(x)), x)
     assert (lay.tp, lay.ti, lay.td) == (7, 9, 6)
 
 
+@pytest.mark.parametrize("keep_delimiter", [False, True])
+def test_the_vectorised_layout_is_the_fork_order_on_random_batches(keep_delimiter):
+    g = torch.Generator().manual_seed(1)
+    for _ in range(20):
+        lens, delims = [], []
+        for _ in range(int(torch.randint(1, 6, (1,), generator=g))):
+            prefix = [1] * int(torch.randint(1, 70, (1,), generator=g))
+            items = [[2] * int(torch.randint(1, 66, (1,), generator=g)) for _ in range(int(torch.randint(1, 8, (1,), generator=g)))]
+            ids, d = mis.build(prefix, items)
+            lens.append(len(ids))
+            delims.append(torch.tensor(d))
+        seg = mis.fork_segments(lens, [d.tolist() for d in delims], keep_delimiter=keep_delimiter)
+        lay = Layout.build(lens, delims, torch.device("cpu"), keep_delimiter=keep_delimiter)
+        assert lay.order.tolist() == fork_order(seg, sum(lens))
+        assert (lay.tp, lay.ti) == (len(seg.prefix_rows), len(seg.item_rows))
+        assert torch.equal(lay.order[lay.inverse], torch.arange(sum(lens)))
+
+
 def test_items_in_fork_order_equal_each_item_run_from_its_own_prefix_end_state():
-    ids, seg, T = batch()
+    ids, seg, T, lay = batch()
     g = torch.Generator().manual_seed(0)
     D = 4
     x = torch.randn(T, D, generator=g, dtype=torch.float64)  # packed, as the model's input
     a = torch.randn(T, D, generator=g, dtype=torch.float64)
-    lay = Layout.build(seg, T, torch.device("cpu"))
     slots = torch.zeros(len(seg.prefix_lens), D, dtype=torch.float64)  # the requests' zeroed state slots
 
     def prefixes(x_, a_, b_):
@@ -102,8 +121,7 @@ def test_items_in_fork_order_equal_each_item_run_from_its_own_prefix_end_state()
 
 
 def test_the_per_layer_path_copies_no_token_row():
-    _, seg, T = batch()
-    lay = Layout.build(seg, T, torch.device("cpu"))
+    _, seg, T, lay = batch()
     qkv, a, b = torch.randn(T, 8), torch.randn(T, 2), torch.randn(T, 2)  # fork order, as the layer gets them
     seen = []
 

@@ -64,16 +64,14 @@ class _Plan:
         if any(int(p) for p in prefix_lens):  # MIS turns the radix cache off: a cached prefix would be a bug
             raise RuntimeError(f"multi-item batch with cached prefix tokens {list(prefix_lens)}")
         lens = [int(n) for n in forward_batch.extend_seq_lens_cpu]
-        seg = mis.fork_segments(
-            lens,
-            [d.tolist() for d in forward_batch.multi_item_delimiter_indices],
-            keep_delimiter=os.environ.get(CONTROL_ENV) == "keep-delimiter",
-        )
+        delims = forward_batch.multi_item_delimiter_indices  # per request, CPU int64 tensors
+        keep = os.environ.get(CONTROL_ENV) == "keep-delimiter"
+        seg = mis.fork_segments(lens, [d.tolist() for d in delims], keep_delimiter=keep)  # validates; the cu arrays
 
         def dev(x: list[int], dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(x, dtype=dtype, pin_memory=True).to(device, non_blocking=True)
 
-        self.layout = Layout.build(seg, sum(lens), device)
+        self.layout = Layout.build(lens, list(delims), device, keep_delimiter=keep)
         self.prefix_cu = dev(seg.prefix_cu, torch.int32)  # (R+1,) into fork rows [0, Tp)
         self.item_cu = dev(seg.item_cu, torch.int32)  # (M+1,) into fork rows [Tp, Tp+Ti)
         self.item_req = dev(seg.item_req, torch.int64)  # (M,) request of each item
