@@ -29,8 +29,8 @@ case "${1:-}" in
     step 135 $G benchmarks/moe_tune_gpu.py --budget-s 105 --out /tmp/moe_tuned
     tar -C /tmp -czf "$OUT/moe_tuned.tgz" moe_tuned
     # today's default: main's own code and script (the device's checkout), same kit
-    (cd .. && step 190 bash benchmarks/gpu.sh benchmarks/hybrid_speed_gpu.py --variant default --tag -main)
-    step 200 $G benchmarks/hybrid_speed_gpu.py --variant default --moe-configs /tmp/moe_tuned --tag -fork2-tuned
+    (cd .. && step 190 bash benchmarks/gpu.sh benchmarks/hybrid_speed_gpu.py --variant default --tag=-main)
+    step 200 $G benchmarks/hybrid_speed_gpu.py --variant default --moe-configs /tmp/moe_tuned --tag=-fork2-tuned
     ;;
   2)
     step 230 $G benchmarks/hybrid_mis_exact_gpu.py --arch dense-cg moe-cg --controls
