@@ -33,9 +33,9 @@ case "${1:-}" in
     step 200 $G benchmarks/hybrid_speed_gpu.py --variant default --moe-configs /tmp/moe_tuned --tag=-fork2-tuned
     ;;
   2)
-    step 210 $G benchmarks/hybrid_mis_exact_gpu.py --arch dense-cg moe-cg --controls
-    step 200 $G benchmarks/hybrid_speed_gpu.py --variant fp8-block --profile 40:6 ${TUNED:+--moe-configs "$TUNED"}
-    step 70 $G benchmarks/hybrid_speed_gpu.py --variant dense
+    step 190 $G benchmarks/hybrid_mis_exact_gpu.py --arch dense-cg moe-cg --controls
+    step 190 $G benchmarks/hybrid_speed_gpu.py --variant fp8-block --profile 40:6 ${TUNED:+--moe-configs "$TUNED"}
+    step 60 $G benchmarks/hybrid_speed_gpu.py --variant dense
     [ -n "${PREFIX_FIRST:-}" ] && step 150 $G benchmarks/hybrid_speed_gpu.py --variant prefix-first --no-w1 --cut-s 60
     ;;
   *) echo "usage: benchmarks/issue47_gpu.sh 1|2" >&2; exit 2 ;;
