@@ -34,8 +34,12 @@ case "${1:-}" in
     ;;
   2)
     step 190 $G benchmarks/hybrid_mis_exact_gpu.py --arch dense-cg moe-cg --controls
-    step 190 $G benchmarks/hybrid_speed_gpu.py --variant fp8-block --profile 40:6 ${TUNED:+--moe-configs "$TUNED"}
-    step 60 $G benchmarks/hybrid_speed_gpu.py --variant dense
+    if [ -n "${SHORT:-}" ]; then  # little device time left: block-fp8 W3 as a rate, no W1, no dense rows
+      step 190 $G benchmarks/hybrid_speed_gpu.py --variant fp8-block --no-w1 --cut-s 40 ${TUNED:+--moe-configs "$TUNED"}
+    else
+      step 190 $G benchmarks/hybrid_speed_gpu.py --variant fp8-block --profile 40:6 ${TUNED:+--moe-configs "$TUNED"}
+      step 60 $G benchmarks/hybrid_speed_gpu.py --variant dense
+    fi
     [ -n "${PREFIX_FIRST:-}" ] && step 150 $G benchmarks/hybrid_speed_gpu.py --variant prefix-first --no-w1 --cut-s 60
     ;;
   *) echo "usage: benchmarks/issue47_gpu.sh 1|2" >&2; exit 2 ;;
