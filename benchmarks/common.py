@@ -46,7 +46,18 @@ SHAPES = {
 # Qwen3_5MoeForCausalLM shape as a second row.
 HYBRID = "qwen3.5-35b-a3b"
 HYBRID_TEXT = "qwen3.5-35b-a3b-text"
-ACTIVE_PARAMS = {HYBRID: 2.44e9, HYBRID_TEXT: 2.44e9}  # MoE: the roofline counts the active parameters
+# The released FP8 checkpoints' shape (issue 47): HYBRID plus their quantization_config, block-fp8 128 × 128 weights
+# with dynamic per-token-group activations, the small or sensitive layers left in bf16 (the released list's
+# template names, which sglang matches on module-path boundaries). Its roofline stays the bf16 one.
+HYBRID_FP8 = "qwen3.5-35b-a3b-fp8"
+FP8_BLOCK = {
+    "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128],
+    "modules_to_not_convert": [
+        "lm_head", "embed_tokens", "visual", "mtp", "mlp.gate", "mlp.shared_expert_gate",
+        "linear_attn.in_proj_a", "linear_attn.in_proj_b", "linear_attn.in_proj_ba", "linear_attn.conv1d",
+    ],
+}  # fmt: skip
+ACTIVE_PARAMS = {HYBRID: 2.44e9, HYBRID_TEXT: 2.44e9, HYBRID_FP8: 2.44e9}  # MoE: the active parameters
 
 
 def log(*a) -> None:
@@ -137,7 +148,7 @@ def make_model(shape: str, weights: bool, device: str = "cuda") -> Path:
         cfg.update(architectures=["Qwen3_5MoeForCausalLM"], full_attention_interval=4, torch_dtype="bfloat16")
         (d / "config.json").write_text(json.dumps(cfg))
         return d
-    if shape == HYBRID:
+    if shape in (HYBRID, HYBRID_FP8):
         from transformers import Qwen3_5MoeConfig
 
         cfg = Qwen3_5MoeConfig().to_dict()
@@ -146,6 +157,8 @@ def make_model(shape: str, weights: bool, device: str = "cuda") -> Path:
         rope = {"rope_type": "default", "rope_theta": 10_000_000, "partial_rotary_factor": 0.25,
                 "mrope_section": [11, 11, 10], "mrope_interleaved": True}  # fmt: skip
         cfg["text_config"].update(full_attention_interval=4, torch_dtype="bfloat16", rope_parameters=rope)
+        if shape == HYBRID_FP8:
+            cfg["quantization_config"] = FP8_BLOCK
         (d / "config.json").write_text(json.dumps(cfg))
         return d
     import torch

@@ -52,9 +52,12 @@ def read_rows(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def run_job(clf: ob.Classifier, path: Path, questions: Path | None, out: Path | None = None) -> dict:
+def run_job(
+    clf: ob.Classifier, path: Path, questions: Path | None, out: Path | None = None, progress: list | None = None
+) -> dict:
     """One job end to end on a started Classifier: read the JSONL rows, answer them, write Parquet.
-    Returns the wall seconds and the run's counts (`Classifier.last_summary`)."""
+    Returns the wall seconds and the run's counts (`Classifier.last_summary`). `progress` (if given) collects
+    (branches done, seconds) at each progress report, so a job cut short still tells its rate."""
     import pyarrow.parquet as pq
 
     t = time.perf_counter()
@@ -62,6 +65,8 @@ def run_job(clf: ob.Classifier, path: Path, questions: Path | None, out: Path | 
 
     def tick(branches: int, tokens: int) -> None:
         done[0] += branches
+        if progress is not None:
+            progress.append((done[0], round(time.perf_counter() - t, 2)))
         log(f"  {done[0]} branches, {time.perf_counter() - t:.1f} s")
 
     table = clf.run(read_rows(path), str(questions) if questions else None, output="arrow", on_progress=tick)

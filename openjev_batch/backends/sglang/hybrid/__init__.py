@@ -21,7 +21,7 @@ from __future__ import annotations
 
 PACKAGE = __name__
 MARKER = "openjev_batch.hybrid_mis"
-FORK_VERSION = 1.0
+FORK_VERSION = 2.0  # 2: fork order (fork_layout.py), no per-layer row gathers
 # Negative controls for the exactness benchmark only (never set by the product): "no-mrope" skips the position fix,
 # "keep-delimiter" lets each item's recurrence start at its delimiter (sglang 0.5.20's semantics).
 CONTROL_ENV = "OPENJEV_MIS_CONTROL"

@@ -137,6 +137,20 @@ SPEC: tuple[Need, ...] = (
     Need("sglang.srt.models.qwen3_5", "Qwen3_5MoeForConditionalGeneration", methods=("forward",)),
     Need("sglang.srt.models.qwen3_5_text", "Qwen3_5ForCausalLM", methods=("forward",)),
     Need("sglang.srt.models.qwen3_5_text", "Qwen3_5MoeForCausalLM", methods=("forward",)),
+    # the fork order (fork_layout.py): the language model body runs in it, full attention runs packed
+    Need(
+        "sglang.srt.models.qwen3_5",
+        "Qwen3_5ForCausalLM.forward",
+        params=("input_ids", "positions", "forward_batch", "input_embeds", "pp_proxy_tensors"),
+        why="the body the fork order wraps (embeddings in, hidden states out)",
+    ),  # fmt: skip
+    Need("sglang.srt.models.qwen3_5", "Qwen3_5MoeForCausalLM", methods=("forward",)),
+    Need(
+        "sglang.srt.models.qwen3_5",
+        "Qwen3_5AttentionDecoderLayer.self_attention",
+        params=("positions", "hidden_states", "forward_batch"),
+        why="full attention reads packed rows",
+    ),  # fmt: skip
     Need(
         "sglang.srt.models.qwen3_5",
         "Qwen3_5ForConditionalGeneration.forward",

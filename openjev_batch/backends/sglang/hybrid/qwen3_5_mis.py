@@ -43,6 +43,7 @@ from sglang.srt.models import qwen3_5_text as _text  # noqa: E402
 
 from .. import mis  # noqa: E402
 from . import CONTROL_ENV, FORK_VERSION, MARKER  # noqa: E402
+from .fork_layout import Layout, fork_layer  # noqa: E402
 
 _PLAN_ATTR = "_openjev_fork_plan"
 
@@ -56,29 +57,29 @@ def _is_mis_extend(forward_batch: Any) -> bool:
 
 
 class _Plan:
-    """The per-forward fork plan as device tensors. Rows index the packed batch (T tokens)."""
+    """The per-forward fork plan as device tensors: the segments of both passes and the fork order (fork_layout).
+    `in_fork_order` is set while the language model runs in fork order (``_ForkingBody``)."""
 
     def __init__(self, forward_batch: Any, device: torch.device):
         prefix_lens = forward_batch.extend_prefix_lens_cpu or []
         if any(int(p) for p in prefix_lens):  # MIS turns the radix cache off: a cached prefix would be a bug
             raise RuntimeError(f"multi-item batch with cached prefix tokens {list(prefix_lens)}")
-        seg = mis.fork_segments(
-            [int(n) for n in forward_batch.extend_seq_lens_cpu],
-            [d.tolist() for d in forward_batch.multi_item_delimiter_indices],
-            keep_delimiter=os.environ.get(CONTROL_ENV) == "keep-delimiter",
-        )
+        lens = [int(n) for n in forward_batch.extend_seq_lens_cpu]
+        delims = forward_batch.multi_item_delimiter_indices  # per request, CPU int64 tensors
+        keep = os.environ.get(CONTROL_ENV) == "keep-delimiter"
+        seg = mis.fork_segments(lens, [d.tolist() for d in delims], keep_delimiter=keep)  # validates; the cu arrays
 
         def dev(x: list[int], dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(x, dtype=dtype, pin_memory=True).to(device, non_blocking=True)
 
-        self.prefix_rows = dev(seg.prefix_rows, torch.int64)  # (Tp,)
-        self.item_rows = dev(seg.item_rows, torch.int64)  # (Ti,)
-        self.prefix_cu = dev(seg.prefix_cu, torch.int32)  # (R+1,)
-        self.item_cu = dev(seg.item_cu, torch.int32)  # (M+1,)
+        self.layout = Layout.build(lens, list(delims), device, keep_delimiter=keep)
+        self.prefix_cu = dev(seg.prefix_cu, torch.int32)  # (R+1,) into fork rows [0, Tp)
+        self.item_cu = dev(seg.item_cu, torch.int32)  # (M+1,) into fork rows [Tp, Tp+Ti)
         self.item_req = dev(seg.item_req, torch.int64)  # (M,) request of each item
         self.prefix_lens = seg.prefix_lens  # CPU ints, the conv kernel's seq_lens_cpu
         self.item_lens = seg.item_lens
         self.n_req, self.n_items = len(seg.prefix_lens), len(seg.item_lens)
+        self.in_fork_order = False
 
 
 def _plan(forward_batch: Any, device: torch.device) -> _Plan:
@@ -136,6 +137,9 @@ class ForkingLinearAttention(RadixLinearAttention):
             return super().forward(forward_batch, mixed_qkv, a, b)
         if get_tc_piecewise_forward_context() is not None:  # sglang turns graphs off for MIS; never silently
             raise RuntimeError("multi-item batch inside a piecewise CUDA graph: the GDN fork cannot run there")
+        plan = _plan(forward_batch, mixed_qkv.device)
+        if not plan.in_fork_order:  # rows would be read in the wrong order: refuse rather than mix requests
+            raise RuntimeError("multi-item GDN layer outside the fork-ordered language model")
         gdn = get_attn_backend().linear_attn_backend
         meta = gdn.forward_metadata
         if meta.has_mamba_track_mask:
@@ -143,37 +147,82 @@ class ForkingLinearAttention(RadixLinearAttention):
         cache = gdn.req_to_token_pool.mamba2_layer_cache(self.layer_id)
         conv, ssm = cache.conv[0], cache.temporal  # (slots, dim, K-1), (slots, HV, K, V)
         slots = meta.mamba_cache_indices  # (R,) the requests' state slots
-        plan = _plan(forward_batch, mixed_qkv.device)
-        T = mixed_qkv.shape[0]
-        out = mixed_qkv.new_zeros((1, T, self.num_v_heads, self.head_v_dim))
-
-        # pass A: prefixes from the zeroed slot; leaves each request's prefix-end state in its own slot
         gather = not conv.is_contiguous() or not ssm.is_contiguous()  # page-major pools: as the stock path
         conv_a = conv[slots].contiguous() if gather else conv
         ssm_a = ssm[slots].contiguous() if gather else ssm
         idx_a = torch.arange(plan.n_req, device=slots.device, dtype=slots.dtype) if gather else slots
-        rows = plan.prefix_rows
-        out_a = _extend(
-            self, gdn, mixed_qkv[rows], a[rows], b[rows], conv_a, ssm_a, idx_a, plan.prefix_cu,
-            plan.prefix_lens, torch.zeros(plan.n_req, dtype=torch.bool, device=slots.device),
-        )  # fmt: skip
-        out[0, rows] = out_a[0]
-        if gather:
-            conv[slots], ssm[slots] = conv_a, ssm_a
+        dev = slots.device
 
-        # pass B: every item from a copy of its request's prefix-end state (the kernels write states in place)
-        if plan.n_items:
-            src = idx_a[plan.item_req]
+        def prefixes(x, a_, b_):  # pass A: from the zeroed slot; leaves each prefix-end state in its own slot
+            out = _extend(
+                self, gdn, x, a_, b_, conv_a, ssm_a, idx_a, plan.prefix_cu, plan.prefix_lens,
+                torch.zeros(plan.n_req, dtype=torch.bool, device=dev),
+            )  # fmt: skip
+            if gather:
+                conv[slots], ssm[slots] = conv_a, ssm_a
+            return out
+
+        def items(x, a_, b_):  # pass B: each item from a copy of its request's prefix-end state (states, not rows)
+            src = idx_a[plan.item_req]  # (M,)
             conv_b = conv_a[src].contiguous()  # (M, dim, K-1)
             ssm_b = ssm_a[src].contiguous()  # (M, HV, K, V)
-            rows = plan.item_rows
-            out_b = _extend(
-                self, gdn, mixed_qkv[rows], a[rows], b[rows], conv_b, ssm_b,
-                torch.arange(plan.n_items, device=slots.device, dtype=slots.dtype), plan.item_cu,
-                plan.item_lens, torch.ones(plan.n_items, dtype=torch.bool, device=slots.device),
+            return _extend(
+                self, gdn, x, a_, b_, conv_b, ssm_b, torch.arange(plan.n_items, device=dev, dtype=slots.dtype),
+                plan.item_cu, plan.item_lens, torch.ones(plan.n_items, dtype=torch.bool, device=dev),
             )  # fmt: skip
-            out[0, rows] = out_b[0]
-        return out
+
+        return fork_layer(mixed_qkv, a, b, plan.layout, prefixes, items)  # (1, T, HV, V), fork order
+
+
+class _ForkingBody:
+    """Mixin for the language model (embeddings + layers): a multi-item forward runs in fork order (fork_layout),
+    put once at the input (token ids or embeddings) and undone once at the output."""
+
+    def forward(self, input_ids, positions, forward_batch, input_embeds=None, pp_proxy_tensors=None, **kwargs):
+        if not _is_mis_extend(forward_batch) or pp_proxy_tensors is not None:
+            return super().forward(input_ids, positions, forward_batch, input_embeds, pp_proxy_tensors, **kwargs)
+        dev = (input_ids if input_ids is not None else input_embeds).device
+        plan = _plan(forward_batch, dev)
+        lay = plan.layout
+        ids = None if input_ids is None else lay.to_fork(input_ids)  # (T,)
+        embeds = None if input_embeds is None else lay.to_fork(input_embeds)  # (T, H)
+        deep = kwargs.get("input_deepstack_embeds")
+        if deep is not None and deep.numel():
+            kwargs["input_deepstack_embeds"] = lay.to_fork(deep)  # (T, 3H)
+        plan.in_fork_order = True
+        try:  # positions stay packed: only attention reads them, and it runs packed (_ForkingAttentionLayer)
+            out = super().forward(ids, positions, forward_batch, embeds, None, **kwargs)
+        finally:
+            plan.in_fork_order = False
+        if isinstance(out, tuple):  # (hidden (T, H), aux hidden states)
+            return (lay.to_packed(out[0]), [lay.to_packed(h) for h in out[1]])
+        return lay.to_packed(out)  # (T, H) packed
+
+
+class _ForkingAttentionLayer:
+    """Mixin for the full-attention decoder layers: attention reads the requests packed (its metadata, positions
+    and KV slots are per packed row), so its input goes back to packed order and its output to fork order."""
+
+    def self_attention(self, positions, hidden_states, forward_batch):
+        plan = getattr(forward_batch, _PLAN_ATTR, None)
+        if plan is None or not plan.in_fork_order:
+            return super().self_attention(positions=positions, hidden_states=hidden_states, forward_batch=forward_batch)
+        lay = plan.layout
+        out = super().self_attention(
+            positions=positions, hidden_states=lay.to_packed(hidden_states), forward_batch=forward_batch
+        )  # (T, H) packed
+        return lay.to_fork(out)
+
+
+_SWAPS: dict[type, type] = {}
+
+
+def _swap(m: Any, mixin: type) -> None:
+    """Give module `m` a subclass of its class with `mixin` first (parameters and loading unchanged)."""
+    cls = type(m)
+    if cls not in _SWAPS:
+        _SWAPS[cls] = type(f"Forking{cls.__name__}", (mixin, cls), {"__module__": __name__})
+    m.__class__ = _SWAPS[cls]
 
 
 class _ForkingModel:
@@ -183,10 +232,14 @@ class _ForkingModel:
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         n = 0
-        for m in self.modules():
+        for m in list(self.modules()):
             if type(m) is RadixLinearAttention:
                 m.__class__ = ForkingLinearAttention
                 n += 1
+            elif type(m) in (_mm.Qwen3_5ForCausalLM, _mm.Qwen3_5MoeForCausalLM):  # the language model body
+                _swap(m, _ForkingBody)
+            elif type(m) is _mm.Qwen3_5AttentionDecoderLayer:
+                _swap(m, _ForkingAttentionLayer)
         self._openjev_forked_layers = n
 
     def forward(self, input_ids, positions, forward_batch, *args, **kwargs):

@@ -9,7 +9,10 @@ here are sglang's own, tuned on the H200 with its `benchmark/kernels/fused_moe_t
 upstream after 0.5.17 (sgl-project/sglang#35374, `configs/triton_3_6_0/`). The block-fp8 pair
 (`dtype=fp8_w8a8,block_shape=[128, 128]`, for the released FP8 checkpoints' 128 x 128 blocks) is byte-for-byte
 sglang 0.5.20's (PyPI wheel). The bf16 pair's effect is measured in docs/benchmarks.md; the fp8 pair's is not
-yet (issue 30: no device time left in that session).
+yet (issue 30: no device time left in that session). The H100 files (`device_name=NVIDIA_H100_80GB_HBM3`, bf16 and
+block-fp8) are the product's own: `benchmarks/moe_tune_gpu.py` (issue 47) on an H100 with sglang 0.5.17, at the
+8k/16k/32k-token forwards a batch job runs (sglang's pick for that card, its generic default, took 1.7-1.9x as
+long in bf16 and 1.1x in block-fp8; `benchmarks/results/2026-12-07-h100-sglang0.5.17-issue47-moe-tune.json`).
 
 `config_dir()` builds, once per sglang version, a folder that holds links to every config of the installed
 sglang plus ours where sglang has no file of that name (never replacing one of sglang's), and the sglang
