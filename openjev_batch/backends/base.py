@@ -152,12 +152,15 @@ class BackendSpec:
     backend: light (no engine, no heavy import at module level; backends/<name>/spec.py), registered in
     `backends.SPECS`. `kinds`: readout kind → "module:Class" of the `Backend` that serves it; `cache`: how its
     cache shares tokens, in words; `images_at_start`: whether its engine is told when it starts if the job's
-    input has image rows (`BackendOptions.images`, read first by pipeline/job_images.choose_images)."""
+    input has image rows (`BackendOptions.images`, read first by pipeline/job_images.choose_images);
+    `serve_batch_ms`: serve's batch time budget by default."""
 
     name: str = "?"
     kinds: dict[str, str] = {}
     cache: str = ""
     images_at_start: bool = False
+    # serve's batch time budget when --batch-ms is 0 (serve/batching.BatchBudget): how long one batch may run
+    serve_batch_ms: float = 1000.0
 
     def count(self, plan: BackendPlan, windows: Iterable[Any]) -> None:
         """Add to `plan` the tokens this backend would compute for planned `windows` (pipeline/plan.Window):

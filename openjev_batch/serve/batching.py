@@ -21,11 +21,6 @@ from ..core import RowPrompt
 
 STOP = object()  # put in a queue: ends the host thread
 
-# The time budget of a batch when --batch-ms is 0: per backend. hf gains nothing from wide batches (rows run one
-# by one), so the budget only bounds how long a request waits behind the ones batched with it. sglang's batched
-# prefill and radix cache want wide batches; 2 s is not yet measured on a GPU (benchmarks/serve_gpu.py).
-DEFAULT_BATCH_MS = {"hf": 250.0, "sglang": 2000.0}
-OTHER_BATCH_MS = 1000.0  # a backend not named above
 SMOOTHING = 0.3  # the weight of the newest batch in the speed estimate (a shared CPU's speed drifts)
 # The share of --timeout the queue ahead of a request may hold at the engine's measured speed: requests differ in
 # size and a shared CPU's speed drifts. At the whole timeout 19 of 64 requests at 64 clients still got their 504; at
@@ -40,11 +35,11 @@ def request_tokens(rp: RowPrompt) -> int:
 
 
 class BatchBudget:
-    """`backend`: the backend's name (its default budget); `batch_ms`: the budget (0: the backend's default);
+    """`default_ms`: the backend's own budget (BackendSpec.serve_batch_ms); `batch_ms`: --batch-ms (0: the default);
     `max_batch`: the most requests a batch takes (0: no count limit)."""
 
-    def __init__(self, backend: str, batch_ms: float = 0.0, max_batch: int = 0) -> None:
-        self.ms = batch_ms or DEFAULT_BATCH_MS.get(backend, OTHER_BATCH_MS)
+    def __init__(self, default_ms: float, batch_ms: float = 0.0, max_batch: int = 0) -> None:
+        self.ms = batch_ms or default_ms
         self.max_batch = max_batch
         self.s_per_token: float | None = None  # measured: None until a batch has run
         self.s_per_request: float | None = None  # the engine time of a request, measured the same way

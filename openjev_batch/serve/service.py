@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+from ..backends import SPECS
 from ..core import RowPrompt
 from ..errors import BackendError
 from ..pipeline.prefill import FailureTracker
@@ -92,7 +93,7 @@ class Service:
         self._host = threading.Thread(target=self._host_loop, name="openjev-serve-host", daemon=True)
         self._checked = time.perf_counter()
         self._ready: list[Pending] = []  # prompted, not yet in a batch: the queue, in the order requests came
-        self.cut = BatchBudget(self.backend.name, limits.batch_ms, limits.max_batch)
+        self.cut = BatchBudget(SPECS[self.backend.name].serve_batch_ms, limits.batch_ms, limits.max_batch)
         self.batches = 0  # batches scored (GET /health reports it)
         self._dropped = [0, 0]  # given up before the prompt stage, before the engine (each thread its own count)
         self.in_flight = 0  # requests admitted and not yet answered (`evaluate`, on the event loop's thread)

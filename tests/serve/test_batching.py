@@ -2,12 +2,14 @@
 the time budget at its measured speed, at least one (issue 46: a batch of every request waiting made each wait
 for all of them)."""
 
+from openjev_batch.backends import SPECS
+from openjev_batch.backends.base import BackendSpec
 from openjev_batch.core import BranchSpec, RowPrompt
-from openjev_batch.serve.batching import DEFAULT_BATCH_MS, OTHER_BATCH_MS, BatchBudget, request_tokens
+from openjev_batch.serve.batching import BatchBudget, request_tokens
 
 
 def test_nothing_measured_takes_one_request_then_the_budget_decides():
-    b = BatchBudget("hf", batch_ms=100)
+    b = BatchBudget(SPECS["hf"].serve_batch_ms, batch_ms=100)
     assert b.cut([]) == 0
     assert b.cut([50, 50, 50]) == 1  # the first batch measures the engine
     b.observe(tokens=1000, seconds=0.5)  # 0.5 ms a token: 100 ms holds 200 tokens
@@ -18,7 +20,7 @@ def test_nothing_measured_takes_one_request_then_the_budget_decides():
 
 
 def test_the_speed_follows_the_engine_smoothed():
-    b = BatchBudget("hf", batch_ms=100)
+    b = BatchBudget(SPECS["hf"].serve_batch_ms, batch_ms=100)
     b.observe(1000, 0.5)
     b.observe(1000, 1.5)  # the shared CPU got slower: the estimate moves 30 % of the way
     assert abs(b.s_per_token - 0.0008) < 1e-12
@@ -28,11 +30,11 @@ def test_the_speed_follows_the_engine_smoothed():
 
 
 def test_max_batch_caps_the_count_and_each_backend_has_its_budget():
-    b = BatchBudget("sglang", max_batch=3)
-    assert b.ms == DEFAULT_BATCH_MS["sglang"] == 2000
+    b = BatchBudget(SPECS["sglang"].serve_batch_ms, max_batch=3)
+    assert b.ms == 2000
     b.observe(1000, 0.001)
     assert b.cut([10] * 10) == 3
-    assert BatchBudget("hf").ms == 250 and BatchBudget("other").ms == OTHER_BATCH_MS
+    assert BatchBudget(SPECS["hf"].serve_batch_ms).ms == 250 and BatchBudget(BackendSpec.serve_batch_ms).ms == 1000
 
 
 def test_a_request_counts_its_prefix_once_and_every_suffix():
@@ -43,14 +45,14 @@ def test_a_request_counts_its_prefix_once_and_every_suffix():
 def test_the_backlog_is_the_requests_at_their_measured_engine_time():
     """What `serve` foresees before admitting a request: the queue ahead and the request itself at the engine's
     measured seconds a request; past --timeout it answers 529 now rather than 504 after the timeout."""
-    b = BatchBudget("hf")
+    b = BatchBudget(SPECS["hf"].serve_batch_ms)
     assert b.backlog_s(50) == 0.0  # nothing measured: nothing foreseen, nothing refused
     b.observe(tokens=900, seconds=6.0, requests=3)
     assert b.s_per_request == 2.0 and b.backlog_s(61) == 122.0
 
 
 def test_a_queue_past_most_of_the_timeout_is_a_504_foreseen():
-    b = BatchBudget("hf")
+    b = BatchBudget(SPECS["hf"].serve_batch_ms)
     assert b.too_busy(1000, 120.0) is None  # nothing measured: nothing refused
     b.observe(tokens=500, seconds=5.0, requests=1)
     assert b.too_busy(19, 120.0) is None  # 95 s: within 80 % of the timeout

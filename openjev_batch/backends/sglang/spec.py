@@ -30,6 +30,8 @@ class SGLangSpec(BackendSpec):
     cache = "radix cache: any shared token prefix"
     # a vision-language model's engine starts multimodal or text only, fixed at start (issue 41: images.py)
     images_at_start = True
+    # batched prefill and the radix cache want wide batches; 2 s is not yet measured on a GPU
+    serve_batch_ms = 2000.0
 
     def count(self, plan: BackendPlan, windows: Iterable[Any]) -> None:
         windows = list(windows)
