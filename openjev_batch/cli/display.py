@@ -41,8 +41,6 @@ def _print_top_errors(s) -> None:
 
 def _print_plan(p, command: str = "run") -> None:
     t = Table(title=f"openjev-batch {command} --dry-run", show_header=False)
-    t.add_column(no_wrap=True)  # a label wrapped over two lines reads as two rows; the value wraps instead
-    t.add_column()
     this, mine = p.backend, " (this run's backend)"
     plans = p.by_backend.items()  # the run's backend first
     for k, v in [
@@ -161,8 +159,6 @@ def _print_summary(command: str, readout, s, threads: str | None = None) -> None
     """The end-of-run table in the readout's vocabulary (with the CPU thread count used, `threads`) and,
     when some rows or questions have errors, how many and the most frequent ones."""
     t = Table(title=f"openjev-batch {command}", show_header=False)
-    t.add_column(no_wrap=True)  # a label wrapped over two lines reads as two rows; the value wraps instead
-    t.add_column()
     for k, v in [
         *([("model", s.model)] if s.model else []),
         *([("backend", s.backend)] if s.backend else []),

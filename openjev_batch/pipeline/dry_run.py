@@ -37,7 +37,7 @@ class PlanSummary:
     by_backend: dict[str, BackendPlan] = field(default_factory=dict)
     images: int = 0
     image_tokens: int = 0  # part of the logical tokens (in the prefixes)
-    layout: str = ""  # the label readout's --layout and its tokenization's name ('' for another readout)
+    layout: str = ""  # the label readout's --layout ('' for another readout)
 
     @property
     def expected_hit_rate(self) -> float:
@@ -63,7 +63,9 @@ def dry_run(cfg: RunConfig, tokenizer=None, readout: Readout | None = None) -> P
     return PlanSummary(
         s.rows, s.questions, s.errors, p.branches, p.logical_tokens, p.unique_tokens, p.windows, s.wall_s,
         rss, s.model, backend=cfg.backend, by_backend=p.by_backend, images=p.images, image_tokens=p.image_tokens,
-        layout=f"{layout} ({p.tokenization})" if (layout := getattr(cfg.readout_options, "layout", "")) else "",
+        # the layout and its tokenization scheme's name; the cut's words after it wrapped every row of the
+        # table on an 80-column terminal (the eval report keeps them)
+        layout=f"{lay} ({p.tokenization.partition(' (')[0]})" if (lay := getattr(cfg.readout_options, "layout", "")) else "",
     )  # fmt: skip
 
 

@@ -103,13 +103,14 @@ def fake(monkeypatch):
     monkeypatch.setitem(options.OWNED, "fake", options.HFOptions)
 
 
-def test_a_third_backend_gets_a_dry_run_table(fake, tmp_path, qwen3_tok, qwen3_tok_dir):
+def test_a_third_backend_gets_a_dry_run_table(fake, tmp_path, qwen3_tok, qwen3_tok_dir, monkeypatch):
     src = write_jsonl(
         tmp_path / "in.jsonl", [{"id": f"r{i}", "state": f"ticket {i}", "questions": Q} for i in range(3)]
     )
     p = dry_run(build_config(input=src, model=str(qwen3_tok_dir), backend="fake", progress=False), qwen3_tok)
     assert list(p.by_backend) == ["fake", *NAMES]  # the run's backend first, every other one beside it
     assert p.by_backend["fake"].unique_tokens == p.unique_tokens  # BackendSpec.count: the planner's own count
+    monkeypatch.setattr(out, "width", 160)  # a terminal's width: rich wraps labels at 80 columns off a terminal
     with out.capture() as shown:
         _print_plan(p)
     text = " ".join(shown.get().split())

@@ -240,7 +240,7 @@ def test_validate_says_what_its_five_kinds_leave_out(tmp_path):
     q = {"type": "noul", "instructions": "x"}
     bad = [{"type": "bogus", "instructions": "x"}, {"type": "choice", "instructions": "x", "criteria": "no"},
            {**q, "threshold": 2}, {"type": "choice", "instructions": "x", "criteria": ["a", "b"], "debias": 5},
-           {"type": "noul"}, {**q, "extra": 1}]  # fmt: skip
+           {**q, "instructions": 5}, {**q, "extra": 1}]  # fmt: skip
     rows = [{"id": f"r{i}", "state": "hi", "questions": {"q": b}} for i, b in enumerate(bad)]
     rows += [{"id": "e", "state": "", "questions": {"q": q}}, {"id": "ok", "state": "hi", "questions": {"q": q}}]
     src = write_jsonl(tmp_path / "in.jsonl", rows)

@@ -28,8 +28,10 @@ def test_every_job_command_declares_the_same_three_options():
         text = " ".join(r.stdout.split())
         for flag in ("--limit", "--threads", "--dry-run"):
             assert flag in text, (command, flag)
-        # one declaration: the same help (eval's --limit had its own, classify had none)
-        assert "Only the first N input rows" in text and "Plan only (tokenizer, no model, no -o)" in text
+        # one declaration (eval's --limit had its own, classify had none), whose help names what each command
+        # counts: eval's --limit counts questions (issue 48.15: run's help spoke of eval)
+        limit = "Only the first N questions, after --sample" if command == "eval" else "Only the first N input rows"
+        assert limit in text and "Plan only (tokenizer, no model, no -o)" in text, command
 
 
 def test_dry_run_needs_no_output_for_run_classify_and_eval(tiny_model, tiny_classifier, tmp_path):
