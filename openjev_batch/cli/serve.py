@@ -2,85 +2,52 @@
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
-import typing
-from pathlib import Path
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
-from ..errors import ConfigError, OpenjevError
-from ..serve.limits import Limits, flag
-from .app import EXIT_FAILED, _fail, app, err
-from .job_options import ENGINE, READOUT, _engine_options, _expand, _readout_options, job_flag
-from .options import BACKEND, _resolve, _text_or_file, apply_threads_option
+from ..errors import OpenjevError
+from .app import EXIT_FAILED, _fail, err
+from .door import ENGINE, LIMITS, READOUT, Door, command, own
+from .job_options import job_flag
+from .options import BACKEND, _resolve, apply_threads_option
+
+if TYPE_CHECKING:
+    from ..serve.limits import Limits
 
 # serve's prompt layout when --layout is not given (run's and the API's is transcript: README "Prompt layouts")
 SERVE_LAYOUT = "systemone"
 LAYOUT_NOTE = {"systemone": " (the seed's prompt; --layout transcript for run's default)",
                "transcript": " (run's default prompt; the seed's is --layout systemone)"}  # fmt: skip
-LIMITS = Limits()  # where serve's request limits go (`_limit_options`); never a CLI option itself
 
 
-def _limit_options(f):
-    """Put the request limits (serve/limits.Limits: each field with a help, its default and help declared
-    there) where the command's `limits` parameter stands, each as its CLI option; the command receives them as
-    one `Limits`, a limit out of its bounds refused before the command runs (exit 4 naming its flag)."""
-    hints = typing.get_type_hints(Limits)
-    declared = [x for x in dataclasses.fields(Limits) if "help" in x.metadata]
-    params = [
-        inspect.Parameter(
-            x.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=hints[x.name],
-            default=typer.Option(x.default, flag(x.name), help=x.metadata["help"]),
-        )
-        for x in declared
-    ]  # fmt: skip
+@dataclass(frozen=True)
+class ServeOwn:
+    """serve's own options; its readout options (`-q` and the held readout's: the system prompt, calibration,
+    debias order), its request limits (serve/limits.py) and run's engine options are generated (cli/door.py)."""
 
-    @functools.wraps(f)
-    def wrapper(**kw):
-        given = {x.name: kw.pop(x.name) for x in declared}
-        try:
-            limits = Limits(**given)
-        except ValueError as e:
-            _fail(ConfigError(f"invalid options: {e}"))
-        return f(**kw, limits=limits)
-
-    return _expand(f, wrapper, "limits", params)
+    model: str = own(typer.Option(..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."))
+    backend: str | None = own(BACKEND)
+    host: str = own(typer.Option("127.0.0.1", "--host", help="Address to listen on."))
+    port: int = own(typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on."))
+    max_branches: int = own(job_flag("max_branches", "run"))
+    threads: int | None = own(job_flag("threads", "run"))
 
 
-@app.command(short_help="Serve the systemone HTTP API from one engine held open.")
-@_engine_options("run")
-@_readout_options("serve")  # applied first: serve takes run's held-engine options, not its --questions
-@_limit_options
-def serve(
-    model: str = typer.Option(
-        ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
-    ),
-    backend: str = BACKEND,
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on."),
-    questions: Path = typer.Option(
-        None,
-        "--questions",
-        "-q",
-        help="JSON/YAML question map: a request may ask these by id (or, without `questions`, all of them).",
-    ),
-    readout_opts: dict = READOUT,  # run's system prompt, calibration and debias order (their Flag names serve)
-    limits: Limits = LIMITS,  # --max-questions … --max-batch (serve/limits.py)
-    max_branches: int = job_flag("max_branches", "run"),
-    threads: int = job_flag("threads", "run"),
-    engine: dict = ENGINE,
-) -> None:
+@command(
+    "serve", ServeOwn, ("model", "backend", "host", "port", READOUT, LIMITS, "max_branches", "threads", ENGINE),
+    engine_of="run", short_help="Serve the systemone HTTP API from one engine held open.",
+)  # fmt: skip
+def serve(door: Door[ServeOwn]) -> None:
     """Serve the systemone API: POST /v1/systemone with one row (`id`, `state` or `messages`, `questions`) gets
     one answer per question, with the columns and numbers `run` writes for that row."""
     from ..serve.app import Stop  # lazy: keeps --help fast
 
     stop = Stop()
     stop.install()  # before the model loads: a SIGTERM during start-up still ends the server with 143
-    apply_threads_option(threads)
-    opts = dict(readout_opts, max_branches=max_branches)
-    code = run_server(stop, model, backend, questions, opts, engine, limits, host, port)
+    apply_threads_option(door.own.threads)
+    code = run_server(stop, door)
     if code:
         err.print(
             f"stopped ({'SIGTERM' if code == 143 else 'SIGINT'}): the requests in flight were answered",
@@ -89,25 +56,28 @@ def serve(
     raise typer.Exit(code)
 
 
-def run_server(stop, model: str, backend: str, questions: Path | None, opts: dict, engine: dict, limits: Limits,
-               host: str, port: int) -> int:  # fmt: skip
-    """Load the model (its Classifier held open with the readout options `opts`), check the `-q` questions as
-    `run` checks them, and serve until stopped: the exit code (143 / 130 after a drain). A failure ends the
-    command (exit 4), and a stop during start-up with its own code, the model closed either way."""
+def run_server(stop: Any, door: Door[ServeOwn]) -> int:
+    """Load the model (its Classifier held open with the readout options given, but `-q`), check the `-q`
+    questions as `run` checks them, and serve until stopped: the exit code (143 / 130 after a drain). A
+    failure ends the command (exit 4), and a stop during start-up with its own code, the model closed either
+    way."""
     from ..api import Classifier  # lazy: keeps --help fast (torch, the backend)
     from ..serve.app import serve as serve_forever  # lazy: keeps --help fast (starlette, uvicorn)
     from ..serve.request import held_readouts  # lazy: keeps --help fast
 
     clf = None
     try:
-        if opts.get("system_prompt") is not None:
-            opts["system_prompt"] = _text_or_file(opts["system_prompt"], "--system-prompt")
-        if opts.get("layout") is None:  # the seed's prompt, so a seed client gets the seed's numbers
-            opts["layout"] = SERVE_LAYOUT
-        clf = Classifier(_resolve(model), backend, **opts, **engine)
-        cfg, readouts = held_readouts(clf, questions)  # the -q questions checked as `run` checks them
-        layout = f" · prompt layout: {opts['layout']}{LAYOUT_NOTE[opts['layout']]}"  # named on the start-up line
-        code = serve_forever(clf, cfg, readouts, limits, host, port, model, stop,
+        args = door.own
+        held = {k: v for k, v in door.readout.given.items() if k != "questions"}  # -q: the server's, below
+        if held.get("layout") is None:  # the seed's prompt, so a seed client gets the seed's numbers
+            held["layout"] = SERVE_LAYOUT
+        clf = Classifier(_resolve(args.model), args.backend, **held, max_branches=args.max_branches,
+                         **door.engine.given)  # fmt: skip
+        # the -q questions checked as `run` checks them
+        cfg, readouts = held_readouts(clf, door.readout.given.get("questions"))
+        layout = f" · prompt layout: {held['layout']}{LAYOUT_NOTE[held['layout']]}"  # named on the start-up line
+        limits = cast(Limits, door.limits)  # serve's layout has them
+        code = serve_forever(clf, cfg, readouts, limits, args.host, args.port, args.model, stop,
                              lambda s: err.print(s + (layout if s.startswith("serving ") else ""), markup=False,
                                                  highlight=False))  # fmt: skip
     except OpenjevError as e:
