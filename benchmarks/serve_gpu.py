@@ -44,7 +44,7 @@ def serve_args(opts: dict) -> list[str]:
 
 
 async def one(reader, writer, body: bytes) -> tuple[int, bytes]:
-    writer.write(b"POST /v1/systemone HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+    writer.write(b"POST /v1/records HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])

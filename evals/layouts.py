@@ -7,8 +7,9 @@ label`); a run whose output exists is not run again. Writes table.md and table.j
     PYTHONPATH=. .venv/bin/python evals/layouts.py -m qwen2.5-0.5b -o evals/results/layouts_qwen2.5-0.5b_hf-cpu
 
 Sets: examples/boolq_sample.jsonl (per-row noul question, gold `label` a boolean) and
-examples/sst2_sample.jsonl with examples/sst2_questions.yaml (choice, gold `label` an option name); the full
-files of examples/make_real_data.py (examples/data/) with --full.
+examples/sst2_sample.jsonl with examples/sst2_questions.yaml (choice, gold `label` an option name); other rows
+of examples/make_real_data.py with --data DIR --suffix S (`make_real_data.py --out-dir DIR --limit 200 --suffix
+_200`: the first 200 rows of each validation split).
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYOUTS = ("transcript", "systemone")
 
 
-def sets(full: bool) -> dict[str, tuple[Path, list[str]]]:
+def sets(data: Path, suffix: str) -> dict[str, tuple[Path, list[str]]]:
     ex = ROOT / "examples"
-    d, name = (ex / "data", "{}.jsonl") if full else (ex, "{}_sample.jsonl")
+    d, name = data, "{}" + suffix + ".jsonl"
     return {
         "boolq": (d / name.format("boolq"), []),
         "sst2": (d / name.format("sst2"), ["-q", str(ex / "sst2_questions.yaml")]),
@@ -83,8 +84,8 @@ def summarise(runs: dict[str, dict], binary: bool) -> dict:
     return out
 
 
-def table(results: dict, model: str) -> str:
-    lines = [f"Model `{model}`, hf backend, CPU. Accuracy with its Wilson 95 % interval; NLL = mean −ln P(gold); "
+def table(results: dict, model: str, rows: str) -> str:
+    lines = [f"Rows: {rows}. Model `{model}`, hf backend, CPU. Accuracy with its Wilson 95 % interval; NLL = mean −ln P(gold); "
              "ECE: top-label, 15 bins.", "",
              "| set | layout | n | errors | accuracy [95 % CI] | NLL | ECE |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, res in results.items():
@@ -105,12 +106,13 @@ def main() -> None:
     ap.add_argument("-m", "--model", default="qwen2.5-0.5b")
     ap.add_argument("-b", "--backend", default="hf")
     ap.add_argument("-o", "--out", type=Path, required=True)
-    ap.add_argument("--full", action="store_true", help="the full sets of examples/make_real_data.py")
+    ap.add_argument("--data", type=Path, default=ROOT / "examples", help="folder of boolq<SUFFIX>.jsonl, sst2<…>")
+    ap.add_argument("--suffix", default="_sample", help="'' for make_real_data.py's full files, _200 for --limit 200")
     ap.add_argument("--only", nargs="*", default=None, help="set names (boolq, sst2)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     results = {}
-    for name, (inp, extra) in sets(a.full).items():
+    for name, (inp, extra) in sets(a.data, a.suffix).items():
         if a.only and name not in a.only:
             continue
         outs = {lay: a.out / f"{name}_{lay}.parquet" for lay in LAYOUTS}
@@ -121,8 +123,9 @@ def main() -> None:
         for lay, out in outs.items():
             results[name][lay]["errors"] = sum(r["error"] is not None for r in pq.read_table(out).to_pylist())
     (a.out / "table.json").write_text(json.dumps(results, indent=1) + "\n")
-    (a.out / "table.md").write_text(table(results, a.model))
-    print(table(results, a.model))
+    rows = f"`boolq{a.suffix}.jsonl`, `sst2{a.suffix}.jsonl` ({a.data.name}/)"
+    (a.out / "table.md").write_text(table(results, a.model, rows))
+    print(table(results, a.model, rows))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,16 @@ from .pipeline.runners.plan_only import PlanOnlyRunner
 from .pipeline.summary import Summary, abstain_warnings
 from .readouts import DEFAULT
 from .threads import apply_threads
+
+
+@dataclass(frozen=True)
+class Held:
+    """A Classifier's parts a server holds open (`Classifier.held`)."""
+
+    cfg: Any  # config.RunConfig
+    readout: Any  # readouts.base.Readout
+    prompter: Any  # the readout's prompter, over the backend's tokenizer
+    backend: Any  # backends.base.Backend
 
 
 class Classifier:
@@ -197,6 +208,16 @@ class Classifier:
         runner = PlanOnlyRunner(self.backend.tokenizer, show=True, prompter=self.runner.held_prompter)
         s, _ = loop.run(cfg, FrameSource(data, kind_of(data), n, n), NullSink(), runner, readout=readout)
         return "".join(s.counted.shown)
+
+    def held(self, questions: Any = None) -> Held:
+        """What a server built on this Classifier holds open (`openjev-batch serve`): the job config with
+        `questions` (a mapping or a JSON/YAML path: the questions a request may ask by id; None: each request
+        its own), the readout built from it, the prompter built and label-checked at start-up, and the
+        backend. Raises ConfigError for bad questions."""
+        self._open()
+        cfg = build_config(**{**self._options, "questions": _path(questions)})
+        readout = readouts.build(self.readout, cfg, self.backend.labels)
+        return Held(cfg, readout, self.runner.held_prompter, self.backend)
 
     def _keep(
         self, keep: Iterable[str] | str | None, cols: list[str] | None, skip: set[str]

@@ -148,6 +148,12 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
     EngineOption("connect", str | None, None,
                  "sglang: drive the sglang server already running at this URL over HTTP instead of starting an "
                  "engine (it must serve -m's model).", owner="sglang", commands=("run", "eval")),
+    # The seed's backend timeout is 120 s. httpx's read timeout restarts on every byte (a trickling server held
+    # a request for ever: issue 48), so this is a wall-clock deadline per request, its retries included.
+    EngineOption("connect_timeout", float, 120.0,
+                 "sglang --connect: the longest one request to the server may take, start to end, in seconds "
+                 "(also the longest wait for a starting server); past it the job ends naming the URL.",
+                 owner="sglang", commands=("run", "eval"), constraints={"gt": 0, "allow_inf_nan": False}),
     EngineOption("skip_prefix_warmup", bool, False,
                  "sglang classify: no warm-up request per shared prefix (a benchmark baseline).",
                  owner="sglang", commands=("classify",)),

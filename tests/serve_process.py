@@ -19,6 +19,7 @@ from conftest import EXAMPLES, ROOT, cli, write_jsonl
 httpx = pytest.importorskip("httpx")
 
 QUESTIONS = EXAMPLES / "ticket_questions.yaml"
+TRANSCRIPT = ("--layout", "transcript")  # run's default layout, which the tests comparing with plain `run` ask
 
 
 def free_port() -> int:
@@ -57,7 +58,8 @@ class Server:
 
     def post(self, body, **kw) -> httpx.Response:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        return httpx.post(self.url + "/v1/systemone", content=data, timeout=kw.pop("timeout", 300), **kw)
+        path = kw.pop("path", "/v1/records")  # the product's record route; the seed's: tests/serve/test_seed.py
+        return httpx.post(self.url + path, content=data, timeout=kw.pop("timeout", 300), **kw)
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -88,9 +88,7 @@ def fit_file(labelled: Path, gold: str | None, output: Path, target_precision: f
     if holdout is not None and not 0 < holdout < 1:
         raise ConfigError(f"calibrate: --holdout must be between 0 and 1 (a share of the rows), got {holdout}")
     records = read_labelled(labelled, gold, questions)
-    doc = fit(records, target_precision, target_coverage, min_kept, holdout)
-    doc["unfitted"] = unfitted
-    return doc
+    return fit(records, target_precision, target_coverage, min_kept, holdout, unfitted)
 
 
 def check_output(output: Path, labelled: Path) -> None:

@@ -41,6 +41,7 @@ if typing.TYPE_CHECKING:
 # where each generated group stands in a command's `layout` (beside the names of its own fields)
 READOUT, ENGINE, JOB, LIMITS = "<readout options>", "<engine options>", "<job options>", "<request limits>"
 OWN, CONFIG = "<own>", "<config>"
+GROUPS = (READOUT, ENGINE, JOB, LIMITS)
 OwnT = TypeVar("OwnT")
 
 
@@ -166,13 +167,19 @@ def _group(command: str, group: str, taken: set[str], engine_of: str) -> list[_P
 
 def parameters(command: str, own_type: type, layout: Sequence[str], engine_of: str | None = None) -> list[_Param]:
     """Every parameter of `command`, in `layout`'s order: its own fields by name, each group where it stands
-    (the engine options those of `engine_of`, default `command`), and `--config` last where the command takes
-    engine options (every command that runs a job)."""
+    (the engine options those of `engine_of`, default `command`; a generated option named in `layout` stands
+    there instead), and `--config` last where the command takes engine options (every command that runs a
+    job)."""
     hints = typing.get_type_hints(own_type)
     mine = {f.name: _Param(f.name, f.metadata["cli"], hints[f.name], OWN) for f in dataclasses.fields(own_type)}
+    groups = {g: _group(command, g, set(mine), engine_of or command) for g in layout if g in GROUPS}
+    generated = {p.name: p for params in groups.values() for p in params}
     out: list[_Param] = []
     for item in layout:
-        out.extend([mine[item]] if item in mine else _group(command, item, set(mine), engine_of or command))
+        if item in groups:
+            out.extend(p for p in groups[item] if p.name not in layout)
+        else:
+            out.append(mine[item] if item in mine else generated[item])
     return out + ([_config_param()] if ENGINE in layout else [])
 
 

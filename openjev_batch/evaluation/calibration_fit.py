@@ -25,7 +25,13 @@ import math
 from typing import Any, cast
 
 from ..errors import ConfigError
-from ..readouts.label_logprobs.calibration import CURVE_POINTS, FORMAT, MIN_KEPT
+from ..readouts.label_logprobs.calibration import (
+    CURVE_POINTS,
+    FORMAT,
+    MIN_KEPT,
+    CalibrationEntry,
+    CalibrationFile,
+)
 from .calibration_multi import fit_multi, holdout_multi, multi_lines
 from .metrics import T_MAX, fit_temperature, metrics, scale, wilson
 from .tasks import rank
@@ -40,9 +46,12 @@ def fit(
     coverage: float | None = None,
     min_kept: int = MIN_KEPT,
     holdout: float | None = None,
+    unfitted: str = "error",
 ) -> dict:
-    """The calibration document (calibration.py) of the labelled records; `holdout`: the share of each
-    question's rows (seeded by row id) left out of the fit and scored with it. Raises ConfigError."""
+    """The calibration file's document (calibration.CalibrationFile, constructed here and so checked as the
+    reader checks it) of the labelled records; `holdout`: the share of each question's rows (seeded by row id)
+    left out of the fit and scored with it; `unfitted`: what `run` does with a question it has no entry for.
+    Raises ConfigError."""
     if (precision is None) == (coverage is None):
         raise ConfigError("calibrate: give one of --target-precision and --target-coverage")
     if holdout is not None and not 0 < holdout < 1:
@@ -50,7 +59,7 @@ def fit(
     by_q: dict[str, list[dict]] = {}
     for r in records:
         by_q.setdefault(r["qid"], []).append(r)
-    questions = {}
+    questions: dict[str, CalibrationEntry] = {}
     for qid, rs in by_q.items():
         types, lists = {r["type"] for r in rs}, {r["options"] for r in rs}
         sizes = {len(o) for o in lists}
@@ -74,17 +83,16 @@ def fit(
             e = {"type": "multi", **options, **fit_multi(fit_rs, precision, coverage, min_kept)}
             if held:
                 e["holdout"] = holdout_multi(held, e["threshold"])
-            questions[qid] = e
-            continue
-        questions[qid] = _fit_one(rs[0]["type"], options, fit_rs, precision, coverage, min_kept)
-        if held:
-            questions[qid]["holdout"] = _scored(held, questions[qid])
+        else:
+            e = _fit_one(rs[0]["type"], options, fit_rs, precision, coverage, min_kept)
+            if held:
+                e["holdout"] = _scored(held, e)
+        questions[qid] = CalibrationEntry.model_validate(e)  # the applied fields, the rest its report
     target: dict[str, Any] = {"precision": precision} if precision is not None else {"coverage": coverage}
     target["min_kept"] = min_kept
-    doc = {"format": FORMAT, "unfitted": "error", "target": target, "questions": questions}
-    if holdout is not None:
-        doc["holdout"] = {"share": holdout, "seed": HOLDOUT_SEED}
-    return doc
+    held_out = {"share": holdout, "seed": HOLDOUT_SEED} if holdout is not None else None
+    return CalibrationFile(format=FORMAT, unfitted=unfitted, target=target, questions=questions,
+                           holdout=held_out).document()  # fmt: skip
 
 
 def _split(qid: str, rs: list[dict], holdout: float | None) -> tuple[list[dict], list[dict]]:

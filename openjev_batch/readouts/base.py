@@ -11,6 +11,7 @@ for row data: bad rows are `RowError` values.
     records(row, results, failed) → output rows   (read out, after prefill)
     schema, n_records, error_records, manifest   (write: columns, count check, resume key)
     show(rows, prompter) → text                   (`--show-prompt`: what the model gets)
+    Request (a RequestReader) → row               (`serve`: a request body, as parse_row reads a file row)
 
 A readout owns its options: `Options` (a `ReadoutOptions` type, each option declared once with its default),
 nested in a job's RunConfig as `readout_options`; `from_config(cfg, labels)` builds it from them.
@@ -19,6 +20,7 @@ nested in a job's RunConfig as `readout_options`; `from_config(cfg, labels)` bui
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -45,6 +47,50 @@ class Failed:
 
     qid: str
     error: str
+
+
+class FieldError(ValueError):
+    """A request body refused (`serve`: a 422): `message` one line, `field` the body's field it names (dotted,
+    `questions.q1.criteria`; None for the body as a whole)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.field = message, field
+
+
+class RequestReader(ABC):
+    """How a readout reads a request body into its row, as `parse_row` reads a file row: built once per
+    server (`held`) from the readout held open. `fields`: the body's keys; `caps`: the readout's own limits
+    by `serve/limits.Limits` field name (a server may lower them, never raise them); `readout`: the readout
+    whose records answer a request."""
+
+    fields: ClassVar[tuple[str, ...]]
+    caps: ClassVar[dict[str, int]] = {}
+    readout: Readout
+
+    @classmethod
+    @abstractmethod
+    def held(cls, readout: Readout, cfg: Any) -> RequestReader:
+        """The reader of a server over `readout`, built from the server's config `cfg` (a RunConfig: its
+        readout options, e.g. label-logprobs' `-q` questions that a request may ask by id)."""
+
+    @abstractmethod
+    def row(self, body: dict[str, Any], limits: Mapping[str, int]) -> Any:
+        """The row of `body` (a JSON object), at position 0. Raises FieldError."""
+
+    def check(self, row: Any, prompt: Any, limits: Mapping[str, int]) -> FieldError | None:
+        """A prompted row (`prompt`: its core.RowPrompt) over the server's token limits, before any model
+        call; None when it fits."""
+        return None
+
+    def refused(self, row: Any, error: str) -> FieldError:
+        """The FieldError of a row the prompter refused (`error`: its failure's text, e.g. a branch over the
+        model's context)."""
+        return FieldError(error)
+
+    def describe(self) -> dict[str, Any]:
+        """What GET /v1/models tells of this reader's readout (its manifest: the `--resume` key's part)."""
+        return self.readout.manifest()
 
 
 class ReadoutOptions(BaseModel):
@@ -81,6 +127,8 @@ class Readout(ABC):
     base_columns: ClassVar[tuple[str, ...]]
     text_column: ClassVar[str]
     chunk_rows: ClassVar[int]
+    # how `serve` reads a request body into this readout's row (None: the readout is not served)
+    Request: ClassVar[type[RequestReader] | None] = None
     keep: tuple[str, ...] = ()
 
     @classmethod

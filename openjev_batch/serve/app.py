@@ -1,17 +1,12 @@
-"""The HTTP side: a Starlette app on uvicorn (its endpoints: routes.py), run in a thread of its own while the main
-thread runs the engine (service.py), and the server's fate.
+"""The HTTP side: a Starlette app on uvicorn (its endpoints: routes.py: the seed's API, seed.py, and the
+product's own record route), run in a thread of its own while the main thread runs the engine (service.py),
+and the server's fate.
 
-    POST /v1/systemone   one row (`id`, `state` or `messages`, `questions`) → one answer per question, with
-                         the columns and numbers `run` writes for that row; `usage`; the headers
-                         x-openjev-prefix-tokens, x-openjev-cached-tokens and Server-Timing
-    GET  /health         200 while the engine serves, 503 once it has stopped or the server drains
-    GET  /v1/models      the model, its manifest hashes (the `--resume` key's: model content, engine
-                         settings, questions, system prompt, calibration) and the releases (sglang's)
-
-Starlette rather than FastAPI: the body is read and parsed by the product's own rules (request.py), so
-FastAPI's validation layer would run for nothing. SIGTERM (and Ctrl-C) drains: uvicorn stops accepting, the
-requests in flight are answered, then the process exits 143 (130). An engine that dies answers what waits
-with 503 and ends the server with exit 4 and one line (`error: …`), so an orchestrator restarts it.
+Starlette rather than FastAPI: the body is read and parsed by the product's own rules (request.py) and the
+seed's schema (seed.py, whose validation errors read as FastAPI's), so FastAPI's layer would run for nothing.
+SIGTERM (and Ctrl-C) drains: uvicorn stops accepting, the requests in flight are answered, then the process
+exits 143 (130). An engine that dies answers what waits with 503 and ends the server with exit 4 and one line
+(`error: …`), so an orchestrator restarts it.
 """
 
 from __future__ import annotations
@@ -21,18 +16,18 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from .._version import __version__
 from ..backends import NAMES as BACKEND_NAMES
 from ..errors import BackendError, ConfigError
-from .limits import HTTPError, Limits
-from .request import Readouts
-from .routes import Endpoints
+from ..readouts.base import RequestReader
+from . import seed
+from .auth import BearerKey
+from .limits import Limits
+from .routes import Endpoints, Facts
 from .service import Service
-
-if TYPE_CHECKING:
-    from ..config import RunConfig
 
 EXIT_TERMINATED, EXIT_INTERRUPTED = 143, 130
 
@@ -61,36 +56,58 @@ class Stop:
         return EXIT_TERMINATED if self.signum == signal.SIGTERM else EXIT_INTERRUPTED
 
 
-def make_app(
-    service: Service, readouts: Readouts, limits: Limits, models: dict[str, Any], draining: Callable[[], bool]
-):
-    """The ASGI app over `service` (its endpoints: routes.py)."""
+@dataclass(frozen=True)
+class Served:
+    """How the server names itself and what it lets in: `name` the `-m` name, `served` the model id it lists
+    (`--served-model-name`; default `name`), `api_key` the bearer key (None: none asked), `t0` the
+    time.monotonic() of the command's start (`/health`'s startup_seconds)."""
+
+    name: str
+    served: str
+    api_key: str | None = None
+    t0: float = 0.0
+    image_urls: bool = False  # --allow-image-urls (serve/image_urls.py says why it is opt-in)
+
+
+def make_app(service: Service, limits: Limits, facts: Facts, draining: Callable[[], bool],
+             api_key: str | None = None) -> Any:  # fmt: skip
+    """The ASGI app over `service` (its endpoints: routes.py), behind the bearer key when one is set."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
 
-    from .response import error_response  # lazy: loads starlette, which serve alone needs
+    from .response import json_response  # lazy: loads starlette, which serve alone needs
 
     async def http_error(request: Any, exc: Exception) -> Any:
-        """Starlette's own refusals (an unknown path 404, a wrong method 405) in the API's one error shape, not
-        its plain-text "Not Found"."""
+        """Starlette's own refusals (an unknown path 404, a wrong method 405) as the seed's server words them
+        (FastAPI's `{"detail": "Not Found"}`), not Starlette's plain text."""
         assert isinstance(exc, HTTPException)
-        why = f"{request.method} {request.url.path}: {exc.detail}"
-        return error_response(HTTPError(exc.status_code, why, headers=dict(exc.headers or {})))
+        return json_response({"detail": exc.detail}, exc.status_code, dict(exc.headers or {}))
 
-    return Starlette(routes=Endpoints(service, readouts, limits, models, draining).routes(),
-                     exception_handlers={HTTPException: http_error})  # fmt: skip
+    app: Any = Starlette(routes=Endpoints(service, limits, facts, draining).routes(),
+                         exception_handlers={HTTPException: http_error})  # fmt: skip
+    return BearerKey(app, api_key) if api_key else app
 
 
-def models_info(name: str, clf: Any, cfg: RunConfig, readout: Any) -> dict[str, Any]:
-    """GET /v1/models: the model as named and as loaded, the manifest hashes a `run` output of this model and
+def manifest(name: str, held: Any, reader: RequestReader) -> dict[str, Any]:
+    """GET /v1/manifest: the model as named and as loaded, the manifest hashes a `run` output of this model and
     these settings carries, and the releases."""
     from ..checkpoint.weights import model_fingerprint  # lazy: reads the checkpoint's files
 
+    cfg = held.cfg
     manifest = {"model content": model_fingerprint(cfg.model), "backend": cfg.backend, **cfg.resume_key(),
-                **readout.manifest()}  # fmt: skip
-    entry = {"id": name, "object": "model", "owned_by": "openjev-batch", "path": str(clf.model),
-             "backend": clf.backend_name, "manifest": manifest, "releases": releases()}  # fmt: skip
+                **reader.describe()}  # fmt: skip
+    entry = {"id": name, "object": "model", "owned_by": "openjev-batch", "path": str(cfg.model),
+             "backend": cfg.backend, "manifest": manifest, "releases": releases()}  # fmt: skip
     return {"object": "list", "data": [entry]}
+
+
+def facts(served: Served, held: Any, reader: RequestReader) -> Facts:
+    """What the endpoints tell of this server (routes.Facts)."""
+    names = tuple(dict.fromkeys((seed.ALIAS, served.served)))
+    takes_images = bool(getattr(held.backend, "images", False))
+    return Facts(names, tuple(dict.fromkeys((*names, served.name))), served.served,
+                 manifest(served.name, held, reader), round(time.monotonic() - served.t0, 2),
+                 reader.caps.get("max_images", 0) if takes_images else 0, served.image_urls)  # fmt: skip
 
 
 def releases() -> dict[str, str]:
@@ -137,15 +154,14 @@ def bound_port(server: Any, asked: int) -> int:
     return asked
 
 
-def serve(clf: Any, cfg: RunConfig, readouts: Readouts, limits: Limits, host: str, port: int, name: str,
-          stop: Stop, say: Callable[[str], None]) -> int:  # fmt: skip
+def serve(held: Any, reader: RequestReader, limits: Limits, host: str, port: int, served: Served, stop: Stop,
+          say: Callable[[str], None]) -> int:  # fmt: skip
     """Serve until stopped. Returns the exit code (143 / 130 after a drain). Raises BackendError when the
     engine dies, ConfigError when the address cannot be listened on."""
     import uvicorn
 
-    service = Service(clf, readouts.own, cfg, limits)
-    app = make_app(service, readouts, limits, models_info(name, clf, cfg, readouts.shared or readouts.own),
-                   lambda: stop.signum is not None)  # fmt: skip
+    service = Service(held, reader, limits)
+    app = make_app(service, limits, facts(served, held, reader), lambda: stop.signum is not None, served.api_key)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=int(limits.timeout_s) + 5)  # fmt: skip
     server = uvicorn.Server(config)
@@ -162,8 +178,8 @@ def serve(clf: Any, cfg: RunConfig, readouts: Readouts, limits: Limits, host: st
     if not server.started:
         why = startup.lines[-1] if startup.lines else "in use, or not an address of this machine?"
         raise ConfigError(f"cannot listen on {host}:{port}: {why}")
-    say(f"serving {name} ({clf.backend_name}) on http://{host}:{bound_port(server, port)}  "
-        "POST /v1/systemone · GET /health · GET /v1/models")  # fmt: skip
+    say(f"serving {served.name} ({held.cfg.backend}) on http://{host}:{bound_port(server, port)}  "
+        "POST /v1/systemone · POST /v1/records · GET /v1/models · GET /v1/limits · GET /health")  # fmt: skip
     try:
         service.serve_until(lambda: not http.is_alive())
     except BackendError:

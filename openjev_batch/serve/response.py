@@ -1,26 +1,66 @@
-"""What a request is answered with: an error's status and JSON body (`error_response`), or the row's answers
-(`answer_response`): one record per question with the columns `run` writes, `usage`, the headers
-x-openjev-prefix-tokens, x-openjev-cached-tokens and Server-Timing (`server_timing`); a record the engine
-failed makes it a 502 (limits and questions were checked before the model call)."""
+"""What a request is answered with. The seed's route (seed.py has its schemas): `json_response` of its
+response, `seed_error` for a refusal (`{"error": {"message": …}}`, the seed's words where it has them), and
+`seed_headers` (x-openjev-prefix-tokens, x-openjev-cached-tokens, x-openjev-model, Server-Timing with the
+seed's names: prepare, prefill, branches). The product's route: `error_response` (`{"error": {status, field,
+message}}`) or `answer_response`: one record per question with the columns `run` writes, `usage`, the headers;
+a record the engine failed makes it a 502 (limits and questions were checked before the model call)."""
 
 from __future__ import annotations
 
 import json
+import math
+from typing import Any
 
 from starlette.responses import Response
 
 from .limits import HTTPError
-from .service import Answer, clean
+from .seed import error_body
+from .service import Answer
+
+# the seed's words for the refusals it has (openjev-sglang api.py / service.py); the others keep the product's
+SEED_WORDS = {
+    413: "Request body is too large",
+    504: "Evaluation deadline exceeded",
+    529: "Server is at capacity; retry shortly",
+}
+RETRY = (429, 503, 529)  # the seed sends Retry-After with these
+
+
+def json_response(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """`content` as compact JSON (the seed's serializer writes no spaces); text a client sent that UTF-8
+    cannot encode (a lone surrogate quoted in a message) is escaped, never a 500."""
+    try:
+        data = json.dumps(content, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    except UnicodeEncodeError:
+        data = json.dumps(content, separators=(",", ":"), allow_nan=False).encode()
+    return Response(data, status_code=status, headers=headers, media_type="application/json")
+
+
+def seed_error(e: HTTPError) -> Response:
+    """A refusal on the seed's route, in the seed's shape and words, Retry-After where the seed sends it."""
+    headers = dict(e.headers)
+    if e.status in RETRY:
+        headers.setdefault("Retry-After", "1")
+    return json_response(error_body(SEED_WORDS.get(e.status, e.message)), e.status, headers)
+
+
+def seed_headers(got: Answer, t_parse: float, served: str) -> dict[str, str]:
+    """The seed's response headers of an answer (`t_parse`: seconds its body took to read and parse)."""
+    t = got.timing
+    prepare = t_parse + t.get("prep", 0.0) + t.get("queue", 0.0)
+    cached = sum(r.get("cached_tokens") or 0 for r in got.records)
+    return {
+        "x-openjev-prefix-tokens": str(got.prefix_tokens),
+        "x-openjev-cached-tokens": str(cached),
+        "x-openjev-model": served,
+        "Server-Timing": f"prepare;dur={prepare * 1000:.2f}, prefill;dur={t.get('prefill', 0.0) * 1000:.2f}, "
+        f"branches;dur={t.get('branches', 0.0) * 1000:.2f}",
+    }
 
 
 def error_response(e: HTTPError) -> Response:
-    """The error as JSON; text a client sent that UTF-8 cannot encode (a lone surrogate quoted in a message)
-    is escaped, never a 500."""
-    try:
-        content = json.dumps(e.body(), ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        content = json.dumps(e.body()).encode()
-    return Response(content, status_code=e.status, headers=e.headers, media_type="application/json")
+    """The error in the product's shape (POST /v1/records)."""
+    return json_response(e.body(), e.status, e.headers)
 
 
 def answer_response(row_id: str, got: Answer, t_parse: float, model_name: str) -> Response:
@@ -30,20 +70,26 @@ def answer_response(row_id: str, got: Answer, t_parse: float, model_name: str) -
     usage = {"input_tokens": sum(r["branch_tokens"] or 0 for r in records), "cached_tokens": cached,
              "output_tokens": 0}  # fmt: skip
     headers = {"x-openjev-prefix-tokens": str(got.prefix_tokens), "x-openjev-cached-tokens": str(cached),
-               "Server-Timing": server_timing(t_parse, got.timing)}  # fmt: skip
+               "x-openjev-model": model_name, "Server-Timing": server_timing(t_parse, got.timing)}  # fmt: skip
     failed = [r["error"] for r in records if r["error"]]
-    body = {"id": row_id, "model": model_name, "answers": records, "usage": usage}
+    body: dict[str, Any] = {"id": row_id, "model": model_name, "answers": records, "usage": usage}
     if failed:  # limits and questions were checked before: what fails now is the engine
         body["error"] = {"status": 502, "field": None, "message": failed[0]}
-    content = json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
-    return Response(
-        content, status_code=502 if failed else 200, headers=headers, media_type="application/json"
-    )
+    return json_response(body, 502 if failed else 200, headers)
+
+
+def clean(v: Any) -> Any:
+    """A record value as JSON has it: NaN and ±inf (never in an answered record) as null."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, list):
+        return [clean(x) for x in v]
+    return v
 
 
 def server_timing(t_parse: float, t: dict[str, float]) -> str:
-    """The Server-Timing header: prompt preparation (the body's parse included), the wait for the engine, the
-    shared prefill and the branches, in ms."""
+    """The product route's Server-Timing header: prompt preparation (the body's parse included), the wait
+    for the engine, the shared prefill and the branches, in ms."""
     return ", ".join(
         f'{name};dur={ms * 1000:.3f};desc="{desc}"'
         for name, ms, desc in (

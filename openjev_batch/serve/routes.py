@@ -1,16 +1,33 @@
-"""The server's endpoints (`Endpoints.routes`), each a handler over the service held open:
+"""The server's endpoints (`Endpoints.routes`), each a handler over the service held open. The seed's API
+(openjev-sglang; its schemas and words: seed.py):
 
-    POST /v1/systemone   one row → its answers (response.py), at most `--max-concurrent` evaluated at once
-                         (529 with Retry-After past it), `--timeout` seconds waited for (504)
-    GET  /health         200 while the engine serves, 503 once it has stopped or the server drains
-    GET  /v1/models      the model, its manifest hashes and the releases (app.models_info)
+    POST /v1/systemone   a seed request → `{model, answers, usage}`, headers x-openjev-prefix-tokens,
+                         x-openjev-cached-tokens, x-openjev-model, x-typesafe-request-id, Server-Timing
+    GET  /v1/models      the names a request may give (`jev-latest`, the served id), catalogue + OpenAI shapes
+    GET  /v1/limits      the admission limits
+    GET  /health         200 `{status: ok, startup_seconds}` while the engine serves; 503 (Retry-After) once it
+                         has stopped or the server drains
+    GET  /health/live    200 while the HTTP side runs
+
+The product's own, beside it:
+
+    POST /v1/records     one row (`id`, `state` or `messages`, `questions`) → the records `run` writes for it
+                         (label mass, token counts, `chosen`, calibration's `abstain`, …)
+    GET  /v1/manifest    the model, its manifest hashes (the `--resume` key's) and the releases
+    GET  /v1/status      the engine's state, requests in flight, batches scored
+
+Both POST routes read the body first, outside the slots (a client slow to send it holds none: 408 past
+`--body-timeout`), parse it before admission (a malformed body is a 422 even on a full server), then take
+one of `--max-concurrent` slots (529 with Retry-After past them) and wait `--timeout` seconds (504).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -18,54 +35,82 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..readouts.base import FieldError
+from . import image_urls, seed
 from .limits import HTTPError, Limits
-from .request import Readouts, read_body, read_row
-from .response import answer_response, error_response
-from .service import Service
+from .request import body_row, parse_body, read_body
+from .response import answer_response, error_response, json_response, seed_error, seed_headers
+from .service import Answer, Service
 
 BIG_BODY = 64 * 2**10  # bodies over this are parsed in a worker thread, off the event loop
 
 
-class Endpoints:
-    """The handlers over `service`; `models` is GET /v1/models's document, `draining` says whether the server
-    stopped accepting (a signal came). `in_flight`: the requests being evaluated (on the event loop's one
-    thread, so counted without a lock)."""
+@dataclass(frozen=True)
+class Facts:
+    """What the endpoints tell of the server: `names` the model names it lists (`jev-latest`, the served
+    id), `accepted` every name a request may give besides a `jev-*` alias (also the `-m` name), `served` the
+    served id, `manifest` GET /v1/manifest's document, `startup_s` the seconds start-up took, `max_images` the
+    images a request's state may hold (0: the model takes none), `image_urls` whether http(s) images are
+    fetched."""
 
-    def __init__(self, service: Service, readouts: Readouts, limits: Limits, models: dict[str, Any],
-                 draining: Callable[[], bool]) -> None:  # fmt: skip
-        self.service, self.readouts, self.limits = service, readouts, limits
-        self.models, self.draining = models, draining
-        self.model_name = models["data"][0]["id"]
+    names: tuple[str, ...]
+    accepted: tuple[str, ...]
+    served: str
+    manifest: dict[str, Any]
+    startup_s: float
+    max_images: int = 0
+    image_urls: bool = False  # --allow-image-urls: http(s) images fetched here (image_urls.py), not refused
+
+
+class Endpoints:
+    """The handlers over `service`; `draining` says whether the server stopped accepting (a signal came).
+    `in_flight`: the requests being evaluated (on the event loop's one thread, so counted without a lock)."""
+
+    def __init__(self, service: Service, limits: Limits, facts: Facts, draining: Callable[[], bool]) -> None:
+        self.service, self.reader, self.limits = service, service.reader, limits
+        self.facts, self.draining = facts, draining
         self.in_flight = 0
 
     def routes(self) -> list[Route]:
         return [
             Route("/v1/systemone", self.systemone, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/limits", self.limits_doc, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
-            Route("/v1/models", self.list_models, methods=["GET"]),
+            Route("/health/live", self.live, methods=["GET"]),
+            Route("/v1/records", self.records, methods=["POST"]),
+            Route("/v1/manifest", self.manifest, methods=["GET"]),
+            Route("/v1/status", self.status, methods=["GET"]),
         ]
 
-    async def systemone(self, request: Request) -> Response:
-        t0 = time.perf_counter()
+    async def _body(self, request: Request) -> bytes:
+        """The body's bytes. Raises HTTPError (413, 408; 400 when the client left before sending it)."""
         limits = self.limits
-        try:  # the body first, outside the slots: a client slow to send it holds none (408 past its limit)
-            raw = await asyncio.wait_for(read_body(request, limits), limits.body_timeout_s)
+        try:
+            return await asyncio.wait_for(read_body(request, limits), limits.body_timeout_s)
         except asyncio.TimeoutError:
-            return error_response(HTTPError(408, f"body: not sent within {limits.body_timeout_s:g} s"))
-        except HTTPError as e:
-            return error_response(e)
-        except ClientDisconnect:  # the client left before its body arrived: nobody to answer
-            return Response(status_code=400)
+            raise HTTPError(408, f"body: not sent within {limits.body_timeout_s:g} s") from None
+        except ClientDisconnect:  # the client left before its body arrived: nobody reads the answer
+            raise HTTPError(400, "body: the client left before sending it") from None
+
+    def _row(self, body: dict[str, Any]) -> Any:
+        """The served readout's row of a parsed body, its http(s) images fetched first where the operator
+        opted in. Raises HTTPError 422."""
+        if self.facts.image_urls:
+            try:
+                body = image_urls.inline(body)
+            except FieldError as e:
+                raise HTTPError(422, e.message, e.field) from None
+        return body_row(body, self.reader, self.limits)
+
+    async def _evaluate(self, row: Any) -> Answer:
+        """`row` answered by the engine, in one of the slots. Raises HTTPError (529, 504, or the service's)."""
+        limits = self.limits
         if self.in_flight >= limits.max_concurrent:
-            return error_response(HTTPError(529, f"{limits.max_concurrent} in evaluation, the most requests this "
-                                  "server takes at once: retry", headers={"Retry-After": str(limits.retry_after_s)}))  # fmt: skip
+            raise HTTPError(529, f"{limits.max_concurrent} in evaluation, the most requests this server takes "
+                            "at once: retry", headers={"Retry-After": str(limits.retry_after_s)})  # fmt: skip
         self.in_flight += 1
         try:
-            if len(raw) > BIG_BODY:
-                row = await run_in_threadpool(read_row, raw, self.readouts, limits)
-            else:
-                row = read_row(raw, self.readouts, limits)
-            t_parse = time.perf_counter() - t0
             fut = self.service.submit(row, asyncio.get_running_loop())
             try:
                 got = await asyncio.wait_for(fut, limits.timeout_s)
@@ -73,19 +118,83 @@ class Endpoints:
                 raise HTTPError(504, f"no answer from the engine within {limits.timeout_s:g} s") from None
             if isinstance(got, HTTPError):
                 raise got
-            return answer_response(row.id, got, t_parse, self.model_name)
-        except HTTPError as e:
-            return error_response(e)
+            return got
         finally:
             self.in_flight -= 1
 
+    async def systemone(self, request: Request) -> Response:
+        t0 = time.perf_counter()
+        try:
+            raw = await self._body(request)
+        except HTTPError as e:
+            return seed_error(e)
+        try:
+            req = await run_in_threadpool(seed.parse, raw) if len(raw) > BIG_BODY else seed.parse(raw)
+        except seed.Invalid as e:
+            return json_response(e.body(), e.status)
+        if not seed.known_model(req.model, self.facts.accepted):
+            return json_response(seed.error_body(f"Unknown model: {req.model}"), 422)
+        try:
+            row = await run_in_threadpool(self._row, seed.row_body(req))
+            t_parse = time.perf_counter() - t0
+            got = await self._evaluate(row)
+        except HTTPError as e:
+            return seed_error(e)
+        failed = [r["error"] for r in got.records if r.get("error")]
+        if failed:  # limits and questions were checked before: what fails now is the engine
+            return seed_error(HTTPError(502, failed[0]))
+        out = seed.response(req, got.records, got.prefix_tokens)
+        headers = seed_headers(got, t_parse, self.facts.served)
+        headers["x-typesafe-request-id"] = uuid.uuid4().hex
+        return json_response(out.model_dump(), 200, headers)
+
+    async def records(self, request: Request) -> Response:
+        t0 = time.perf_counter()
+        try:
+            raw = await self._body(request)
+            if len(raw) > BIG_BODY or self.facts.image_urls:  # off the event loop: a big parse, a fetch
+                row = await run_in_threadpool(lambda: self._row(parse_body(raw)))
+            else:
+                row = self._row(parse_body(raw))
+            t_parse = time.perf_counter() - t0
+            got = await self._evaluate(row)
+            return answer_response(row.id, got, t_parse, self.facts.served)
+        except HTTPError as e:
+            return error_response(e)
+
+    async def models(self, request: Request) -> Response:
+        return json_response(seed.models(self.facts.names, self.facts.served))
+
+    async def limits_doc(self, request: Request) -> Response:
+        lim = self.limits
+        return json_response({
+            "max_answers_per_question": lim.max_options, "max_questions": lim.max_questions,
+            "max_body_bytes": lim.max_body_bytes, "max_input_tokens": lim.max_branch_tokens,
+            "max_total_input_tokens": lim.max_request_tokens, "max_concurrent_requests": lim.max_concurrent,
+            "max_images": self.facts.max_images,
+        })  # fmt: skip
+
+    def _unavailable(self) -> str | None:
+        if self.service.dead is not None:
+            return f"the engine has stopped: {self.service.dead}"
+        return "the server is draining" if self.draining() else None
+
     async def health(self, request: Request) -> Response:
+        down = self._unavailable() is not None
+        body = {"status": "unavailable" if down else "ok", "startup_seconds": self.facts.startup_s}
+        headers = {"Retry-After": str(self.limits.retry_after_s)} if down else None
+        return json_response(body, 503 if down else 200, headers)
+
+    async def live(self, request: Request) -> Response:
+        return json_response({"status": "ok"})
+
+    async def manifest(self, request: Request) -> Response:
+        return JSONResponse(self.facts.manifest)
+
+    async def status(self, request: Request) -> Response:
         if self.service.dead is not None:
             return JSONResponse({"status": "dead", "why": self.service.dead}, status_code=503)
         if self.draining():
             return JSONResponse({"status": "draining"}, status_code=503)
-        return JSONResponse({"status": "ok", "model": self.model_name, "in_flight": self.in_flight,
+        return JSONResponse({"status": "ok", "model": self.facts.served, "in_flight": self.in_flight,
                              "batches": self.service.batches})  # fmt: skip
-
-    async def list_models(self, request: Request) -> Response:
-        return JSONResponse(self.models)

@@ -17,23 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from ..core import RowPrompt
 from ..errors import BackendError
 from ..pipeline.prefill import FailureTracker
 from ..pipeline.stages import Prompted, prompt_chunk, score_chunk
-from ..readouts.label_logprobs.items import question_id
-from ..readouts.label_logprobs.rows import Row
-from .limits import HTTPError, Limits, row_error
-
-if TYPE_CHECKING:
-    from ..config import RunConfig
+from ..readouts.base import RequestReader
+from .limits import HTTPError, Limits
 
 STOP = object()  # ends the host thread
 # An idle engine is asked whether it lives this often (`Backend.check_alive`: sglang's sees a failed engine
@@ -46,7 +41,7 @@ class Pending:
     """One request on its way: its row (its `pos` unique in the server's life: the stages key results by it),
     where its answer goes (`future`, on `loop`), and what it measured."""
 
-    row: Row
+    row: Any  # the served readout's row
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     t_in: float = field(default_factory=time.perf_counter)
@@ -76,15 +71,16 @@ class Answer:
 
 
 class Service:
-    """`clf`: the Classifier held open; `readout`: the readout whose records the answers are (any of the server's
-    readouts: records and errors come from each row's own questions); `limits`: the server's."""
+    """`held`: a Classifier's parts held open (`Classifier.held`: config, prompter, backend); `reader`: the
+    served readout's request reader, whose `readout` the answers' records are (records and errors come from
+    each row's own questions) and whose `check` holds a prompted row to the server's token `limits`."""
 
-    def __init__(self, clf: Any, readout: Any, cfg: RunConfig, limits: Limits):
-        self.clf, self.readout, self.limits = clf, readout, limits
-        self.backend = clf.backend
-        self.prompter = clf.runner.held_prompter  # built and label-checked once, at start-up
-        self.budget = cfg.kv_budget_tokens or self.backend.kv_budget_tokens()
-        self.max_branches = cfg.max_branches
+    def __init__(self, held: Any, reader: RequestReader, limits: Limits):
+        self.reader, self.readout, self.limits = reader, reader.readout, limits
+        self.backend = held.backend
+        self.prompter = held.prompter  # built and label-checked once, at start-up
+        self.budget = held.cfg.kv_budget_tokens or self.backend.kv_budget_tokens()
+        self.max_branches = held.cfg.max_branches
         self.tracker = FailureTracker(self.backend.name)
         self._pos = itertools.count()
         self._prompt_q: queue.Queue = queue.Queue()
@@ -98,7 +94,7 @@ class Service:
     def start(self) -> None:
         self._host.start()
 
-    def submit(self, row: Row, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+    def submit(self, row: Any, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
         """Queue `row` (from the event loop's thread); the future gets an Answer or an HTTPError."""
         fut = loop.create_future()
         if self.dead is not None:
@@ -146,30 +142,18 @@ class Service:
                 p.timing["prep"] = dt
                 failed = prompted.failed.get(p.row.pos)
                 if failed:  # a branch or the row over the readout's token limits: nothing reaches the model
-                    p.answer(row_error(next(iter(failed.values())), p.row.id))
+                    why = self.reader.refused(p.row, next(iter(failed.values())))
+                    p.answer(HTTPError(422, why.message, why.field))
                     continue
                 rp = by_pos[p.row.pos]
-                if (err := self._over(p.row, rp)) is not None:
-                    p.answer(err)
+                # the server's token limits (at most the readout's own, which the prompter applied)
+                if (err := self.reader.check(p.row, rp, self.limits.counts())) is not None:
+                    p.answer(HTTPError(422, err.message, err.field))
                     continue
                 p.prompt = rp
                 ok.append(p)
             if ok:
                 self._score_q.put(ok)
-
-    def _over(self, row: Row, rp: RowPrompt) -> HTTPError | None:
-        """The server's token limits (at most the readout's own, which the prompter applied)."""
-        lim = self.limits
-        for b in rp.branches:
-            if (n := len(rp.prefix) + len(b.suffix)) > lim.max_branch_tokens:
-                qid = question_id(b.qid)  # a multi or debiased question's branches carry their item
-                return HTTPError(422, f"row {row.id}: questions.{qid}: branch has {n} tokens, this server takes at "
-                                 f"most {lim.max_branch_tokens}", f"questions.{qid}")  # fmt: skip
-        total = len(rp.prefix) + sum(len(b.suffix) for b in rp.branches)
-        if total > lim.max_request_tokens:
-            return HTTPError(422, f"row {row.id}: state: the request has {total} input tokens, this server takes "
-                             f"at most {lim.max_request_tokens}", "state")  # fmt: skip
-        return None
 
     # -- main thread: plan → prefill → read out ------------------------------------------------------------
     def serve_until(self, done) -> None:
@@ -256,12 +240,3 @@ def _prefix_share(prompts: list[RowPrompt]) -> float:
     prefix = sum(len(p) for p in {rp.prefix for rp in prompts})
     suffix = sum(len(b.suffix) for rp in prompts for b in rp.branches)
     return prefix / (prefix + suffix) if prefix + suffix else 0.0
-
-
-def clean(v: Any) -> Any:
-    """A record value as JSON has it: NaN and ±inf (never in an answered record) as null."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, list):
-        return [clean(x) for x in v]
-    return v

@@ -283,7 +283,7 @@ def test_multi_item_choice(tiny_model, tmp_path, monkeypatch):
     (hybrid / "config.json").write_text(json.dumps({**cfg, "architectures": ["Qwen3NextForCausalLM"]}))
     with pytest.raises(BackendError, match="not a 1-D RoPE full-attention model"):
         choose(model=hybrid, engine_args={"enable_mis": True})
-    # the Qwen3.5/3.6 hybrids: exact through the product's state fork on sglang 0.5.17-0.5.23 (mis.FORK_SGLANG), refused on another release
+    # the Qwen3.5/3.6 hybrids: exact through the product's state fork on sglang 0.5.17-0.5.23 (fork_releases.FORK_SGLANG), refused on another release
     qwen35 = tmp_path / "qwen35"
     shutil.copytree(tiny_model, qwen35)
     (qwen35 / "config.json").write_text(json.dumps({**cfg, "architectures": ["Qwen3_5ForCausalLM"]}))
@@ -516,6 +516,7 @@ def test_a_warm_up_that_stops_is_logged_and_start_up_goes_on(caplog):
     import logging
     import types
 
+    from openjev_batch.backends.sglang import warmup
     from openjev_batch.backends.sglang.engine import SGLangBackend
 
     sent = []
@@ -532,7 +533,7 @@ def test_a_warm_up_that_stops_is_logged_and_start_up_goes_on(caplog):
     b.engine, b.tokenizer = Engine(), types.SimpleNamespace(eos_token_id=2)
     b.pack_tokens, b.context_length, b.max_new_tokens = 16_384, 1000, 0
     with caplog.at_level(logging.WARNING, logger="openjev_batch.backends.sglang.engine"):
-        assert b._warm_up() >= 0.0
+        assert warmup.kernels(b) >= 0.0
     assert sent == [64, 128, 500, 999, 999, 400]  # every shape, capped below the context
     assert "warm-up stopped (RuntimeError: no cache to flush); the job compiles as it goes" in caplog.text
 

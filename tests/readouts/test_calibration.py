@@ -535,7 +535,7 @@ def test_a_calibration_file_with_a_question_twice_is_refused(tmp_path):
     f = tmp_path / "c.json"
     head = '{"format": "openjev-calibration/1", "questions": '
     f.write_text(head + f'{{"refund": {entry(1.5)}, "refund": {entry(3.0)}}}}}')
-    with pytest.raises(ConfigError, match=r"c.json: the key 'refund' is given twice \(a question written twice\?\)"):
+    with pytest.raises(ConfigError, match=r"c.json: duplicate key 'refund' in a JSON object \(a question written twice\?\)"):
         load_calibration(f)
     f.write_text(head + f'{{"refund": {entry(1.5)}}}}}')
     assert load_calibration(f).entries["refund"].temperature == 1.5 and load_calibration(f).path == str(f)
@@ -607,3 +607,29 @@ def test_gold_names_differing_in_case_are_two_options_and_a_float_index_is_an_in
     lab.write_text(json.dumps(rows))
     r = cli("calibrate", lab, "--gold", "gold", "-o", cal)
     assert r.returncode == 4 and "gold 'yes' matches options Yes, YES but none exactly" in r.stderr, r.stderr
+
+
+def test_the_file_is_one_model_the_writer_builds_and_the_reader_validates(tmp_path):
+    """Issue 49.3: `CalibrationFile` is the format. The fit's entry splits into the applied fields and its
+    `report`; the file keeps them side by side as `calibrate` always wrote them; a top-level field a later
+    writer adds is kept, not refused; a missing applied field is one line naming it (was `(…) ('temperature')`)."""
+    from openjev_batch.readouts.label_logprobs.calibration import CalibrationFile
+
+    doc = fit(_records(), precision=0.8, unfitted="raw")
+    assert list(doc) == ["format", "unfitted", "target", "questions"] and doc["unfitted"] == "raw"
+    assert list(doc["questions"]["s"])[:4] == ["type", "options", "temperature", "abstain_below"]
+    model = CalibrationFile.model_validate(doc)
+    e = model.questions["s"]
+    assert e.options == ("neg", "pos") and e.temperature == doc["questions"]["s"]["temperature"]
+    assert e.report["kept"] == doc["questions"]["s"]["kept"] and "temperature" not in e.report
+    assert model.document() == doc  # what the reader validates is what the writer wrote
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({**doc, "debias_order": 2}))
+    cal = load_calibration(f)
+    assert cal.entries["s"] == e and cal.unfitted == "raw"
+    bad = {**doc, "questions": {"refund": {"type": "noul", "options": ["true", "false"], "abstain_below": 0.5}}}
+    f.write_text(json.dumps(bad))
+    with pytest.raises(ConfigError) as err:
+        load_calibration(f)
+    assert str(err.value) == (f"--calibration {f}: questions.refund: temperature: missing (an entry needs type, "
+                              "options, temperature and abstain_below (multi: threshold))")  # fmt: skip

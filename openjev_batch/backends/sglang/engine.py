@@ -1,4 +1,5 @@
-"""`sglang`: `sglang.Engine` in-process, prefill only, each prefix computed once through the radix cache.
+"""`sglang`: `sglang.Engine` in-process, prefill only, each prefix computed once through the radix cache; or
+an engine started elsewhere, handed in (`remote.RemoteEngine`: `--connect URL`), driven the same way.
 
 This module is the engine's lifecycle: start (kwargs.py has the arguments), the facts read from the started
 engine (capacity, limits, the recurrent-state budget), the kernel warm-up, liveness, stop. How a window's
@@ -21,7 +22,8 @@ from ...errors import BackendError
 from ..base import Backend, BackendOptions, BranchResult, load_tokenizer
 from . import hybrid, images, mis, moe_configs, patterns, remote, requests, warmup
 from . import signals as sglang_signals
-from .kwargs import _version_tuple, choose_multi_item, engine_kwargs, import_sglang, text_only
+from .fork_releases import at_least
+from .kwargs import choose_multi_item, engine_kwargs, import_sglang, text_only
 from .patterns import first_branch, multi_item, prefix_first
 from .scheduler_patch import engine_class
 from .state import StateBudget, state_budget_from_info
@@ -36,30 +38,70 @@ class SGLangBackend(Backend):
     request_pattern: str = ""  # prefix-first | first-branch | multi-item (configure sets it)
     kv_capacity_tokens: int | None = None  # the engine's KV pool (max_total_num_tokens)
 
+    model_info: ModelInfo
+    engine: Any  # an in-process sglang.Engine, or a remote.RemoteEngine (its own process's: not ours to stop)
+    _error_file: Any
+    batch_memory: dict[str, Any]
+    moe_config_dir: str | None
+    multi_item_off_reason: str | None
     release_line = ""  # a Qwen3.5/3.6 hybrid: the installed release and the fork (patterns.with_release)
 
-    def __init__(self, opts: BackendOptions):
+    def __init__(self, opts: BackendOptions, engine: Any = None):
+        """Start an `sglang.Engine` in this process from `opts`, or drive `engine`, one started elsewhere: an
+        in-process `sglang.Engine` or a `remote.RemoteEngine` (`--connect URL` makes one, ready:
+        `remote.connect`). One request path either way (datatrove's local/remote inference servers)."""
         opts.check_backend("sglang")  # ConfigError naming an hf option given here
-        if opts.sglang.connect:  # a server already running: driven over HTTP, the same patterns (remote.py)
-            remote.connect(self, opts)
-            return
+        t_start, here = time.perf_counter(), engine is None and not opts.sglang.connect
+        if here:
+            kw, release, t_start = self._start_here(opts)
+            info = self.engine.get_server_info()
+        else:
+            self.model_info = model_info(opts.model)
+            self.tokenizer = load_tokenizer(opts.model, opts.trust_remote_code)
+            if engine is None:  # a server already running, driven over HTTP (remote.py)
+                engine = remote.connect(opts.sglang.connect, opts.sglang.connect_timeout)
+            kw, info = {}, self._adopt(engine)
+            release = str(info.get("version") or "0.5.17")
+        self.max_new_tokens = 0 if at_least(release, "0.5.17") else 1
+        self._read_engine(info, kw)
+        self._pattern_words = self._pattern().describe(self)
+        self.job_tokens = [0, 0]  # this job's planner counts for `patterns.advice`: multi-item's, unique
+        self.start_s = round(time.perf_counter() - t_start, 1)
+        warm = kw.get("device") == "cuda"  # the CPU engine compiles nothing; an engine handed in is warm
+        self.warmup_s = (warmup.multi_item_kernels if self.multi_item else warmup.kernels)(self) if warm else 0.0
+        where = f"connected to {engine.url}" if isinstance(engine, remote.RemoteEngine) else "engine handed in"
+        self.startup = self._startup_words(warm) if here else (
+            f"{where} (sglang {release}, serving {info.get('model_path') or '?'}) in {self.start_s:.1f} s")  # fmt: skip
+
+    def _start_here(self, opts: BackendOptions) -> tuple[Any, str, float]:
+        """Start the engine in this process. Returns its arguments, the sglang release and when it started."""
         sglang = import_sglang()
-        self.model_info: ModelInfo = model_info(opts.model)
+        self.model_info = model_info(opts.model)
         kw, vision = self._engine_kwargs(opts, sglang.__version__)
         self.release_line = patterns.with_release("", self.model_info, sglang.__version__).removeprefix("; ")
         self.tokenizer = load_tokenizer(opts.model, opts.trust_remote_code)  # BackendError naming the option
         self.engine = None
         t_start = time.perf_counter()
         self._start(opts, kw)
-        self.max_new_tokens = 0 if _version_tuple(sglang.__version__) >= (0, 5, 17) else 1
         self.images, self.no_images = images.for_engine(opts, kw, vision)
-        self._read_engine(self.engine.get_server_info(), kw)
-        self._pattern_words = self._describe_pattern()
-        self.job_tokens = [0, 0]  # this job's planner counts for `patterns.advice`: multi-item's, unique
-        self.start_s = round(time.perf_counter() - t_start, 1)
-        warm = kw.get("device") == "cuda"  # the CPU engine compiles nothing
-        self.warmup_s = (self._warm_up_multi_item() if self.multi_item else self._warm_up()) if warm else 0.0
-        self.startup = self._startup_words(warm)
+        return kw, sglang.__version__, t_start
+
+    def _adopt(self, engine: Any) -> dict[str, Any]:
+        """Drive `engine`, started elsewhere with its own arguments: no fork (it registers as an engine starts),
+        no images (a RemoteEngine sends none; an in-process one's processor is not known here), no batch-job
+        memory or MoE configs of ours. Returns its facts (`get_server_info`)."""
+        self.engine, self._error_file = engine, None
+        info = engine.get_server_info()
+        self.fork, self.batch_memory, self.moe_config_dir, self.attention, self.vision_attention = (
+            False, {}, None, "", "")  # fmt: skip
+        http = isinstance(engine, remote.RemoteEngine)
+        self.multi_item_off_reason = remote.MULTI_ITEM_OFF if http else None
+        self.images, self.no_images = None, (
+            "--connect sends no images (their processor output is tensors)" if http else "an engine handed in takes none")  # fmt: skip
+        if info.get("enable_mis") and mis.needs_fork({"architectures": [self.model_info.architecture]}):
+            raise BackendError(f"the engine handed in runs sglang's own multi-item scoring on "
+                               f"{self.model_info.architecture}, which is not exact there (hybrid/)")  # fmt: skip
+        return info
 
     def _engine_kwargs(self, opts: BackendOptions, version: str) -> tuple[Any, bool]:
         """The engine's arguments (kwargs.engine_kwargs) with the choices made before it starts: multimodal or
@@ -80,7 +122,7 @@ class SGLangBackend(Backend):
             text_only(kw, opts)
         self.multi_item_off_reason = choose_multi_item(opts, kw, version)
         auto = opts.sglang.request_pattern == "auto" and (
-            arch in hybrid.ARCHITECTURES or "enable_mis" not in opts.sglang.engine_args
+            arch in mis.FORK_ARCHITECTURES or "enable_mis" not in opts.sglang.engine_args
         )
         if multimodal and kw.get("enable_mis") and auto:
             # the fork is shown exact on a text-only engine only, and an image row is never packed (images.py):
@@ -119,11 +161,7 @@ class SGLangBackend(Backend):
             + (f", kernel warm-up {self.warmup_s:.1f} s" if warm else "")
             + (f"; {self.attention}" if self.attention else "")
             + (f"; multimodal, {self.vision_attention}" if self.vision_attention else "")
-            + (
-                f"; batch-job memory {', '.join(f'{k}={v}' for k, v in self.batch_memory.items())}"
-                if self.batch_memory
-                else ""
-            )
+            + (f"; batch-job memory {', '.join(f'{k}={v}' for k, v in self.batch_memory.items())}" * bool(self.batch_memory))
         )
 
     def _check_fork(self) -> None:
@@ -167,12 +205,6 @@ class SGLangBackend(Backend):
         ]
         self.context_length = min((n for n in limits if n > 0), default=None)
 
-    def _warm_up(self) -> float:
-        return warmup.kernels(self)
-
-    def _warm_up_multi_item(self) -> float:
-        return warmup.multi_item_kernels(self)
-
     # Pipeline shape (measured on the H200, docs/benchmarks.md): groups per window and groups in flight.
     groups_per_window = 8
     depth = 2
@@ -194,9 +226,6 @@ class SGLangBackend(Backend):
         if self.multi_item:
             return multi_item
         return first_branch if self.state_budget is None else prefix_first
-
-    def _describe_pattern(self) -> str:
-        return self._pattern().describe(self)
 
     def configure(self, opts) -> None:
         """--request-pattern (resolved by `patterns.resolve`, as `--dry-run` resolves it), --groups-per-window,
@@ -221,11 +250,11 @@ class SGLangBackend(Backend):
         self.depth = opts.sglang.pipeline_depth
         self.hybrid_lead = opts.sglang.pipeline_depth  # prefix-first: steps in flight
         self.kv_capacity_tokens = self._capacity
-        self._pattern_words = self._describe_pattern()
+        self._pattern_words = self._pattern().describe(self)
         self.job_tokens = [0, 0]
 
     @property
-    def pattern(self) -> str:
+    def pattern(self) -> str:  # type: ignore[override]  # read-only: the words follow the engine and the job
         """The request pattern in words (run summary); on a hybrid multi-item job, with the planner's advice on
         whether prefix-first would have computed fewer tokens (`patterns.advice`); on a Qwen3.5/3.6 hybrid, the
         installed sglang release and whether the exact fork serves it (`release_line`, as `--dry-run` says)."""

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+from packaging.version import InvalidVersion, Version
+
 # sglang releases the Qwen3.5/3.6 fork (backends/sglang/hybrid) serves. It calls sglang internals; each name and
 # signature it touches is checked when the override loads (hybrid/check.py, which refuses a release that moved one),
-# and was read in every release below (issue 38: `python -m openjev_batch.backends.sglang.hybrid.check` on each
+# and was read in every release below (issue 38: the release tool, now `scripts/check_sglang_release.py`, on each
 # wheel's source: all fit; the MIS engine settings (radix cache and chunked prefill off, flashinfer's per-item
 # positions) and the in-place default of the GDN extend kernel are the same). Exactness was measured on a GPU on
 # 0.5.17 only (benchmarks/hybrid_mis_exact_gpu.py); the others are load-checked. The package's `sglang` extra
@@ -22,7 +24,7 @@ def fork_note(sglang_version: str | None) -> str:
         f"sglang {sglang_version}: the fork's sglang names are load-checked; exactness is measured on a GPU on "
         f"{', '.join(FORK_GPU_VERIFIED)} only"
     )
-    if sglang_version and version_tuple(sglang_version) >= (0, 5, 20):
+    if sglang_version and at_least(sglang_version, "0.5.20"):
         # 0.5.20+ `GDNAttnBackend.init_forward_metadata` builds its own multi-item metadata (PR #33922), which
         # the fork does not use: host work per forward, not a different answer
         note += "; this release also builds sglang's own (unused) GDN multi-item plan every forward"
@@ -46,10 +48,11 @@ def fork_release(sglang_version: str | None) -> str:
     return f"sglang {sglang_version} installed: the exact hybrid multi-item fork serves it ({served}); {verified}"
 
 
-def version_tuple(v: str) -> tuple[int, ...]:
-    """`0.5.17rc1` → (0, 5, 17): a release's first three numbers, for comparisons."""
-    out = []
-    for part in v.split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit())
-        out.append(int(digits or 0))
-    return tuple(out)
+def at_least(release: str, floor: str) -> bool:
+    """Whether sglang `release` is `floor` or later, by packaging.version: `0.5.17rc1` comes before 0.5.17 (a
+    hand-written parser read it as 0.5.17), and a string that names no release (a server may say anything) is
+    not later."""
+    try:
+        return Version(release) >= Version(floor)
+    except InvalidVersion:
+        return False

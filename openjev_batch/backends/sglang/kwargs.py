@@ -12,12 +12,9 @@ from ...checkpoint.info import _text_config
 from ...errors import BackendError
 from ..base import BackendOptions
 from .attention import text_attention
-from .fork_releases import version_tuple
+from .fork_releases import at_least
 from .mis import exactness
 from .options import engine_arguments
-
-_version_tuple = version_tuple  # engine.py and remote.py compare releases through this name
-
 
 NO_SGL_KERNEL = (
     "sglang's kernels (sgl_kernel) are missing: sglang runs on a CUDA GPU; on a machine without one use "
@@ -137,7 +134,7 @@ def choose_multi_item(opts: BackendOptions, kw: dict[str, Any], sglang_version: 
         kw.pop("enable_mis", None)
         return f"turned off ({'--request-pattern ' + pattern if pattern != 'auto' else 'enable_mis=false'})"
     why = None
-    if _version_tuple(sglang_version) < (0, 5, 17):  # items are read only from prefill-only requests
+    if not at_least(sglang_version, "0.5.17"):  # items are read only from prefill-only requests
         why = f"needs sglang >= 0.5.17, not {sglang_version}"
     elif kw.get("device") != "cuda":
         why = "needs a CUDA GPU (flashinfer attention)"

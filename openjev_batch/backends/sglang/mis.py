@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core import Window
-from .fork_releases import FORK_GPU_VERIFIED, FORK_SGLANG, fork_note, fork_release  # noqa: F401 - re-exported
+from .fork_releases import FORK_SGLANG
 
 DELIMITER_ID = 9999  # sglang's MIS_DELIMITER_TOKEN_ID; a placeholder only (positions travel with the request)
 MAX_ITEM_TOKENS = 65_535  # sglang/flashinfer keep an item's positions in uint16

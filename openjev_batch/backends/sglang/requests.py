@@ -68,6 +68,10 @@ def result(row, j: int, out: dict) -> BranchResult:
 
 
 def failed(e: BaseException) -> BackendError:
+    """The job's error for a failed request; one the engine raised as the job's error already (a
+    RemoteEngine's, naming its URL) is kept as it is."""
+    if isinstance(e, BackendError):
+        return e
     return BackendError(f"sglang engine failed: {type(e).__name__}: {e}")
 
 
@@ -77,7 +81,7 @@ def raise_first(outcomes: Sequence[Any]) -> None:
     the engine's loop when the caller retries a half."""
     errs = [e for e in outcomes if isinstance(e, BaseException)]
     if errs:
-        raise failed(errs[0]) from errs[0]
+        raise failed(errs[0]) from (None if isinstance(errs[0], BackendError) else errs[0])
 
 
 def wait(engine: Any, coro) -> Any:
@@ -102,6 +106,8 @@ def generate(
             outs = engine.generate(**request(ids, label_ids, max_new_tokens))
     except EngineDied as e:
         raise BackendError(f"the sglang engine died: {e}") from None
+    except BackendError:
+        raise
     except Exception as e:
         raise failed(e) from e
     return as_list(outs)

@@ -46,9 +46,10 @@ class SGLangSpec(BackendSpec):
         without the radix cache, so a long block shared by different rows (a few-shot prefix) is computed in
         every pack: prefix-first when that makes multi-item compute more than `MAX_MULTI_ITEM_RECOMPUTE` × the
         unique tokens. A job with images (`cfg.images`, chosen before: pipeline/job_images.choose_images) runs no
-        multi-item, so nothing is chosen. Returns the config (with the pattern set when prefix-first is chosen)
+        multi-item, and neither does `--connect`'s server, so nothing is chosen. Returns the config (with the pattern set when prefix-first is chosen)
         and the choice in words ('' when the job is not such a job)."""
-        if cfg.images or cfg.sglang.request_pattern != "auto":  # with images the engine runs no multi-item
+        # with images the engine runs no multi-item, nor does a server driven over HTTP (--connect: remote.py)
+        if cfg.images or cfg.sglang.connect or cfg.sglang.request_pattern != "auto":
             return cfg, ""
         if not needs_fork({"architectures": [model_info(cfg.model).architecture]}):
             return cfg, ""

@@ -10,8 +10,8 @@ from typing import Any
 
 from ...checkpoint.info import load_config
 from ...errors import BackendError
-from . import hybrid
 from .attention import cuda_capability, fa3_imports
+from .mis import FORK_ARCHITECTURES
 
 
 def starts_multimodal(architecture: str, vision: bool, asked: Any = None, job_images: bool | None = None) -> bool:
@@ -32,7 +32,7 @@ def starts_multimodal(architecture: str, vision: bool, asked: Any = None, job_im
         return False
     if job_images is not None:
         return bool(job_images)
-    return architecture not in hybrid.ARCHITECTURES
+    return architecture not in FORK_ARCHITECTURES
 
 
 # sglang's Qwen3-VL vision config defaults `deepstack_visual_indexes` to [8, 16, 24] (0.5.17 and 0.5.19,

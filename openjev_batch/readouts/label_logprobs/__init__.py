@@ -40,6 +40,7 @@ from .prompt import INSTRUCTIONS, Prompter
 from .prompt_systemone import UNSUPPORTED, SystemOnePrompter, state_key
 from .prompt_variants import Variants
 from .questions import MAX_QUESTIONS_FILE_BYTES, QuestionError, QuestionSpec, load_questions
+from .request import LabelRequest
 from .rows import MAX_BRANCH_TOKENS, Row, ids_and_types, parse_row
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class LabelLogprobs(Readout):
     # the host stage of chunk k+1 runs while chunk k is on the engine, so smaller chunks hide more of it
     # (H200, multi-item, W2 12,032 rows: 11.2 s in one chunk, 9.5 s in chunks of 2048; docs/benchmarks.md)
     chunk_rows = 2048
+    Request = LabelRequest  # how `serve` reads a request body into a row (request.py)
 
     @classmethod
     def from_config(cls, cfg: RunConfig, labels: Any = None) -> LabelLogprobs:

@@ -12,7 +12,9 @@ the options below."), an option's description only (its key when the description
 line breaks indented by three spaces, the labels A…Z, AA… The prefix is everything before `Question:`; prefix
 and suffix are tokenized apart, as the seed tokenizes them (on Qwen's templates that is the whole text's own
 tokenization). A string state is one user message; a JSON object or list state is one user message of its
-compact JSON.
+compact JSON. Images given as a message's content parts sit where the template renders that content, each as
+its markup and image tokens (image_prompt.ImageSlots, as in the transcript layout); the image column is the
+transcript layout's.
 
 **Text is data**, as in the transcript layout: the template is rendered with placeholders for the message
 contents (once per sequence of roles), its output split into markup (control tokens keep their ids) and the
@@ -24,10 +26,13 @@ a turn. (The seed tokenizes the rendered text whole, so there a message could op
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from ...core import RowPrompt
 from ...errors import PromptError
+from ...images import ImageProblem
+from ..image_prompt import ImageSlots, image_fields
 from ..text import TextTokenizer
 from .branches import Failed, row_prompt
 from .items import items
@@ -81,7 +86,6 @@ class SystemOnePrompter:
     """Builds `RowPrompt`s in the seed's layout for one tokenizer. Raises PromptError when the template does
     not keep a user message's content verbatim; LabelError when the tokenizer cannot give 64 labels."""
 
-    image_id = None  # text states only (a row with images is a row error here)
 
     def __init__(self, tokenizer, max_branch_tokens: int = MAX_BRANCH_TOKENS,
                  max_row_tokens: int = MAX_ROW_TOKENS):  # fmt: skip
@@ -97,6 +101,12 @@ class SystemOnePrompter:
         self.trims = " \ue000t\ue001 " not in padded
         self.labels: tuple[Label, ...] = select_labels(tokenizer, probe.tail_text + ANSWER_LEAD, joiner="")
         self._suffix_cache: dict[tuple[str, tuple], tuple[int, ...]] = {}
+        self.images = ImageSlots(self)  # content-part images in their message (the processor loads on first use)
+
+    @property
+    def image_id(self) -> int | None:
+        """The image token's id (None: the model takes no images); `--dry-run` counts image tokens by it."""
+        return self.images.image_id
 
     @property
     def tokenization(self) -> str:
@@ -162,9 +172,28 @@ class SystemOnePrompter:
                 out.append(p)
         return tuple(out)
 
-    def _prefix(self, row: Row, layout: _Layout) -> tuple[int, ...]:
-        contents = [c.strip() if self.trims else c for _, c in state_messages(row)]
-        return self._ids([contents[p[0]] if isinstance(p, tuple) else p for p in layout.head])
+    def _prefix(self, row: Row, layout: _Layout) -> tuple[tuple[int, ...], tuple[Any, ...]]:
+        """The prefix ids and the images in them, in order: a message given as content parts has its text and
+        each image's markup (ImageSlots) where the template renders the content. Raises ImageProblem."""
+        contents: list[list[Any]] = []
+        for m, (_, text) in zip(row.messages if row.record is None else (None,), state_messages(row), strict=True):
+            if m is not None and m.parts:
+                contents.append(list(m.parts))
+            else:
+                contents.append([text.strip() if self.trims else text])
+        pieces: list[str | int] = []
+        images: list[Any] = []
+        for p in layout.head:
+            if not isinstance(p, tuple):
+                pieces.append(p)
+                continue
+            for part in contents[p[0]]:
+                if isinstance(part, str):
+                    pieces.append(part)
+                else:
+                    pieces.extend(self.images.markup_ids(part))
+                    images.append(part)
+        return self._ids(pieces), tuple(images)
 
     def _suffix(self, q: QuestionSpec, layout: _Layout) -> tuple[int, ...]:
         key = (self.question_text(q), tuple(layout.tail))
@@ -185,8 +214,8 @@ class SystemOnePrompter:
     def _one(self, row: Row) -> tuple[RowPrompt | None, tuple[Failed, ...]]:
         specs = [q for q in row.questions if isinstance(q, QuestionSpec)]
         why = None
-        if row.images or any(m.parts for m in row.messages):
-            why = f"row {row.id}: images: --layout systemone reads text states only (use --layout transcript)"
+        if row.images:  # the seed has no image column: images go in a user message's content parts
+            why = f"row {row.id}: {image_fields(row)}: --layout systemone takes images in the messages' content parts"
         layout = self._layout(tuple(r for r, _ in state_messages(row)))
         if why is None and isinstance(layout, str):
             why = f"row {row.id}: state: {layout}"
@@ -203,10 +232,14 @@ class SystemOnePrompter:
             if max(len(it.shown.options) for it in its) <= len(self.labels):
                 suffixes.update((it.bid, self._suffix(it.shown, layout)) for it in its)
         asked = [q for q in row.questions if q.qid not in {f.qid for f in fails}]
-        rp, more = row_prompt(
-            _with_questions(row, asked), self._prefix(row, layout), suffixes, self.labels,
-            self.max_branch_tokens, self.max_row_tokens,
-        )  # fmt: skip
+        try:
+            prefix, images = self._prefix(row, layout)
+        except ImageProblem as e:
+            return None, tuple(Failed(q.qid, f"row {row.id}: {image_fields(row)}: {e}") for q in row.questions)
+        rp, more = row_prompt(_with_questions(row, asked), prefix, suffixes, self.labels,
+                              self.max_branch_tokens, self.max_row_tokens)  # fmt: skip
+        if rp is not None and images:
+            rp = replace(rp, images=images)
         return rp, tuple(fails) + more
 
 
@@ -214,6 +247,4 @@ UNSUPPORTED = "the systemone layout ends every branch with the seed's `Answer:` 
 
 
 def _with_questions(row: Row, questions: list) -> Row:
-    from dataclasses import replace
-
     return replace(row, questions=tuple(questions))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from token_rows import full_forward, make_rows
 
-from openjev_batch.backends.sglang import mis
+from openjev_batch.backends.sglang import fork_releases, mis
 from openjev_batch.backends.sglang.mis import (
     DELIMITER_ID,
     MAX_ITEM_TOKENS,
@@ -123,7 +123,7 @@ def test_exactness():
     assert "sliding" in exactness({"architectures": ["LlamaForCausalLM"], "sliding_window": 4096})
     # the Qwen3.5/3.6 hybrids (GDN + M-RoPE) are exact only through the product's state fork, on its sglang
     for arch in ("Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"):
-        for release in mis.FORK_SGLANG:  # every release the extra installs
+        for release in fork_releases.FORK_SGLANG:  # every release the extra installs
             assert exactness({"architectures": [arch]}, release) is None
         assert mis.needs_fork({"architectures": [arch]})
         for outside in ("0.5.16", "0.5.24"):

@@ -57,6 +57,19 @@ def test_only_an_auto_job_on_a_forked_hybrid_on_sglang_is_chosen_for(tmp_path, q
     assert choose_request_pattern(hf) == (hf, "")
 
 
+def test_connect_is_known_before_the_start_no_multi_item_is_announced(tmp_path, qwen3_tok_dir):
+    """Issue 49.1: `--connect` drives a server over HTTP, which runs no multi-item: the pre-start choice
+    announced "multi-item where the engine runs it" for a hybrid, which remote.py then turned off. It chooses
+    nothing, and the dry run's prediction names --connect."""
+    from openjev_batch.backends.sglang.patterns import engine_multi_item
+
+    model = hybrid_folder(tmp_path, qwen3_tok_dir)
+    tickets = [{"id": f"t{i}", "state": f"ticket {i}: " + f"word{i} " * 60, "questions": Q} for i in range(8)]
+    c, why = choose_request_pattern(cfg(tmp_path, model, tickets, connect="http://127.0.0.1:1"))
+    assert why == "" and c.sglang.request_pattern == "auto"
+    assert engine_multi_item(c) == (False, "off: --connect drives a running server")
+
+
 def test_the_choice_plans_with_the_jobs_readout_built_once(tmp_path, qwen3_tok_dir):
     """The CLI builds a job's readout once and hands it to the choice and the job: the first chunk's plan reads
     no questions file again (here gone after the build, so a second build would fail)."""
@@ -120,13 +133,13 @@ def test_dry_run_predicts_no_multi_item_for_a_vision_model_with_images(tmp_path,
 def test_dry_run_names_the_installed_sglang_and_whether_the_hybrid_fork_serves_it(tmp_path, qwen3_tok_dir, tiny_model):
     """Issue 38.4: the package's extra, the README and `--dry-run` agree on which releases run exact hybrid
     multi-item. The real command on a Qwen3.5 hybrid (config.json + tokenizer) names the installed sglang
-    release, that the fork (mis.FORK_SGLANG) serves it, and how far it is verified (mis.fork_note); a dense
+    release, that the fork (fork_releases.FORK_SGLANG) serves it, and how far it is verified (fork_releases.fork_note); a dense
     model's plan has no such line."""
     import importlib.metadata
 
     from conftest import EXAMPLES, cli
 
-    from openjev_batch.backends.sglang import mis
+    from openjev_batch.backends.sglang import fork_releases
 
     try:
         version: str | None = importlib.metadata.version("sglang")
@@ -138,24 +151,24 @@ def test_dry_run_names_the_installed_sglang_and_whether_the_hybrid_fork_serves_i
     r = cli(*args, "-m", model)
     assert r.returncode == 0, r.stdout + r.stderr
     flat = " ".join(r.stdout.replace("│", " ").split())  # the table wraps the line: compare its words
-    served = f"{mis.FORK_SGLANG[0]}-{mis.FORK_SGLANG[-1]}"
+    served = f"{fork_releases.FORK_SGLANG[0]}-{fork_releases.FORK_SGLANG[-1]}"
     if version is None:  # the plan still says which releases the fork serves, and that none is installed
         assert f"sglang not installed; the exact hybrid multi-item fork serves sglang {served}" in flat
     else:
         assert f"sglang {version} installed: the exact hybrid multi-item fork serves it" in flat
         assert f"({served})" in flat
-        assert " ".join(mis.fork_note(version).split(": ", 1)[1].split()) in flat
+        assert " ".join(fork_releases.fork_note(version).split(": ", 1)[1].split()) in flat
     dense = cli(*args, "-m", tiny_model)
     assert dense.returncode == 0 and "installed" not in dense.stdout and "fork serves" not in dense.stdout
 
 
 def test_the_release_line_for_a_release_the_fork_does_not_serve():
-    from openjev_batch.backends.sglang import mis
+    from openjev_batch.backends.sglang import fork_releases
 
-    assert "not this release (prefix-first runs instead)" in mis.fork_release("0.5.24")
-    assert mis.fork_release(None).startswith("sglang not installed")
-    assert mis.fork_release("0.5.17").endswith("exactness measured on a GPU")
-    assert "unused" in mis.fork_release("0.5.21")
+    assert "not this release (prefix-first runs instead)" in fork_releases.fork_release("0.5.24")
+    assert fork_releases.fork_release(None).startswith("sglang not installed")
+    assert fork_releases.fork_release("0.5.17").endswith("exactness measured on a GPU")
+    assert "unused" in fork_releases.fork_release("0.5.21")
 
 
 def test_the_run_summary_says_what_the_dry_run_says(tmp_path, qwen3_tok_dir, tiny_model):
@@ -163,11 +176,11 @@ def test_the_run_summary_says_what_the_dry_run_says(tmp_path, qwen3_tok_dir, tin
     and the engine's own `sglang.__version__`) carries the same release line as `--dry-run` on a hybrid; the
     CPU engine runs no hybrid, so the line is checked here from the model's config, and a dense model gets
     none."""
-    from openjev_batch.backends.sglang import mis
+    from openjev_batch.backends.sglang import fork_releases
     from openjev_batch.backends.sglang.patterns import with_release
     from openjev_batch.checkpoint.info import model_info
 
     hybrid = model_info(str(hybrid_folder(tmp_path, qwen3_tok_dir, arch="Qwen3_5ForCausalLM")))
-    assert with_release("prefix-first", hybrid, "0.5.24") == f"prefix-first; {mis.fork_release('0.5.24')}"
+    assert with_release("prefix-first", hybrid, "0.5.24") == f"prefix-first; {fork_releases.fork_release('0.5.24')}"
     assert with_release("multi-item", hybrid, "0.5.19").startswith("multi-item; sglang 0.5.19 installed: the exact")
     assert with_release("first-branch", model_info(str(tiny_model)), "0.5.19") == "first-branch"

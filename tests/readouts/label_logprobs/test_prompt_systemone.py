@@ -234,3 +234,30 @@ def test_python_api_takes_the_layout_and_defaults_to_transcript(tiny_model):
         assert [x["error"] for x in out] == [None] * 6
         probs[layout] = [p for x in out for p in x["probs"]]
     assert probs[None] != probs["systemone"]  # another prompt, other numbers
+
+
+def test_content_part_images_sit_in_their_message(tiny_vl, tmp_path):
+    """An image in a user message's content parts is that message's content there (its markup and image tokens,
+    as the transcript layout counts them); a text-only model's rows fail naming the field; the image column
+    is the transcript layout's."""
+    from PIL import Image
+    from transformers import AutoTokenizer
+
+    Image.new("RGB", (64, 48), (255, 0, 0)).save(tmp_path / "red.png")
+    tok = AutoTokenizer.from_pretrained(tiny_vl)
+    readout = LabelLogprobs(image_root=str(tmp_path), layout="systemone")
+    p = readout.prompter(tok)
+    parts = [{"type": "text", "text": "What is this?"}, {"type": "image", "image": "red.png"},
+             {"type": "text", "text": " Be brief."}]  # fmt: skip
+    state = [{"role": "system", "content": "Describe."}, {"role": "user", "content": parts}]
+    row = readout.parse_row(0, {"id": "r", "state": state, "questions": QUESTIONS})
+    (rp, fails), = p.build_many([row])
+    assert not fails and [i.source for i in rp.images] == ["red.png"]
+    n = sum(1 for i in rp.prefix if i == p.image_id)
+    assert n == p.images.n_tokens(rp.images[0]) > 0
+    text = tok.decode(list(rp.prefix))
+    assert text.index("Describe.") < text.index("What is this?<|vision_start|>") < text.index(
+        "<|vision_end|> Be brief.") < text.index(PREAMBLE)  # fmt: skip
+    column = readout.parse_row(1, {"id": "c", "state": "A photo.", "image": "red.png", "questions": QUESTIONS})
+    (rp, fails), = p.build_many([column])
+    assert rp is None and "image: --layout systemone takes images in the messages' content parts" in fails[0].error

@@ -3,7 +3,7 @@
 sglang loads it in its scheduler process when ``SGLANG_EXTERNAL_MODEL_PACKAGE=openjev_batch.backends.sglang.hybrid``
 (``sglang/srt/models/registry.py``: every submodule is imported and each ``EntryClass`` registered under its class
 ``__name__`` with ``overwrite=True``). The label-logprobs sglang backend sets it only while an engine that runs
-multi-item scoring on one of ``ARCHITECTURES`` starts, then asks the engine for ``MARKER`` to prove the override
+multi-item scoring on one of ``mis.FORK_ARCHITECTURES`` starts, then asks the engine for ``MARKER`` to prove the override
 loaded (the stock classes answer None).
 
 Why: sglang 0.5.17's multi-item scoring runs the gated-delta-net recurrence straight through
@@ -19,14 +19,9 @@ This ``__init__`` imports neither sglang nor torch.
 
 from __future__ import annotations
 
-from ..mis import FORK_ARCHITECTURES
-
 PACKAGE = __name__
 MARKER = "openjev_batch.hybrid_mis"
 FORK_VERSION = 1.0
 # Negative controls for the exactness benchmark only (never set by the product): "no-mrope" skips the position fix,
 # "keep-delimiter" lets each item's recurrence start at its delimiter (sglang 0.5.20's semantics).
 CONTROL_ENV = "OPENJEV_MIS_CONTROL"
-
-# The architectures the override serves (declared in mis.py, beside `exactness`, which decides by them).
-ARCHITECTURES = FORK_ARCHITECTURES

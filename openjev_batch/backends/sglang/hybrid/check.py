@@ -6,14 +6,12 @@ The fork calls sglang internals (GDN kernels, the linear-attention backend's met
 classes). A release that moves one would otherwise fail inside the first multi-item forward, in the scheduler
 process, or worse run with another meaning. `SPEC` (needs.py) lists each name with what the fork needs of it: a
 module attribute, a callable's parameter names, a class's methods and the attributes its instances carry (annotated,
-or assigned as `self.X = …` in a method of the class or a base). Two readers check it:
-
-- `check_installed()` imports the installed sglang and reads the real objects (`inspect.signature`, the class's
-  annotations and its methods' source). qwen3_5_mis.py runs it at import, so a moved name stops the engine's start
-  with a message that names it (`SglangMismatch`), and the CPU tests run it under the CI's sglang.
-- `problems_source(root)` (check_source.py) reads a release's source tree without importing it (ast), so the
-  releases the package's extra allows can be compared without installing them (`python -m
-  openjev_batch.backends.sglang.hybrid.check DIR…`, DIR holding `sglang/`). docs/benchmarks.md gives what it said for 0.5.17–0.5.23.
+or assigned as `self.X = …` in a method of the class or a base). `check_installed()` imports the installed sglang
+and reads the real objects (`inspect.signature`, the class's annotations and its methods' source). qwen3_5_mis.py
+runs it at import, so a moved name stops the engine's start with a message that names it (`SglangMismatch`), and
+the CPU tests run it under the CI's sglang. A name sglang imports on a GPU platform only (`Need.gpu_only`) is
+checked where the fork runs, on a GPU; elsewhere the release tool reads it from the source
+(scripts/check_sglang_release.py, which compares releases without installing them; not in the wheel).
 
 Neither proves the kernels compute the same thing: that is `benchmarks/hybrid_mis_exact_gpu.py`, on a GPU.
 """
@@ -22,18 +20,26 @@ from __future__ import annotations
 
 import ast
 import inspect
-import sys
 import textwrap
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from .check_source import assigned_self, problems_source
 from .needs import SPEC, Need, missing
 
-# the check's public face, the spec and the source reader included (tests import them from here)
-__all__ = [
-    "SPEC", "Need", "SglangMismatch", "check_installed", "main", "problems_installed", "problems_source",
-]  # fmt: skip
+
+def assigned_self(tree: ast.AST) -> set[str]:
+    """Names assigned as `self.X = …` (or annotated, or augmented) anywhere in `tree`."""
+    out = set()
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        for t in targets:
+            for el in t.elts if isinstance(t, ast.Tuple) else [t]:
+                if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) and el.value.id == "self":
+                    out.add(el.attr)
+    return out
 
 
 class SglangMismatch(ImportError):
@@ -80,10 +86,7 @@ def problems_installed(spec: tuple[Need, ...] = SPEC) -> list[str]:
             for part in n.name.split("."):
                 obj = getattr(obj, part)
         except AttributeError:
-            if n.gpu_only and not _on_gpu():  # imported under `if is_cuda():`: read what a GPU would import
-                sglang_file = cast(str, importlib.import_module("sglang").__file__)  # a package: it has one
-                out += problems_source(Path(sglang_file).parents[1], (n,))
-            else:
+            if not (n.gpu_only and not _on_gpu()):  # imported under `if is_cuda():`: checked on a GPU
                 out.append(f"{where}: missing")
             continue
         if n.params or n.accepts:
@@ -116,19 +119,5 @@ def check_installed() -> None:
         raise SglangMismatch(
             f"openjev-batch's exact multi-item fork does not fit sglang {getattr(sglang, '__version__', '?')}: "
             + "; ".join(found)
-            + " (use --request-pattern prefix-first, or an sglang release the fork lists: mis.FORK_SGLANG)"
+            + " (use --request-pattern prefix-first, or an sglang release the fork lists: fork_releases.FORK_SGLANG)"
         )
-
-
-def main(argv: list[str]) -> int:
-    """`python -m openjev_batch.backends.sglang.hybrid.check DIR…`: each DIR holds an sglang source tree."""
-    bad = 0
-    for d in argv:
-        found = problems_source(Path(d))
-        print(f"{d}: {'fits' if not found else 'DOES NOT FIT: ' + '; '.join(found)}")
-        bad += bool(found)
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """The sglang names the Qwen3.5/3.6 fork (qwen3_5_mis.py) and the scheduler patches it relies on touch, each with
-what the fork needs of it (`SPEC`). check.py reads them off the installed sglang, check_source.py off a release's
-source tree; both report a name by `module.name` and what it lacks."""
+what the fork needs of it (`SPEC`). check.py reads them off the installed sglang, the release tool
+(scripts/check_sglang_release.py, not in the wheel) off a release's source tree; both report a name by `module.name` and what it lacks."""
 
 from __future__ import annotations
 

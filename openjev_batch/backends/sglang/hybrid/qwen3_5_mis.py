@@ -1,4 +1,5 @@
-"""Qwen3.5/3.6 (dense and MoE; multimodal and text-only classes) with exact multi-item scoring, for sglang 0.5.17.
+"""Qwen3.5/3.6 (dense and MoE; multimodal and text-only classes) with exact multi-item scoring, for the sglang releases
+``fork_releases.FORK_SGLANG`` lists (its verification: ``fork_releases.fork_note``).
 
 Imported by sglang's model registry in the scheduler process (see ``__init__``); needs CUDA kernels. Two changes to
 the stock classes, nothing else (weights, loading and every other batch run the inherited code):

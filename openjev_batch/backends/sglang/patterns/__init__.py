@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from ....checkpoint.info import load_config
 from ....errors import BackendError, ConfigError
-from .. import hybrid, mis
+from .. import mis
+from ..fork_releases import fork_release
 from ..kwargs import choose_multi_item
+from ..remote import MULTI_ITEM_OFF
 
 if TYPE_CHECKING:
     from ....checkpoint.info import ModelInfo
@@ -117,6 +119,8 @@ def engine_multi_item(opts: Any) -> tuple[bool, str | None]:
     import importlib.metadata
     import importlib.util
 
+    if opts.sglang.connect:  # the server's own engine, driven over HTTP: no multi-item there
+        return False, MULTI_ITEM_OFF
     if importlib.util.find_spec("sglang") is None:
         return False, "sglang is not installed"
 
@@ -144,7 +148,7 @@ def takes_images_off_multi_item(opts: Any) -> bool:
     if "vision_config" not in cfg or opts.sglang.request_pattern != "auto":
         return False
     arch = (cfg.get("architectures") or [""])[0]
-    return arch in hybrid.ARCHITECTURES or "enable_mis" not in opts.sglang.engine_args
+    return arch in mis.FORK_ARCHITECTURES or "enable_mis" not in opts.sglang.engine_args
 
 
 def planned(cfg: RunConfig, info: ModelInfo) -> str:
@@ -165,7 +169,7 @@ def planned(cfg: RunConfig, info: ModelInfo) -> str:
 
 def with_release(text: str, info: Any, version: str | None = "") -> str:
     """`text` (a pattern in words) and, for a Qwen3.5/3.6 hybrid (`mis.needs_fork`), which sglang release is
-    installed and whether the exact multi-item fork serves it (`mis.fork_release`): `--dry-run` and the run
+    installed and whether the exact multi-item fork serves it (`fork_releases.fork_release`): `--dry-run` and the run
     summary say the same as the package's extra and the README (issue 38.4). `version` '' reads the installed
     release (None: not installed)."""
     if not mis.needs_fork({"architectures": [getattr(info, "architecture", "") or ""]}):
@@ -177,4 +181,4 @@ def with_release(text: str, info: Any, version: str | None = "") -> str:
             version = importlib.metadata.version("sglang")
         except importlib.metadata.PackageNotFoundError:
             version = None
-    return f"{text}; {mis.fork_release(version)}"
+    return f"{text}; {fork_release(version)}"

@@ -1,19 +1,26 @@
 """The load-time check of the sglang names the Qwen3.5/3.6 fork touches (backends/sglang/hybrid/check.py), under the
 CI's real sglang (the CPU build, 0.5.19): the override module imports and its check passes; a name removed from or
-re-signed on a real sglang object makes the check fail naming it; the source reader finds the same on a copy of the
-installed sglang's own files with one name edited out."""
+re-signed on a real sglang object makes the check fail naming it; the release tool's source reader
+(scripts/check_sglang_release.py, not in the wheel) finds the same on a copy of the installed sglang's own files with
+one name edited out."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 pytest.importorskip("sglang")
 
-from openjev_batch.backends.sglang import mis  # noqa: E402
+from openjev_batch.backends.sglang import fork_releases, mis  # noqa: E402
 from openjev_batch.backends.sglang.hybrid import check  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import check_sglang_release as release_tool  # noqa: E402
 
 
 def test_the_override_module_imports_and_its_check_passes_under_the_installed_sglang():
@@ -25,7 +32,7 @@ def test_the_override_module_imports_and_its_check_passes_under_the_installed_sg
         mis.FORK_ARCHITECTURES, key=[c.__name__ for c in fork.EntryClass].index
     )
     assert check.problems_installed() == []
-    assert importlib.metadata.version("sglang") in mis.FORK_SGLANG  # CI runs a release the fork serves
+    assert importlib.metadata.version("sglang") in fork_releases.FORK_SGLANG  # CI runs a release the fork serves
 
 
 def test_a_missing_name_on_a_real_sglang_object_fails_the_check(monkeypatch):
@@ -65,10 +72,13 @@ def test_a_method_gone_from_a_real_class_fails_the_check(monkeypatch):
 
 
 def test_the_source_reader_on_the_installed_tree_and_on_an_edited_copy(tmp_path):
+    """Issue 49.4: the release tool reads uninstalled trees; it ships in scripts/, not in the package."""
     import sglang
 
+    assert importlib.util.find_spec("openjev_batch.backends.sglang.hybrid.check_source") is None
+
     root = Path(sglang.__file__).parents[1]
-    assert check.problems_source(root) == []
+    assert release_tool.problems_source(root) == []
     copy = tmp_path / "sglang"
     shutil.copytree(root / "sglang", copy, ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.json"))
     f = copy / "srt" / "layers" / "radix_linear_attention.py"
@@ -79,17 +89,17 @@ def test_the_source_reader_on_the_installed_tree_and_on_an_edited_copy(tmp_path)
             "query_start_loc: torch.Tensor,\n        **kwargs", "qsl: torch.Tensor,\n        **kwargs"
         )
     )
-    found = check.problems_source(tmp_path)
+    found = release_tool.problems_source(tmp_path)
     assert any("RadixLinearAttention: no dt_bias" in x for x in found), found
     assert any("GDNKernelDispatcher.extend: no parameter(s) query_start_loc" in x for x in found), found
-    assert check.main([str(tmp_path)]) == 1
+    assert release_tool.main([str(tmp_path)]) == 1
 
 
 def test_fork_releases_and_the_verification_note():
     cfg = {"architectures": ["Qwen3_5MoeForConditionalGeneration"]}
-    for v in mis.FORK_SGLANG:
+    for v in fork_releases.FORK_SGLANG:
         assert mis.exactness(cfg, v) is None
     assert "serves sglang 0.5.17-0.5.23, not 0.5.24" in mis.exactness(cfg, "0.5.24")
-    assert mis.fork_note("0.5.17") == "sglang 0.5.17: exactness measured on a GPU"
-    assert "load-checked" in mis.fork_note("0.5.19") and "unused" not in mis.fork_note("0.5.19")
-    assert "unused" in mis.fork_note("0.5.21")
+    assert fork_releases.fork_note("0.5.17") == "sglang 0.5.17: exactness measured on a GPU"
+    assert "load-checked" in fork_releases.fork_note("0.5.19") and "unused" not in fork_releases.fork_note("0.5.19")
+    assert "unused" in fork_releases.fork_note("0.5.21")

@@ -1,31 +1,22 @@
-"""`problems_source(root)`: what a release's sglang source tree lacks of the fork's needs (needs.SPEC), read with
-ast and nothing imported, so the releases the package's extra allows can be compared without installing them
-(`python -m openjev_batch.backends.sglang.hybrid.check DIR…`, check.py). A name is followed through
+"""Whether the Qwen3.5/3.6 fork (openjev_batch/backends/sglang/hybrid) fits an sglang release, read from the
+release's source tree with ast and nothing imported, so each release the package's extra allows can be compared
+without installing it. A release-time tool: not in the wheel (the installed sglang is checked when the override
+loads, hybrid/check.py).
+
+    python scripts/check_sglang_release.py DIR…    # each DIR holds an sglang source tree (`sglang/`)
+
+`problems_source(root)`: what the tree lacks of the fork's needs (hybrid/needs.SPEC). A name is followed through
 `from X import name` within sglang and through a platform's rebinding (`name = other` under `if is_cuda():`),
 and a class's attributes through its bases."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
-from .needs import SPEC, Need, missing
-
-
-def assigned_self(tree: ast.AST) -> set[str]:
-    """Names assigned as `self.X = …` (or annotated, or augmented) anywhere in `tree`."""
-    out = set()
-    for node in ast.walk(tree):
-        targets = []
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-            targets = [node.target]
-        for t in targets:
-            for el in t.elts if isinstance(t, ast.Tuple) else [t]:
-                if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) and el.value.id == "self":
-                    out.add(el.attr)
-    return out
+from openjev_batch.backends.sglang.hybrid.check import assigned_self
+from openjev_batch.backends.sglang.hybrid.needs import SPEC, Need, missing
 
 
 class _Source:
@@ -197,3 +188,17 @@ def _node_problems(src: _Source, n: Need, where: str, mod: str, node: ast.AST) -
             if miss := [a for a in (*n.attrs, *n.methods) if a not in have]:
                 out.append(f"{where}: no {', '.join(miss)}")
     return out
+
+
+def main(argv: list[str]) -> int:
+    """Each DIR of `argv` holds an sglang source tree: one line each, exit 1 when one does not fit."""
+    bad = 0
+    for d in argv:
+        found = problems_source(Path(d))
+        print(f"{d}: {'fits' if not found else 'DOES NOT FIT: ' + '; '.join(found)}")
+        bad += bool(found)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
