@@ -32,6 +32,8 @@ def check_output_path(v: Path, any_format: bool = False) -> Path:
     """A writable .parquet path (with `any_format`: .parquet, .jsonl or .csv) in an existing folder
     (checked before any model loads). Raises ValueError."""
     no_symlink_loop(v)
+    if (why := _not_a_file_place(v)) is not None:
+        raise ValueError(why)
     # pyarrow's file system takes UTF-8 paths only (the folder's name counts too: it is made absolute)
     if (problem := option_text_problem(str(v.absolute()))) is not None:
         raise ValueError(f"output {str(v.absolute())!r}: {problem}")
@@ -48,6 +50,34 @@ def check_output_path(v: Path, any_format: bool = False) -> Path:
     if (why := _cannot_write(v)) is not None:
         raise ValueError(why)
     return v
+
+
+# Folders of devices and kernel files: `-o /dev/stdout.parquet` made a regular file in /dev (attack trial, issue
+# 48.5). /dev/shm is a plain tmpfs that people write to on purpose.
+_SYSTEM_FOLDERS = (Path("/dev"), Path("/proc"), Path("/sys"))
+_TO_STDOUT = "-o - writes JSONL to standard output, for a pipe or a terminal"
+
+
+def _not_a_file_place(v: Path) -> str | None:
+    """Why `v` is no place for an output file: it names a named pipe, device or socket (the output is written
+    whole and renamed into place, which silently replaced a FIFO with a regular file), or it lies in /dev,
+    /proc or /sys. None when it is a file, a folder or nothing yet (the other checks name those)."""
+    import stat
+
+    try:
+        mode = os.stat(v).st_mode  # stat never waits on a FIFO (opening one does)
+    except (OSError, ValueError):
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = "a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        return (f"{v} is {kind}, not a file: the output is written whole and renamed into place, which would "
+                f"replace it; give a file's path ({_TO_STDOUT})")  # fmt: skip
+    folder = v.resolve().parent
+    around = (folder, *folder.parents)
+    if any(d in around for d in _SYSTEM_FOLDERS) and Path("/dev/shm") not in around:
+        system = "a system folder (devices, kernel files), not a place for files"
+        return f"{v}: {folder} is {system}; give a file's path ({_TO_STDOUT})"
+    return None
 
 
 def _cannot_write(v: Path) -> str | None:

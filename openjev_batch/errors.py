@@ -48,6 +48,16 @@ def os_error_text(e: OSError) -> str:
     return f"{shown}: {what[:1].lower()}{what[1:]}"
 
 
+# Line breaks and other control characters of a name shown in a message or a display (an image file's name, a
+# calibration file's question id): written as escapes, so data cannot forge a line (issue 48.7)
+_ONE_LINE = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F)}
+
+
+def one_line(name: str) -> str:
+    """`name` with its control characters (a newline, a tab, ESC) written as escapes (`\\n`), not quoted."""
+    return name.translate(_ONE_LINE)
+
+
 class OpenjevError(Exception):
     """Base of every error the CLI reports as a message instead of a traceback."""
 

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import one_line
+
 MAX_IMAGE_BYTES = 20 * 2**20  # one image file or inline value
 MAX_IMAGE_PIXELS = 40_000_000  # width × height (an 8K photo is 33 M); decoding takes 3 bytes a pixel
 MAX_IMAGES_PER_ROW = 16
@@ -105,7 +107,11 @@ def _read_regular(path: Path) -> bytes:
 def resolve_path(value: str, root: str | None) -> Path:
     """The file a row's image path names, resolved (symlinks followed). Raises ImageProblem for a URL, a
     relative path without an input folder or leaving it, a missing file."""
-    if _SCHEME.match(value) or value.lower().startswith("data:"):
+    if value[:5].lower() == "data:":  # not a data:image/…;base64 URL (_DATA_URL): it is no image given inline
+        kind = value[5:].partition(",")[0][:60] or "no type"
+        raise ImageProblem(f"a data: URL of {one_line(kind)}, not an image's base64 bytes (give "
+                           "data:image/<format>;base64,<data>, or a file path)")  # fmt: skip
+    if _SCHEME.match(value):
         raise ImageProblem(f"{value[:60]!r}: URLs are not fetched (the product runs offline); give a file path")
     if "\x00" in value:
         raise ImageProblem("a path holds a NUL character")
@@ -115,7 +121,12 @@ def resolve_path(value: str, root: str | None) -> Path:
     base = Path(root).resolve() if root is not None else None
     if base is not None and not p.is_absolute():
         p = base / p
-    real = p.resolve()
+    try:
+        real = p.resolve()
+        real.exists()  # a name too long for the file system raises here
+    except (RuntimeError, OSError) as e:  # Python 3.11 raises RuntimeError on a loop; 3.13 OSError (ELOOP)
+        why = "a symbolic link loop (a link that leads back to itself)" if isinstance(e, RuntimeError) else (e.strerror or "cannot be read")
+        raise ImageProblem(f"{value!r}: {why[:1].lower()}{why[1:]}") from None
     # inside the input's folder as written (relative, or absolute into it): inside it once links are followed
     inside = base is not None and Path(os.path.normpath(p)).is_relative_to(base)
     if base is not None and (inside or not Path(value).is_absolute()) and not real.is_relative_to(base):
@@ -200,7 +211,7 @@ def image_ref(value: Any, root: str | None) -> ImageRef:
         raise ImageProblem(f"{value!r}: cannot be read ({e.strerror or e})") from None
     except ImageProblem as e:
         raise ImageProblem(f"{value!r}: {e}") from None
-    return check_image(data, value, str(path))
+    return check_image(data, one_line(value), str(path))  # its name in messages and --show-prompt
 
 
 def image_list(value: Any, many: bool) -> list[Any]:

@@ -77,9 +77,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("gpus_per_worker", float | None, None,
               "--ray: GPUs per actor [tp×dp (sglang) or 1 (hf) with GPUs, else 0].", config=False),
     # its range is the config's to check (exit 4, as --chunk-rows 0), not a usage error
-    JobOption("limit", int | None, None,
-              "Only the first N input rows, in file order (a quick look; eval: questions, after --sample, "
-              "lm-eval's --limit).", constraints={"gt": 0}),
+    JobOption("limit", int | None, None, "Only the first N input rows, in file order (a quick look).",
+              constraints={"gt": 0},  # run's help spoke of eval (issue 48.15): each command its own words
+              helps={"eval": "Only the first N questions, after --sample (lm-eval's --limit; a quick look)."}),
     JobOption("threads", int | None, None,
               "CPU threads for torch/OpenMP (default: the idle cores, cores minus the load average, ≥ 1).",
               config=False, cli={"min": 1, "max": MAX_THREADS}),

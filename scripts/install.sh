@@ -23,6 +23,10 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   $PIP install -q "torch==2.13.0" || $PIP install -q --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0"
 fi
 $PIP install -q "transformers==5.12.1" "tokenizers==0.22.2"
+# the clone's own folder is the package (an editable install): setuptools' boxed warning about folders named as
+# the package is about that and expected (issue 48.17: printed without a word)
+echo "installing openjev-batch from $HERE (editable): setuptools may print a boxed 'Please be careful with folders"
+echo "... with the same name as your package' warning next; it is expected (that folder is this package itself)"
 $PIP install -q -e "$HERE[dev,ray]"
 if [ "$WITH_SGLANG" = 1 ]; then
   echo "installing the CPU sglang test engine (--no-deps): pip may print 'ERROR: pip's dependency resolver ..."

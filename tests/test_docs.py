@@ -341,3 +341,20 @@ def test_the_data_scripts_cache_honours_openjev_cache(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.stdout.strip() == str(tmp_path / "c" / "data"), r.stderr
     assert "OPENJEV_CACHE" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_repository_tracks_no_pid_file_and_ignores_them():
+    """Issue 48.18: a stray `serve1.pid` (a shell's `echo $! > serve1.pid` beside a trial's server) was committed
+    at the root. No pid file is tracked, and git ignores the next one."""
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True, check=True)
+    assert [f for f in tracked.stdout.splitlines() if f.endswith(".pid")] == []
+    assert git_ignored("serve1.pid") and git_ignored("benchmarks/server.pid")
+
+
+def test_install_sh_says_the_setuptools_warning_is_expected_before_it_prints():
+    """Issue 48.17: the install printed setuptools' boxed warning about folders named as the package (the
+    editable install of the clone) without a word; the script says, before that step, that it is expected."""
+    lines = (ROOT / "scripts" / "install.sh").read_text(encoding="utf-8").splitlines()
+    step = next(i for i, ln in enumerate(lines) if "install -q -e" in ln)
+    said = " ".join(ln for ln in lines[:step] if ln.lstrip().startswith("echo"))
+    assert "boxed 'Please be careful with folders" in said and "it is expected" in said, said

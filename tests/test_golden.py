@@ -27,7 +27,7 @@ TOL = 1e-5
 # summary lines that vary from run to run (or name a temporary path)
 # "model" / "request pattern": rows added after the goldens were recorded (tests/checkpoint/test_info.py checks them)
 VOLATILE = (
-    "wall time", "output", "peak RSS", "model", "request pattern", "start-up (in the wall time)",
+    "wall time", "since the command started", "output", "peak RSS", "model", "request pattern", "start-up (in the wall time)",
     "CPU threads",  # the idle-cores default: what the machine had free
     "tokenizer",  # added after the goldens were recorded (tests/backends/test_tokenizer.py checks it)
     # added after the goldens were recorded, and `auto`'s device is the machine's (tests/cli/test_cli.py checks it)

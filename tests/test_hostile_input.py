@@ -978,3 +978,26 @@ def test_path_failures_are_user_messages_not_python_internals(tmp_path, tiny_mod
     for r, msg in cases:
         assert r.returncode == 4 and "Traceback" not in r.stderr and "Errno" not in r.stderr, r.stderr[-2000:]
         assert len(r.stderr.strip().splitlines()) == 1 and msg in r.stderr, r.stderr[-2000:]
+
+
+def test_an_output_on_a_named_pipe_or_in_dev_is_refused(tmp_path):
+    """Attack trial (issue 48.5): `-o` naming a FIFO silently replaced the pipe with a regular file (the output
+    is joined, then renamed into place), and `-o /dev/stdout.parquet` created a file in /dev. Both are one-line
+    job errors before any model loads; the pipe stays a pipe, /dev gets nothing. Calibrate's `-o` too."""
+    import stat
+
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}])
+    fifo = tmp_path / "out.jsonl"
+    os.mkfifo(fifo)
+    pipe = f"{fifo} is a named pipe, not a file: the output is written whole and renamed into place"
+    _one_line_error(cli("run", src, "-q", "x.json", "-m", "M", "-b", "hf", "-o", fifo, timeout=60), pipe)
+    assert "-o - writes JSONL to standard output" in " ".join(cli("run", src, "-m", "M", "-o", fifo).stderr.split())
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    cfifo = tmp_path / "cal.json"
+    os.mkfifo(cfifo)
+    _one_line_error(cli("calibrate", src, "--gold", "g", "-o", cfifo, timeout=60), f"{cfifo} is a named pipe")
+    assert stat.S_ISFIFO(os.stat(cfifo).st_mode)
+    dev = "/dev/openjev-test-48.parquet"
+    r = cli("run", src, "-q", "x.json", "-m", "M", "-b", "hf", "-o", dev, timeout=60)
+    _one_line_error(r, f"{dev}: /dev is a system folder (devices, kernel files), not a place for files")
+    assert not os.path.exists(dev)

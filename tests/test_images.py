@@ -149,6 +149,10 @@ def test_the_readmes_vision_model_recipe_runs_images_on_a_cpu(tmp_path):
         capture_output=True, text=True, cwd=ROOT, timeout=600,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr[-2000:]
+    # issue 48.17: it says what it does while it works (stderr; stdout holds the two paths)
+    steps = [ln for ln in made.stderr.splitlines() if ln[:4] in ("1/3 ", "2/3 ", "3/3 ")]
+    assert [s[:3] for s in steps] == ["1/3", "2/3", "3/3"] and "a random Qwen3-VL" in steps[1], made.stderr
+    assert made.stdout.split() == [str(model), str(example)]
     out = tmp_path / "out_images.parquet"
     r = cli("run", example / "rows.jsonl", "-q", example / "questions.yaml", "-m", model, "-b", "hf", "-o", out,
             "--no-progress")  # fmt: skip
@@ -169,3 +173,36 @@ def test_a_phones_mpo_jpeg_is_accepted_as_a_jpeg(folder):
     ref = image_ref("phone.jpg", str(folder))
     assert (ref.width, ref.height, ref.format) == (32, 24, "JPEG")
     assert ref.load().getpixel((0, 0))[0] > 150  # the first picture, the red one
+
+
+def test_odd_image_names_are_one_plain_line_each(folder, tmp_path):
+    """Attack trial (issue 48.7–8): a symlink loop and a 300-character name were `RuntimeError: Symlink loop`
+    and `OSError: [Errno 36] …`; a `data:` URL of text was "URLs are not fetched"; a file name holding a newline
+    printed over two lines. Each is one line in `validate`'s report, in words, with no Python internals."""
+    import json
+    import subprocess
+    import sys
+
+    (folder / "loop").symlink_to("loop")
+    (folder / "a\nb.png").write_bytes(png_bytes())
+    long = "x" * 300 + ".png"
+    assert problem("loop", folder) == "'loop': a symbolic link loop (a link that leads back to itself)"
+    assert problem(long, folder) == f"{long!r}: file name too long"
+    assert problem("data:text/plain;base64,aGk=", None) == (
+        "a data: URL of text/plain;base64, not an image's base64 bytes (give data:image/<format>;base64,<data>, "
+        "or a file path)"
+    )
+    assert image_ref("a\nb.png", str(folder)).source == "a\\nb.png"  # its name in messages and --show-prompt
+    rows = [{"id": i, "state": "hi", "image": v} for i, v in
+            enumerate(["loop", long, "data:text/plain;base64,aGk=", "a\nb.png"])]  # fmt: skip
+    src = folder / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "q.json").write_text(json.dumps({"q": {"type": "noul", "instructions": "Is it red?"}}))
+    r = subprocess.run([sys.executable, "-m", "openjev_batch", "validate", src, "-q", folder / "q.json"],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    said = r.stdout + r.stderr
+    assert r.returncode == 3 and "(image: 3)" in said, said
+    assert "row 0: image: 'loop': a symbolic link loop" in said and "row 1: image: 'xxx" in said
+    assert "row 2: image: a data: URL of text/plain" in said
+    for internal in ("RuntimeError", "OSError", "Errno", "URLs are not fetched"):
+        assert internal not in said, said

@@ -21,6 +21,15 @@ from ..errors import OUT_OF_MEMORY, os_error_text, out_of_memory
 if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+# torch keeps its compile cache in TMPDIR by default (`torchinductor_<user>/`, made as soon as transformers
+# imports torch._dynamo, whether anything compiles or not): every run, stopped or not, left one there (issue
+# 48.9). It goes beside the packaged models' cache (OPENJEV_CACHE) instead; a TORCHINDUCTOR_CACHE_DIR the user
+# set is kept, and sglang's processes inherit it.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    from ..packaged_models import cache_dir
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir().parent / "torchinductor")
+
 from .app import EXIT_FAILED, _quiet_exit, app, printable
 
 __all__ = ["app", "main", "printable"]

@@ -8,6 +8,7 @@ Exit codes: 0 every question answered · 3 output written, some rows/questions h
 from __future__ import annotations
 
 import sys
+import time
 import warnings
 from typing import Any, NoReturn
 
@@ -20,6 +21,9 @@ from .options import stdin_name
 
 EXIT_OK, EXIT_ROW_ERRORS, EXIT_FAILED = 0, 3, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM: both keep the partial
+# when the command started (the CLI is imported first): the summary says how long it was waited for, imports
+# and the model's resolution included, beside the job's own wall time (issue 48.13: 12.5 s of 64.8 s waited)
+STARTED = time.monotonic()
 
 HELP = {"help_option_names": ["-h", "--help"]}
 
@@ -47,6 +51,19 @@ class _App(typer.Typer):
             raise SystemExit(1) from None
         # a command that returns ran to its end; typer.Exit(code) comes back as its code
         raise SystemExit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _usage_name(self) -> str:
+    """An argument in a usage line as usage lines (and the README) write it: `INPUT`, `[INPUT]` when optional.
+    typer 0.29 writes a required one `{input}`, which read as a placeholder left unfilled (issue 48.15)."""
+    name = (self.metavar or self.name or "").upper()
+    return name if self.required else f"[{name}]"
+
+
+# typer's own method, where it has it (0.29); older releases already write `INPUT`
+_ARGUMENT = getattr(__import__("typer.core", fromlist=["TyperArgument"]), "TyperArgument", None)
+if _ARGUMENT is not None and hasattr(_ARGUMENT, "_usage_display_name"):
+    _ARGUMENT._usage_display_name = _usage_name
 
 
 def _config_value_error(e) -> str | None:

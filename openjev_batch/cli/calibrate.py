@@ -37,7 +37,8 @@ def calibrate(
         None, min=0.0, max=1.0, help="Instead: abstain below the confidence that keeps this share of answers."
     ),
     question: list[str] = typer.Option(
-        None, "--question", help="Fit only this question id (repeatable): the one --gold labels. Default: all."
+        None, "--question", metavar="ID",
+        help="Fit only this question id (repeatable): the one --gold labels. Default: all.",
     ),
     min_kept: int = typer.Option(
         MIN_KEPT,
@@ -50,7 +51,7 @@ def calibrate(
         None,
         "--holdout",
         help="Fit on the other rows and report ECE, Brier, coverage and selective accuracy on this share of "
-        "them (a seeded split by row id), beside the fit's own figures.",
+        "them (between 0 and 1, exclusive; a seeded split by row id), beside the fit's own figures.",
     ),
     unfitted: str = typer.Option(
         "error", "--unfitted", help="What `run --calibration` does with a question the file has no entry for: "
@@ -72,7 +73,10 @@ def fit_file(labelled: Path, gold: str | None, output: Path, target_precision: f
     """The calibration document of `calibrate`'s options, checked before anything is read (no precision and no
     coverage: a precision of 0.9). Raises ConfigError (OpenjevError)."""
     from ..evaluation.calibration_fit import fit  # lazy: keeps --help fast
-    from ..evaluation.calibration_labelled import read_labelled  # lazy: keeps --help fast
+    from ..evaluation.calibration_labelled import (  # lazy: keeps --help fast
+        fitted_debias_order,
+        read_labelled,
+    )
 
     if target_precision is not None and target_coverage is not None:
         raise ConfigError("calibrate: give --target-precision or --target-coverage, not both")
@@ -88,7 +92,10 @@ def fit_file(labelled: Path, gold: str | None, output: Path, target_precision: f
     if holdout is not None and not 0 < holdout < 1:
         raise ConfigError(f"calibrate: --holdout must be between 0 and 1 (a share of the rows), got {holdout}")
     records = read_labelled(labelled, gold, questions)
-    return fit(records, target_precision, target_coverage, min_kept, holdout, unfitted)
+    doc = fit(records, target_precision, target_coverage, min_kept, holdout, unfitted)
+    if (k := fitted_debias_order(labelled)) is not None:  # run --calibration refuses another order
+        doc["debias_order"] = k
+    return doc
 
 
 def check_output(output: Path, labelled: Path) -> None:
@@ -103,7 +110,7 @@ def check_output(output: Path, labelled: Path) -> None:
     if output.exists() and labelled.exists() and os.path.samefile(output, labelled):
         raise ConfigError(f"calibrate: -o {output} is the labelled input: writing it would destroy it")
     try:
-        check_output_path(output.with_suffix(".parquet"))  # the folder exists and is writable
+        check_output_path(output, any_format=True)  # the folder exists and is writable; no FIFO, not in /dev
     except ValueError as e:
         raise ConfigError(f"calibrate: {e}") from None
 

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import ConfigError
-from .app import err, out, printable
+from .app import STARTED, err, out, printable
 
 
 def _cell(value: str):
@@ -166,11 +166,13 @@ def _print_summary(command: str, readout, s, threads: str | None = None) -> None
         *([("CPU threads", threads)] if threads else []),
         *([("request pattern", s.pattern)] if s.pattern else []),
         *([("start-up (in the wall time)", s.startup)] if s.startup else []),
-        *readout.summary_rows(s),
+        *_timed(readout.summary_rows(s)),
     ]:
         t.add_row(k, _cell(v))
-    if s.resumed_chunks:
-        t.add_row("resumed chunks (counted above)", f"{len(s.resumed_chunks):,}: {_ranges(s.resumed_chunks)}")
+    if s.resumed_chunks:  # "1: 0" was unreadable (issue 48.16)
+        n, which = len(s.resumed_chunks), _ranges(s.resumed_chunks)
+        t.add_row("chunks resumed (read back from the partial, not run again; counted above)",
+                  f"{n:,} (chunk{'s' if n > 1 else ''} {which})")  # fmt: skip
     err.print(t)
     _print_answers(s)
     _warn_abstained(readout, s)
@@ -181,6 +183,17 @@ def _print_summary(command: str, readout, s, threads: str | None = None) -> None
             sep="",
         )
         _print_top_errors(s)
+
+
+def _timed(rows):
+    """The readout's rows with its `wall time` said to be the job's, and the time since the command started
+    beside it (Python, torch and the model's resolution before the job; issue 48.13)."""
+    import time
+
+    for k, v in rows:
+        yield (k, f"{v} (the job: model load to output)") if k == "wall time" else (k, v)
+        if k == "wall time":
+            yield "since the command started", f"{time.monotonic() - STARTED:.1f} s (imports and model lookup too)"
 
 
 def _ranges(chunks) -> str:

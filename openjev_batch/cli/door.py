@@ -120,16 +120,17 @@ def _without_none(t: Any) -> Any:
 
 
 def _engine_param(o: EngineOption) -> _Param:
-    if isinstance(o.default, dict):  # key=value pairs, repeatable
-        return _Param(o.name, typer.Option(None, o.cli_flag, help=o.help), list[str], ENGINE)
+    if isinstance(o.default, dict):  # key=value pairs, repeatable; typer's own metavar read `<list[str]>` (48.15)
+        return _Param(o.name, typer.Option(None, o.cli_flag, help=o.help, metavar="KEY=VALUE"), list[str], ENGINE)
     return _Param(o.name, typer.Option(o.default, o.cli_flag, help=o.help), _without_none(o.type), ENGINE)
 
 
-def _config_param() -> _Param:
+def _config_param(names: set[str]) -> _Param:
+    # keys the command takes (`names`): serve (no input, no chunks) was offered `chunk-rows` and `input` (48.15)
+    keys = "`chunk-rows: 512`, `input`, `model` too" if "input" in names else "`port: 8000`, `model` too"
     info = typer.Option(
         None, "--config", is_eager=True, callback=load_job_file, dir_okay=False,
-        help="A JSON/YAML file of this command's options (`chunk-rows: 512`, `input`, `model` too); "
-        "flags given here override it.",
+        help=f"A JSON/YAML file of this command's options ({keys}); flags given here override it.",
     )  # fmt: skip
     return _Param("config", info, Path, CONFIG)
 
@@ -180,7 +181,7 @@ def parameters(command: str, own_type: type, layout: Sequence[str], engine_of: s
             out.extend(p for p in groups[item] if p.name not in layout)
         else:
             out.append(mine[item] if item in mine else generated[item])
-    return out + ([_config_param()] if ENGINE in layout else [])
+    return out + ([_config_param(set(mine))] if ENGINE in layout else [])
 
 
 def _readout_values(command: str, given: dict[str, Any]) -> ReadoutValues:

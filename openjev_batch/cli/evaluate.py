@@ -35,7 +35,9 @@ class EvalOwn:
     sample: int | None = own(typer.Option(None, help="Score a reproducible subset of N questions (see --seed)."))
     show_prompt: int | None = own(show_prompt_option("questions"))
     seed: int = own(typer.Option(42, help="Seed of --sample and of the --calibrate split."))
-    calibrate: float | None = own(typer.Option(None, help="Fit one temperature on this share, report the rest scaled."))
+    calibrate: float | None = own(typer.Option(
+        None, help="Fit one temperature on this share (between 0 and 1, exclusive), report the rest scaled."
+    ))  # fmt: skip
     force: bool = own(typer.Option(False, "--force", help="Overwrite a non-empty output folder."))
 
 

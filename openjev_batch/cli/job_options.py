@@ -40,6 +40,8 @@ def job_flag(name: str, command: str):
         default = None if kind is None else getattr(kind, name)
         if kind is None:
             shown = "the readout's: " + ", ".join(f"{getattr(readout_class(n), name)} {n}" for n in NAMES)
+            if name == "chunk_rows":  # eval's is a share of its questions (evaluation/run.eval_chunk_rows)
+                shown = f"a 20th of the questions, at least 32, at most the readout's ({shown.split(': ', 1)[1]})"
     return typer.Option(default, o.cli_flag, help=o.help_for(command), show_default=shown, **o.cli)
 
 

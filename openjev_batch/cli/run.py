@@ -84,6 +84,10 @@ def _run_job(door: Door[Any]) -> None:
         _check_names_early(args)
     except OpenjevError as e:
         _fail(e)
+    if dry_run:  # its table comes at the end; torch, the tokenizer and the whole input come first (issue 48.12:
+        # 51-157 s at load, with nothing said)
+        err.print(f"--dry-run: planning every row of {printable(str(args.input))} with the model's tokenizer alone "
+                  "(no weights load, nothing is written); torch and the tokenizer load first", markup=False)  # fmt: skip
     threads_note = apply_threads_option(job.threads)  # imports torch: seconds
     _quiet(job.progress)
     stack = contextlib.ExitStack()

@@ -62,7 +62,7 @@ def serve(door: Door[ServeOwn]) -> None:
     gets the columns and numbers `run` writes for that row."""
     import time
 
-    from ..serve.app import Served, Stop  # lazy: keeps --help fast
+    from ..serve.app import SIGNAL_NAMES, Served, Stop  # lazy: keeps --help fast
 
     limits = cast("Limits", door.limits)  # serve's layout has them
     try:
@@ -77,10 +77,7 @@ def serve(door: Door[ServeOwn]) -> None:
     apply_threads_option(args.threads)
     code = run_server(stop, served, door, limits)
     if code:
-        err.print(
-            f"stopped ({'SIGTERM' if code == 143 else 'SIGINT'}): the requests in flight were answered",
-            markup=False,
-        )
+        err.print(f"stopped ({SIGNAL_NAMES[code]}): the requests in flight were answered", markup=False)
     raise typer.Exit(code)
 
 

@@ -103,7 +103,8 @@ def _kinds(kinds: Counter[str], most: int = 5) -> str:
     top = kinds.most_common(most)
     rest = sum(kinds.values()) - sum(v for _, v in top)
     left = len(kinds) - most
-    more = f", {left} more kind{'s' if left > 1 else ''}: {rest}" if left > 0 else ""
+    # "995 more kinds: 995" read as a riddle (issue 48.8): the rest's count first, then how many kinds
+    more = f", others: {rest:,} in {left:,} kind{'s' if left > 1 else ''}" if left > 0 else ""
     return ", ".join(f"{k}: {v}" for k, v in top) + more
 
 

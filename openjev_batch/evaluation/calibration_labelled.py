@@ -41,9 +41,10 @@ def read_labelled(path: Path, gold: str, questions: tuple[str, ...] = ()) -> lis
 
             rows = pq.read_table(path).to_pylist()
         elif name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")):
-            import pyarrow.json as pj
-
-            rows = pj.read_json(pa.input_stream(path, compression="detect")).to_pylist()
+            # line by line, not pyarrow's reader: it types a column from its first rows, so a gold column of
+            # names and indices was "Column(/gold) changed from string to number" (issue 48.8)
+            with pa.input_stream(path, compression="detect") as f:
+                rows = [json.loads(ln) for ln in f.read().decode("utf-8").splitlines() if ln.strip()]
         elif name.endswith(".json"):
             rows = json.loads(path.read_text(encoding="utf-8"))
         elif name.endswith((".csv", ".tsv")):
@@ -77,20 +78,40 @@ def read_labelled(path: Path, gold: str, questions: tuple[str, ...] = ()) -> lis
     return out
 
 
+def fitted_debias_order(path: Path) -> int | None:
+    """The `--debias-order` of the job that wrote the labelled output `path` (an eval folder: its
+    predictions), read from the manifest the output carries (the order is in it when above 1); None when it
+    carries none (a hand-made file, or one changed since its job wrote it)."""
+    from ..pipeline.output import manifest  # lazy: reads pyarrow
+
+    path = Path(path) / "predictions.parquet" if Path(path).is_dir() else Path(path)
+    try:
+        doc = manifest.read(path)
+    except ConfigError:  # a text output edited since (a gold column added by hand): its job is not known
+        return None
+    if doc is None:
+        return None
+    k = doc["manifest"].get("debias_order", 1)
+    return k if type(k) is int else None
+
+
 def _checked_record(path: Path, r: dict[str, Any], gold: str, index_gold: bool = False) -> dict[str, Any]:
     """`_record`, with a damaged or hand-made row (a cell that is not JSON, a list for a name, a missing
     field) one line naming it instead of a traceback (hostile trial)."""
     try:
         return _record(path, r, gold, index_gold)
     except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
+        why = (f"no {e.args[0]} field" if isinstance(e, KeyError) else f"a cell is not JSON ({e.msg})"
+               if isinstance(e, json.JSONDecodeError) else str(e)[:120] if isinstance(e, ValueError) else
+               "a value of the wrong kind (options and probs are lists, question_id and type text)")  # fmt: skip
         raise ConfigError(f"calibrate: {path}: row {str(r.get('id'))[:80]!r}: not a `run` output's record "
-                          f"({type(e).__name__}: {str(e)[:120]})") from None  # fmt: skip
+                          f"({why})") from None  # fmt: skip
 
 
 def _record(path: Path, r: dict[str, Any], gold: str, index_gold: bool = False) -> dict[str, Any]:
     """One answered, labelled row as a fit record. Raises ConfigError naming the row."""
     if not (isinstance(r["question_id"], str) and isinstance(r["type"], str)):
-        raise TypeError("question_id and type must be text")
+        raise ValueError("question_id and type must be text")
     # a calibrated output is refitted on its raw distribution (a multi row's probs are never scaled)
     probs, options = (_listed(r.get("raw_probs") or r["probs"]), _listed(r["options"]))
     where = f"calibrate: {path}: row {r.get('id')!r}, question {r['question_id']!r}: probs {probs!r:.80}"

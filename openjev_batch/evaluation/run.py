@@ -33,7 +33,7 @@ from ..pipeline.dry_run import dry_run as plan_only
 from ..pipeline.dry_run import show_prompt as render
 from ..pipeline.job import run_job
 from ..pipeline.output.lock import refuse_if_held
-from ..readouts import command_options
+from ..readouts import command_options, readout_class
 from ..values import sha256_file
 from .build import KEEP, build_rows, fewshot_blocks, prepare
 from .folder import (
@@ -85,21 +85,36 @@ class EvalConfig(EngineOptions, JobOptions, _ReadoutFields):  # type: ignore[mis
         return self
 
     def job(
-        self, questions: Path, predictions: Path, resume: bool | None = None, readout: str = LABEL_LOGPROBS
-    ):
-        """The RunConfig of the eval's job (`resume`: default the eval's; `readout`: its format's, tasks.py).
+        self, questions: Path, predictions: Path, resume: bool | None = None, readout: str = LABEL_LOGPROBS,
+        rows: int = 0,
+    ):  # fmt: skip
+        """The RunConfig of the eval's job (`resume`: default the eval's; `readout`: its format's, tasks.py;
+        `rows`: its questions, which set the chunk when --chunk-rows is not given: `eval_chunk_rows`).
         A classifier-head job reads `classify`'s default template (the system prompt, refused for its
         formats by build.refuse_for_classifier, is None). Raises ConfigError / BackendError as build_config
         does."""
         engine = {k: getattr(self, k) for k in EngineOptions.model_fields}
         # the job options as given; not `limit`: it cut the questions (`questions`), the job runs them all
         job = {k: getattr(self, k) for k in JobOptions.model_fields if k != "limit"}
+        if job["chunk_rows"] is None and rows:
+            job["chunk_rows"] = eval_chunk_rows(rows, readout_class(readout).chunk_rows)
         # an option at its default is left unset: a classifier-head job refuses a label-logprobs option given
         own = {k: v for k, (field, _) in _EVAL_OPTIONS.items() if (v := getattr(self, k)) != field.default}
         return build_config(
             input=questions, output=predictions, keep=KEEP, model=self.model, backend=self.backend,
             readout=readout, **{**job, "resume": self.resume if resume is None else resume}, **own, **engine,
         )  # fmt: skip
+
+
+# eval's chunk when --chunk-rows is not given: a 20th of its questions, so a stop loses at most that much of
+# the job (issue 48.11: `--sample 1000` was one 2,048-row chunk, and a stop after 4 of ~40 minutes kept nothing),
+# at least EVAL_MIN_CHUNK (a chunk's plan and part file cost little beside 32 questions' prefill), at most the
+# readout's own chunk. The same eval gets the same chunk, as --resume needs (it is in the job's resume key).
+EVAL_CHUNKS, EVAL_MIN_CHUNK = 20, 32
+
+
+def eval_chunk_rows(rows: int, readout_chunk: int) -> int:
+    return min(readout_chunk, max(EVAL_MIN_CHUNK, -(-rows // EVAL_CHUNKS)))
 
 
 def build_eval_config(**kw: Any) -> EvalConfig:
@@ -166,7 +181,7 @@ def _tokenizer_only(cfg: EvalConfig, use: Callable[[Any], Any]) -> Any:
     with tempfile.TemporaryDirectory(prefix="openjev-eval-") as tmp:
         q = Path(tmp) / QUESTIONS
         q.write_text(text, encoding="utf-8")
-        return use(cfg.job(q, Path(tmp) / PREDICTIONS, readout=readout_of(fmt)))
+        return use(cfg.job(q, Path(tmp) / PREDICTIONS, readout=readout_of(fmt), rows=text.count("\n")))
 
 
 def run_eval(
@@ -191,7 +206,7 @@ def run_eval(
     qpath, ppath = out_dir / QUESTIONS, out_dir / PREDICTIONS
     claim(out_dir, cfg)
     # the job's option checks (--system-prompt's size …) before a file is written
-    job = cfg.job(qpath, ppath, readout=readout_of(fmt))
+    job = cfg.job(qpath, ppath, readout=readout_of(fmt), rows=len(chosen))
     refuse_if_held(ppath)  # a running eval's questions are not rewritten by a second one it refuses
     key = job_key(cfg, fmt)
     finished = ppath.exists() and not ppath.with_name(ppath.name + ".partial").exists()
@@ -206,7 +221,7 @@ def run_eval(
             log_samples(ppath)
             return rescore(out_dir, cfg.calibrate)  # nothing left to run: the finished job, scored again
         # no report (a kill after the join): run it again
-        job = cfg.job(qpath, ppath, resume=False, readout=readout_of(fmt))
+        job = cfg.job(qpath, ppath, resume=False, readout=readout_of(fmt), rows=len(chosen))
     s = run_job(job, backend=backend, on_progress=on_progress, progress=progress, ray=ray)
     prompts, tokenization = prompt_texts(job, getattr(backend, "tokenizer", None))
     log_samples(ppath, prompts)

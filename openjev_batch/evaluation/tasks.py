@@ -115,6 +115,15 @@ def _name(r: dict, key: str) -> str:
     raise ValueError(f"{key}: expected text, got {kind_of(v)}")
 
 
+def _index(v: Any, key: str) -> int:
+    """Column `key`, the correct option's 0-based index (a whole number, or text holding one). Raises
+    ValueError in words (issue 48.8: `answer: null` read `int() argument must be …`)."""
+    whole = isinstance(v, int) or (isinstance(v, float) and v.is_integer()) or (isinstance(v, str) and v.isdigit())
+    if isinstance(v, bool) or not whole:
+        raise ValueError(f"{key}: expected the correct option's index (0, 1, …), got {kind_of(v)}")
+    return int(v)
+
+
 def _id(r: dict, default: str) -> str:
     return str(r["id"]) if r.get("id") not in (None, "") else default
 
@@ -123,16 +132,16 @@ def _mmlu_pro(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) ->
     gold = r.get("answer_index")
     if gold is None:
         gold = LETTERS.index(str(r["answer"]).strip().upper())
-    elif r.get("answer") is not None and LETTERS[int(gold)] != str(r["answer"]).strip().upper():
+    elif r.get("answer") is not None and LETTERS[_index(gold, "answer_index")] != str(r["answer"]).strip().upper():
         raise ValueError(f"answer {r['answer']!r} disagrees with answer_index {gold}")
     qid, cat = _name(r, "question_id"), _name(r, "category")
-    return Item(qid, _text(r, "question"), _options(r, "options"), int(gold), cat)
+    return Item(qid, _text(r, "question"), _options(r, "options"), _index(gold, "answer_index"), cat)
 
 
 def _mmlu(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) -> Item:
     cat = _name(r, "subject")
     k = seen[cat] = seen.get(cat, -1) + 1
-    return Item(_id(r, f"{cat}-{k:04d}"), _text(r, "question"), _options(r, "choices"), int(r["answer"]), cat)
+    return Item(_id(r, f"{cat}-{k:04d}"), _text(r, "question"), _options(r, "choices"), _index(r["answer"], "answer"), cat)
 
 
 def _boolq(r: dict, i: int, seen: dict[str, int], labels: tuple[str, ...]) -> Item:

@@ -5,8 +5,9 @@ and the server's fate.
 Starlette rather than FastAPI: the body is read and parsed by the product's own rules (request.py) and the
 seed's schema (seed.py, whose validation errors read as FastAPI's), so FastAPI's layer would run for nothing.
 SIGTERM (and Ctrl-C) drains: uvicorn stops accepting, the requests in flight are answered, then the process
-exits 143 (130). An engine that dies answers what waits with 503 and ends the server with exit 4 and one line
-(`error: …`), so an orchestrator restarts it.
+exits 143 (130; SIGHUP: 129). A request head not whole within --header-timeout is answered 408 and its
+connection closed (headers.py). An engine that dies answers what waits with 503 and ends the server with exit 4
+and one line (`error: …`), so an orchestrator restarts it.
 """
 
 from __future__ import annotations
@@ -25,16 +26,20 @@ from ..errors import BackendError, ConfigError
 from ..readouts.base import RequestReader
 from . import seed
 from .auth import BearerKey
+from .headers import header_deadline
 from .limits import Limits
 from .routes import Endpoints, Facts
 from .service import Service
 
-EXIT_TERMINATED, EXIT_INTERRUPTED = 143, 130
+EXIT_TERMINATED, EXIT_INTERRUPTED, EXIT_HANGUP = 143, 130, 129
+SIGNAL_NAMES = {EXIT_TERMINATED: "SIGTERM", EXIT_INTERRUPTED: "SIGINT", EXIT_HANGUP: "SIGHUP"}
 
 
 class Stop:
-    """SIGTERM / SIGINT: recorded, and the HTTP server told to stop accepting (installed before the model
-    loads, so a signal during start-up is kept too). Exit 143 / 130 once the requests in flight are answered."""
+    """SIGTERM / SIGINT / SIGHUP: recorded, and the HTTP server told to stop accepting (installed before the
+    model loads, so a signal during start-up is kept too). Exit 143 / 130 / 129 once the requests in flight are
+    answered. SIGHUP (a closed terminal, an ssh session that ended) drains too: its default action dropped the
+    requests in flight with no answer and no line (issue 48); not under `nohup`, which asked for it ignored."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -43,6 +48,8 @@ class Stop:
     def install(self) -> None:
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, self._handler)
+        if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
+            signal.signal(signal.SIGHUP, self._handler)
 
     def _handler(self, signum: int, frame) -> None:
         self.signum = self.signum or signum
@@ -53,7 +60,8 @@ class Stop:
     def code(self) -> int | None:
         if self.signum is None:
             return None
-        return EXIT_TERMINATED if self.signum == signal.SIGTERM else EXIT_INTERRUPTED
+        codes = {int(signal.SIGTERM): EXIT_TERMINATED, int(signal.SIGHUP): EXIT_HANGUP}
+        return codes.get(self.signum, EXIT_INTERRUPTED)
 
 
 @dataclass(frozen=True)
@@ -163,7 +171,8 @@ def serve(held: Any, reader: RequestReader, limits: Limits, host: str, port: int
     service = Service(held, reader, limits)
     app = make_app(service, limits, facts(served, held, reader), lambda: stop.signum is not None, served.api_key)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=int(limits.timeout_s) + 5)  # fmt: skip
+                            timeout_graceful_shutdown=int(limits.timeout_s) + 5,
+                            http=header_deadline(limits.header_timeout_s))  # fmt: skip
     server = uvicorn.Server(config)
     stop.server = server
     if stop.signum is not None:  # stopped while the model loaded

@@ -46,28 +46,37 @@ class Limits:
     # long as it liked: 16 idle connections answered every other client 529 (hostile trial, 2026-12-05). The body
     # is now read before a slot is taken, within this limit.
     body_timeout_s: float = _limit(30.0, "Seconds a client may take to send its body (408 past it).")
+    # Stalled headers held a connection with no limit (1,100 sockets open after 60 s, issue 48): uvicorn bounds only
+    # an idle keep-alive connection (app.HeaderDeadline)
+    header_timeout_s: float = _limit(30.0, "Seconds a client may take to send its request headers (408 past it).")
     batch_wait_ms: float = _limit(2.0, "How long an idle engine waits for more requests to join a batch.")
+    # A request is answered when its batch ends: a batch of every request waiting made each wait for all of them
+    # (issue 46: 20 requests on hf, 16 × 504, none answered). batching.BatchBudget cuts the queue's head by time.
+    batch_ms: float = _limit(0.0, "Engine time a batch may take, estimated from the engine's measured speed "
+                             "(0: the backend's default, hf 250, sglang 2000).")
     # Below the clients in flight, the next batch is tokenized and the last one answered while the engine runs one
     # (not measured on a GPU yet)
-    max_batch: int = _limit(0, "Most requests in one engine batch (0: every request waiting).")
+    max_batch: int = _limit(0, "Most requests in one engine batch (0: as --batch-ms allows).")
     retry_after_s: int = 1  # no flag: the Retry-After of a 529
 
     def __post_init__(self) -> None:
         for name in COUNTS:
             if getattr(self, name) < 1:
                 raise ValueError(f"{flag(name)} must be 1 or more, got {getattr(self, name):,}")
-        for name in ("max_body_bytes", "max_concurrent", "timeout_s", "body_timeout_s"):
+        for name in ("max_body_bytes", "max_concurrent", "timeout_s", "body_timeout_s", "header_timeout_s"):
             if not getattr(self, name) > 0:  # NaN too
                 raise ValueError(f"{flag(name)} must be positive")
         # a NaN wait spun the scoring thread at full CPU deaf to SIGTERM, an infinite one (or a timeout) ended the
         # server in a traceback at its first request or its start (hostile trial): finite, and at most a day
-        for name, most in (("timeout_s", DAY_S), ("body_timeout_s", DAY_S), ("batch_wait_ms", DAY_S * 1000)):
+        for name, most in (("timeout_s", DAY_S), ("body_timeout_s", DAY_S), ("header_timeout_s", DAY_S),
+                           ("batch_wait_ms", DAY_S * 1000), ("batch_ms", DAY_S * 1000)):  # fmt: skip
             if not (v := getattr(self, name)) <= most:
                 raise ValueError(f"{flag(name)} must be a finite number, at most {most:,}, got {v}")
-        if not self.batch_wait_ms >= 0:
-            raise ValueError("--batch-wait-ms must be 0 or more")
+        for name in ("batch_wait_ms", "batch_ms"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{flag(name)} must be 0 or more")
         if self.max_batch < 0:
-            raise ValueError("--max-batch must be 0 (every request waiting) or more")
+            raise ValueError("--max-batch must be 0 (as --batch-ms allows) or more")
 
     def within(self, caps: Mapping[str, int]) -> None:
         """Refuse a count or token limit over the served readout's own (`caps`, by field name; a limit the

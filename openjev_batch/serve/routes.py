@@ -63,13 +63,12 @@ class Facts:
 
 
 class Endpoints:
-    """The handlers over `service`; `draining` says whether the server stopped accepting (a signal came).
-    `in_flight`: the requests being evaluated (on the event loop's one thread, so counted without a lock)."""
+    """The handlers over `service`; `draining` says whether the server stopped accepting (a signal came). The
+    service admits and counts the requests in flight (`evaluate`)."""
 
     def __init__(self, service: Service, limits: Limits, facts: Facts, draining: Callable[[], bool]) -> None:
         self.service, self.reader, self.limits = service, service.reader, limits
         self.facts, self.draining = facts, draining
-        self.in_flight = 0
 
     def routes(self) -> list[Route]:
         return [
@@ -103,24 +102,10 @@ class Endpoints:
                 raise HTTPError(422, e.message, e.field) from None
         return body_row(body, self.reader, self.limits)
 
-    async def _evaluate(self, row: Any) -> Answer:
-        """`row` answered by the engine, in one of the slots. Raises HTTPError (529, 504, or the service's)."""
-        limits = self.limits
-        if self.in_flight >= limits.max_concurrent:
-            raise HTTPError(529, f"{limits.max_concurrent} in evaluation, the most requests this server takes "
-                            "at once: retry", headers={"Retry-After": str(limits.retry_after_s)})  # fmt: skip
-        self.in_flight += 1
-        try:
-            fut = self.service.submit(row, asyncio.get_running_loop())
-            try:
-                got = await asyncio.wait_for(fut, limits.timeout_s)
-            except asyncio.TimeoutError:
-                raise HTTPError(504, f"no answer from the engine within {limits.timeout_s:g} s") from None
-            if isinstance(got, HTTPError):
-                raise got
-            return got
-        finally:
-            self.in_flight -= 1
+    async def _evaluate(self, row: Any, request: Request) -> Answer:
+        """`row` answered by the engine: admission (529), the queue, 504, dropped if the client leaves.
+        Raises HTTPError."""
+        return await self.service.evaluate(row, gone=lambda: _left(request))
 
     async def systemone(self, request: Request) -> Response:
         t0 = time.perf_counter()
@@ -137,7 +122,7 @@ class Endpoints:
         try:
             row = await run_in_threadpool(self._row, seed.row_body(req))
             t_parse = time.perf_counter() - t0
-            got = await self._evaluate(row)
+            got = await self._evaluate(row, request)
         except HTTPError as e:
             return seed_error(e)
         failed = [r["error"] for r in got.records if r.get("error")]
@@ -157,7 +142,7 @@ class Endpoints:
             else:
                 row = self._row(parse_body(raw))
             t_parse = time.perf_counter() - t0
-            got = await self._evaluate(row)
+            got = await self._evaluate(row, request)
             return answer_response(row.id, got, t_parse, self.facts.served)
         except HTTPError as e:
             return error_response(e)
@@ -196,5 +181,12 @@ class Endpoints:
             return JSONResponse({"status": "dead", "why": self.service.dead}, status_code=503)
         if self.draining():
             return JSONResponse({"status": "draining"}, status_code=503)
-        return JSONResponse({"status": "ok", "model": self.facts.served, "in_flight": self.in_flight,
-                             "batches": self.service.batches})  # fmt: skip
+        svc = self.service
+        return JSONResponse({"status": "ok", "model": self.facts.served, "in_flight": svc.in_flight,
+                             "batches": svc.batches, "dropped": svc.dropped})  # fmt: skip
+
+
+async def _left(request: Request) -> None:
+    """Ends when the client has closed its connection (its body read, the next ASGI message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -1,12 +1,16 @@
 """The engine side of the server: one engine and one readout held open (an `api.Classifier`: the model
-loaded once, its labels verified once), requests gathered into batches and run through the job's own stage
-functions, as the local runner and the Ray actors run a chunk (pipeline/stages.py):
+loaded once, its labels verified once), requests queued in the order they come and run in batches through the
+job's own stage functions, as the local runner and the Ray actors run a chunk (pipeline/stages.py):
 
-    request (app.py, the event loop) ──Pending──▶ host thread: `prompt_chunk` over every request waiting (one
-    batched tokenization), the token limits checked (a request over one is answered 422 here, before any
-    model call) ──▶ main thread: `score_chunk` over every prompted request waiting (plan → prefill → read out:
-    the planner sorts and windows them together, so requests in flight at once reach the engine together and
-    share its radix cache and request pattern) ──▶ each request's records, in its questions' order.
+    request (app.py, the event loop; parsed before it is admitted: `evaluate`) ──Pending──▶ host thread:
+    `prompt_chunk` over every request waiting (one batched tokenization), the token limits checked (a request
+    over one is answered 422 here, before any model call) ──▶ main thread: the queue's head, as much as the
+    engine computes within its time budget (batching.BatchBudget), through `score_chunk` (plan → prefill →
+    read out: the planner sorts and windows them together, so they share the radix cache and request pattern)
+    ──▶ each request of the batch answered as the batch ends, while the rest of the queue waits its turn.
+
+A request waits for its own work and the queue ahead of it, not for every request in flight. A request whose
+handler gave up (504, or its client left) is dropped from the queue, never computed.
 
 The prefill runs in the main thread, as in `run`: the sglang backend's engine-death signal (SIGQUIT →
 EngineDied) is raised where the main thread waits on the engine, and an idle engine is checked every IDLE_CHECK_S. One FailureTracker spans the server's life,
@@ -28,9 +32,9 @@ from ..errors import BackendError
 from ..pipeline.prefill import FailureTracker
 from ..pipeline.stages import Prompted, prompt_chunk, score_chunk
 from ..readouts.base import RequestReader
+from .batching import STOP, BatchBudget, gather, prefix_share, request_tokens
 from .limits import HTTPError, Limits
 
-STOP = object()  # ends the host thread
 # An idle engine is asked whether it lives this often (`Backend.check_alive`: sglang's sees a failed engine
 # process, else sends a one-token request; hf's runs in this process and has nothing to check).
 IDLE_CHECK_S = 2.0
@@ -87,12 +91,56 @@ class Service:
         self._score_q: queue.Queue = queue.Queue()
         self._host = threading.Thread(target=self._host_loop, name="openjev-serve-host", daemon=True)
         self._checked = time.perf_counter()
-        self._ready: list[Pending] = []  # prompted, not yet in a batch (past --max-batch)
+        self._ready: list[Pending] = []  # prompted, not yet in a batch: the queue, in the order requests came
+        self.cut = BatchBudget(self.backend.name, limits.batch_ms, limits.max_batch)
         self.batches = 0  # batches scored (GET /health reports it)
+        self._dropped = [0, 0]  # given up before the prompt stage, before the engine (each thread its own count)
+        self.in_flight = 0  # requests admitted and not yet answered (`evaluate`, on the event loop's thread)
         self.dead: str | None = None  # why the engine stopped serving
+
+    @property
+    def dropped(self) -> int:
+        """Requests given up (504, the client gone) before the engine ran them: never computed."""
+        return sum(self._dropped)
 
     def start(self) -> None:
         self._host.start()
+
+    async def evaluate(self, row: Any, gone: Any = None) -> Answer:
+        """`row`'s answer, on the event loop. Admission: past `--max-concurrent` requests in flight a 529 with
+        Retry-After (the body was parsed before: a malformed one is a 422 however full the server is), and when
+        the engine's measured speed says the queue ahead outlasts `--timeout` (a 504 foreseen). Past
+        `--timeout` a 504; `gone()` (None: not watched) makes an awaitable that ends when the client leaves. Either way
+        the request is dropped from the queue: the engine never computes an answer nobody waits for. Raises
+        HTTPError."""
+        lim = self.limits
+        if self.in_flight >= lim.max_concurrent:
+            raise HTTPError(529, f"{lim.max_concurrent} in evaluation, the most requests this server takes at "
+                            "once: retry", headers={"Retry-After": str(lim.retry_after_s)})  # fmt: skip
+        if (busy := self.cut.too_busy(self.in_flight + 1, lim.timeout_s)) is not None:  # a 504 foreseen
+            ahead, wait = busy
+            raise HTTPError(529, f"the requests in evaluation hold about {ahead:.0f} s of engine time, past what "
+                            f"this server's {lim.timeout_s:g} s timeout allows: retry",
+                            headers={"Retry-After": str(max(wait, lim.retry_after_s))})  # fmt: skip
+        self.in_flight += 1
+        fut = self.submit(row, asyncio.get_running_loop())
+        watch = asyncio.ensure_future(gone()) if gone is not None else None
+        try:
+            done, _ = await asyncio.wait([fut] + ([watch] if watch else []), timeout=lim.timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            if fut not in done:
+                fut.cancel()  # done: the scheduler drops it (`_drop_given_up`)
+                if watch is not None and watch in done:
+                    raise HTTPError(499, "the client closed its connection")  # nobody reads it
+                raise HTTPError(504, f"no answer from the engine within {lim.timeout_s:g} s")
+            got = fut.result()
+        finally:
+            self.in_flight -= 1
+            if watch is not None:
+                watch.cancel()
+        if isinstance(got, HTTPError):
+            raise got
+        return got
 
     def submit(self, row: Any, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
         """Queue `row` (from the event loop's thread); the future gets an Answer or an HTTPError."""
@@ -104,30 +152,13 @@ class Service:
         return fut
 
     # -- host thread: the prompt stage ------------------------------------------------------------------
-    def _gather(self, q: queue.Queue, first: Any, wait_ms: float = 0.0) -> list:
-        """`first` and everything else waiting in `q`, after letting `wait_ms` pass for more (requests sent
-        together arrive a few hundred microseconds apart)."""
-        batch = [first]
-        deadline = time.perf_counter() + wait_ms / 1000
-        while True:
-            try:
-                item = q.get_nowait()
-            except queue.Empty:
-                left = deadline - time.perf_counter()
-                if left <= 0:
-                    return batch
-                try:
-                    item = q.get(timeout=left)
-                except queue.Empty:
-                    return batch
-            if item is STOP:
-                q.put(STOP)  # seen by the next round
-                return batch
-            batch.append(item)
-
     def _host_loop(self) -> None:
         while (first := self._prompt_q.get()) is not STOP:
-            batch = self._gather(self._prompt_q, first)
+            came = gather(self._prompt_q, first)
+            batch = [p for p in came if not p.future.done()]  # given up already: not even tokenized
+            self._dropped[0] += len(came) - len(batch)
+            if not batch:
+                continue
             t0 = time.perf_counter()
             try:
                 prompted = prompt_chunk([p.row for p in batch], self.prompter)
@@ -174,11 +205,12 @@ class Service:
                         continue
                     # every prompted request waiting joins the batch, and those that come within batch_wait_ms
                     # (the prompt stage answers the ones over a limit at once: it does not wait)
-                    parts = self._gather(self._score_q, first, self.limits.batch_wait_ms)
-                else:  # left from the last batch (--max-batch): with whatever came meanwhile, no wait
-                    parts = self._gather(self._score_q, [])
+                    parts = gather(self._score_q, first, self.limits.batch_wait_ms)
+                else:  # the queue's rest: with whatever came meanwhile, no wait
+                    parts = gather(self._score_q, [])
                 self._ready += [p for part in parts for p in part]
-                n = self.limits.max_batch or len(self._ready)
+                self._drop_given_up()
+                n = self.cut.cut([request_tokens(p.prompt) if p.prompt else 0 for p in self._ready])
                 batch, self._ready = self._ready[:n], self._ready[n:]
                 self._score(batch)
         except BackendError as e:
@@ -187,8 +219,13 @@ class Service:
         finally:
             self._prompt_q.put(STOP)
 
+    def _drop_given_up(self) -> None:
+        """Take the requests whose handler gave up (504, the client gone) out of the queue: never computed."""
+        keep = [p for p in self._ready if not p.future.done()]
+        self._dropped[1] += len(self._ready) - len(keep)
+        self._ready = keep
+
     def _score(self, batch: list[Pending]) -> None:
-        batch = [p for p in batch if not p.future.done()]  # a request its handler gave up on (504) is not run
         if not batch:
             return
         rows = [p.row for p in batch]
@@ -208,7 +245,8 @@ class Service:
         self.batches += 1
         self._checked = time.perf_counter()  # the engine just answered
         engine = self._checked - t0
-        shared = _prefix_share(prompts)
+        self.cut.observe(sum(request_tokens(rp) for rp in prompts), engine, len(batch))
+        shared = prefix_share(prompts)
         at = 0
         for p, prompt in zip(batch, prompts, strict=True):
             n = self.readout.n_records(p.row)
@@ -234,9 +272,3 @@ class Service:
                         p.answer(HTTPError(503, f"the engine has stopped: {why}"))
 
 
-def _prefix_share(prompts: list[RowPrompt]) -> float:
-    """The share of a batch's computed tokens that are shared prefix (each distinct prefix once): the part of the
-    batch's engine time Server-Timing reports as shared prefill (the backends time no phase apart)."""
-    prefix = sum(len(p) for p in {rp.prefix for rp in prompts})
-    suffix = sum(len(b.suffix) for rp in prompts for b in rp.branches)
-    return prefix / (prefix + suffix) if prefix + suffix else 0.0

@@ -320,6 +320,7 @@ def test_prefill_graph_args_are_server_args():
     assert all(b / a <= 2 for a, b in zip(sizes, sizes[1:], strict=False))  # sglang pads at most 2×
 
 
+@pytest.mark.heavy  # three tiny hybrids' forward passes: 3–8 s each idle, 60–265 s under load (issue 48.10)
 @pytest.mark.parametrize("variant", ["moe", "moe-multimodal", "dense"])
 def test_hf_hybrid_qwen3_5_equals_full_forward(variant, qwen3_tok_dir, tmp_path):
     """Qwen3.5 / 3.6 text models on the CPU through transformers' torch fallback for Gated DeltaNet: the

@@ -20,6 +20,10 @@ from openjev_batch.backends import BackendOptions, load_backend
 from openjev_batch.core import Window
 from openjev_batch.readouts.classifier_head import ClassifierHead
 
+# builds or runs a model, or imports sglang, in this process: minutes under load (issue 48.10), so in the
+# full set only (tests/conftest.py)
+pytestmark = pytest.mark.heavy
+
 PREMISE = "A photograph of a scene:"
 HYPOTHESIS = "There is a dog."
 

@@ -141,15 +141,20 @@ def test_a_job_with_bad_images_writes_row_errors(tiny_vl, pictures, tmp_path):
 
 
 def test_show_prompt_and_dry_run_show_the_images(tiny_vl, pictures, tmp_path):
+    # issue 48.7: a file name holding a newline printed raw over two lines; it is shown escaped
+    (pictures / "red\nforged.png").write_bytes((pictures / "red.png").read_bytes())
     inp = write_jsonl(pictures / "show.jsonl", [{"id": "a", "state": "A photo.", "image": "red.png",
+                                                 "questions": json.dumps(QUESTIONS)},
+                                                {"id": "b", "state": "A photo.", "image": "red\nforged.png",
                                                  "questions": json.dumps(QUESTIONS)}])  # fmt: skip
-    r = cli("run", inp, "-m", tiny_vl, "--show-prompt", "1")
+    r = cli("run", inp, "-m", tiny_vl, "--show-prompt", "2")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "<|vision_start|>⟦image red.png · 96×64 PNG · 6 tokens⟧<|vision_end|>Text:\nA photo." in r.stdout
+    assert "⟦image red\\nforged.png · 96×64 PNG" in r.stdout and "\nforged.png" not in r.stdout
     assert "(6 of them for 1 image(s)" in r.stdout and "<|image_pad|> × 6" in r.stdout
     r = cli("run", inp, "-m", tiny_vl, "--dry-run")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "6 in 1 images" in r.stdout
+    assert "12 in 2 images" in r.stdout
 
 
 def test_a_text_only_model_is_refused_at_start(tiny_model, pictures, tmp_path):

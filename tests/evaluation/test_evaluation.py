@@ -474,3 +474,45 @@ def test_a_null_option_or_subject_is_refused_not_named_none(rec, message):
         tasks.to_items([rec])
     items, _ = tasks.to_items([{"question": "q", "subject": "a", "choices": [4, 2.5], "answer": 0}])
     assert items[0].options == ("4", "2.5")
+
+
+def test_a_stopped_sampled_eval_keeps_its_chunks_and_resumes_to_the_same_predictions(tiny_model, tmp_path):
+    """Issue 48.11: `eval --sample 1000` was one chunk (the readout's 2,048 rows), so a stop after 4 of ~40
+    minutes kept nothing ("interrupted: nothing written"). Without --chunk-rows, eval's chunk is a 20th of its
+    questions (at least 32): Ctrl-C after the first chunk keeps it, and `--resume` ends with the predictions of
+    a run in one go."""
+    import signal
+
+    assert [er.eval_chunk_rows(n, 2048) for n in (10, 150, 1000, 14_042, 100_000)] == [32, 32, 50, 703, 2048]
+    rows = [json.loads(x) for x in TEST.read_text(encoding="utf-8").splitlines()]
+    big = tmp_path / "big.jsonl"  # 160 questions
+    big.write_text("".join(json.dumps({**r, "question_id": 1000 * k + r["question_id"]}) + "\n"
+                           for k in range(20) for r in rows))  # fmt: skip
+    out, whole = tmp_path / "ev", tmp_path / "whole"
+    args = ["eval", big, "-m", tiny_model, "-b", "hf", "--sample", "150", "--seed", "7", "--no-progress"]
+    p = start_cli(*args, "-o", out)
+    wait_parts(out / "predictions.parquet.partial", p, 1, timeout=300)
+    p.send_signal(signal.SIGINT)
+    _, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130, stderr
+    assert "interrupted: finished chunks are kept in" in stderr and "Traceback" not in stderr, stderr
+    assert not (out / "predictions.parquet").exists()
+    r = cli(*args, "-o", out, "--resume")
+    assert r.returncode == 0, r.stderr
+    r = cli(*args, "-o", whole)
+    assert r.returncode == 0, r.stderr
+    a = pl.read_parquet(out / "predictions.parquet").sort("id")
+    b = pl.read_parquet(whole / "predictions.parquet").sort("id")
+    assert a.height == 150 and a.select("id", "probs", "answer").equals(b.select("id", "probs", "answer"))
+
+
+def test_a_benchmark_answer_that_is_no_index_is_one_plain_line(tmp_path):
+    """Issue 48.8: an MMLU row with `answer: null` stopped eval with "int() argument must be a string, a
+    bytes-like object or a real number, not 'NoneType'"; it names the row, the column and what it holds."""
+    row = {"question": "2+2?", "subject": "math", "choices": ["3", "4", "5", "6"], "answer": None}
+    bench = tmp_path / "mmlu.jsonl"
+    bench.write_text(json.dumps(row) + "\n")
+    r = cli("eval", bench, "-o", tmp_path / "ev", "-m", "M", "-b", "hf", "--format", "mmlu")
+    assert r.returncode == 4 and "int()" not in r.stderr and "NoneType" not in r.stderr, r.stderr
+    assert "row 0 (mmlu): answer: expected the correct option's index (0, 1, …), got null" in r.stderr, r.stderr
+    assert [tasks._index(v, "answer") for v in (1, 2.0, "3")] == [1, 2, 3]

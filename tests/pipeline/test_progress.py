@@ -155,7 +155,8 @@ def test_resumed_summary_counts_the_whole_job(tiny_model, hf_backend, tmp_path):
         f"{whole.computed_tokens:,}",
         f"{whole.cache_hit_rate:.1%}",
     )
-    assert b["resumed chunks (counted above)"] == "2: 0–1"
+    # issue 48.16: "2: 0–1" was unreadable
+    assert b["chunks resumed (read back from the partial, not run again; counted above)"] == "2 (chunks 0–1)"
 
 
 @pytest.mark.sglang

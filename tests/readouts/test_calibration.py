@@ -93,6 +93,13 @@ def test_calibrate_then_run_with_calibration(tiny_model, tmp_path):
     # issue 42.1: the summary counts the abstentions (per question and per option) and names the file
     n_ab = sum(a["abstain"] for a in t)
     assert re.search(rf"abstained \(sentiment\)\s*│\s*{n_ab} \({n_ab / 20:.1%}\)", r.stderr), r.stderr
+    # issue 48.14: the threshold and T are said on the line, not only when more than half abstained
+    tau = doc["questions"]["sentiment"]["abstain_below"]
+    assert f"(top calibrated probability below {tau:.3f}, T = {T:.3f})" in " ".join(r.stderr.split()), r.stderr
+    # issue 48.13: the wall time is the job's, and the time since the command started is said beside it
+    said = " ".join(r.stderr.split())
+    assert re.search(r"wall time │ [0-9.]+ s \(the job: model load to output\)", said), r.stderr
+    assert re.search(r"since the command started │ [0-9.]+ s \(imports and model lookup too\)", said), r.stderr
     sha = load_calibration(cal).sha256
     assert re.search(rf"calibration\s*│\s*{re.escape(str(cal))} \(sha256 {sha[:16]}\)", r.stderr), r.stderr
     table = r.stderr[r.stderr.index("answers"):]
@@ -370,7 +377,7 @@ def test_hand_edited_calibration_numbers_are_refused_in_one_line(tmp_path, chang
     "content,match",
     [
         ('id,question_id,type,options,probs,label\na,q,noul,"[""true"",""false""]",oops,true\n',
-         r"row 'a': not a `run` output's record \(JSONDecodeError"),
+         r"row 'a': not a `run` output's record \(a cell is not JSON \(Expecting value\)\)"),
         ('[{"question_id": "q", "options": ["a", "b"], "probs": [0.5, 0.5], "label": "a"}]',
          "needs question_id, type, options and probs"),
         ("[1, 2]", r"not a `run` output \(a list of records\)"),
@@ -380,7 +387,7 @@ def test_hand_edited_calibration_numbers_are_refused_in_one_line(tmp_path, chang
         ('[{"id": "a", "question_id": ["q"], "type": "choice", "options": ["a", "b"], "probs": [0.5, 0.5], '
          '"label": "a"}]', "question_id and type must be text"),
         ('[{"id": "a", "question_id": "q", "type": "choice", "options": null, "probs": [0.5, 0.5], "label": "a"}]',
-         r"row 'a': not a `run` output's record \(TypeError"),
+         r"row 'a': not a `run` output's record \(a value of the wrong kind \(options and probs are lists"),
     ],
 )  # fmt: skip
 def test_damaged_labelled_files_are_one_line_errors(tmp_path, content, match):
@@ -607,6 +614,71 @@ def test_gold_names_differing_in_case_are_two_options_and_a_float_index_is_an_in
     lab.write_text(json.dumps(rows))
     r = cli("calibrate", lab, "--gold", "gold", "-o", cal)
     assert r.returncode == 4 and "gold 'yes' matches options Yes, YES but none exactly" in r.stderr, r.stderr
+
+
+def test_a_calibration_records_its_debias_order_and_refuses_another(tiny_model, tmp_path):
+    """Issue 48.4: a calibration fitted on answers without debiasing was applied to a `--debias-order 2` run
+    without a word: averaged orders are flatter, so its temperature meant nothing there. `calibrate` records
+    the order from the labelled output's manifest; `run --calibration` refuses another, naming both."""
+    src, qs = EXAMPLES / "sst2_sample.jsonl", EXAMPLES / "sst2_questions.yaml"
+    run = ("-m", tiny_model, "-b", "hf", "--no-progress")
+    fit = ("--gold", "label", "--target-coverage", "0.5", "--min-kept", "5")
+    plain, debiased = tmp_path / "plain.parquet", tmp_path / "debiased.parquet"
+    assert cli("run", src, "-q", qs, "-o", plain, "--keep", "label", *run).returncode == 0
+    r = cli("run", src, "-q", qs, "-o", debiased, "--keep", "label", "--debias-order", "2", *run)
+    assert r.returncode == 0, r.stderr
+    cal1, cal2 = tmp_path / "cal1.json", tmp_path / "cal2.json"
+    assert cli("calibrate", plain, *fit, "-o", cal1).returncode == 0
+    assert cli("calibrate", debiased, *fit, "-o", cal2).returncode == 0
+    assert json.loads(cal1.read_text())["debias_order"] == 1 and json.loads(cal2.read_text())["debias_order"] == 2
+    out = tmp_path / "out.parquet"
+    r = cli("run", src, "-q", qs, "-o", out, "--calibration", cal1, "--debias-order", "2", *run)
+    assert r.returncode == 4 and not out.exists(), r.stderr
+    assert " ".join(r.stderr.split()) == (
+        f"error: --calibration {cal1}: fitted on answers of --debias-order 1, this job asks --debias-order 2: "
+        "averaging option orders changes the probabilities its temperatures and thresholds were fitted on; run "
+        "with --debias-order 1, or calibrate the output of a run with --debias-order 2"
+    )
+    r = cli("run", src, "-q", qs, "-o", out, "--calibration", cal2, "--debias-order", "2", *run)
+    assert r.returncode == 0 and pq.read_table(out).num_rows == 20, r.stderr
+    # a file that records none (hand-made, or written before the field) is applied as before
+    doc = json.loads(cal1.read_text())
+    del doc["debias_order"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    r = cli("run", src, "-q", qs, "-o", out, "--calibration", tmp_path / "old.json", "--debias-order", "2", *run)
+    assert r.returncode == 0, r.stderr
+    with pytest.raises(ConfigError, match="debias_order: Input should be a valid integer"):
+        (tmp_path / "bad.json").write_text(json.dumps({**doc, "debias_order": "2"}))
+        load_calibration(tmp_path / "bad.json")
+
+
+def test_calibration_messages_are_plain_lines_and_a_dry_run_says_what_a_raw_file_misses(tiny_model, tmp_path):
+    """Attack trial (issue 48.7–8): a calibration question id holding a newline printed raw over two lines, a
+    missing temperature read `(…) ('temperature')`, calibrate on a gold column of names and indices read
+    "Column(/gold) changed from string to number", and `--dry-run` under a raw file that calibrates none of the
+    questions said nothing (the run said it only at its end)."""
+    src, qs = EXAMPLES / "sst2_sample.jsonl", EXAMPLES / "sst2_questions.yaml"
+    entry = {"type": "choice", "options": ["negative", "positive"], "abstain_below": 0.5}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "openjev-calibration/1", "questions": {"a\nforged": entry}}))
+    dry = ("run", src, "-q", qs, "-m", tiny_model, "-b", "hf", "--dry-run", "--limit", "2")
+    r = cli(*dry, "--calibration", bad)
+    assert r.returncode == 4 and r.stderr.startswith("--dry-run: planning every row") and r.stderr.count("\n") == 2
+    assert r.stderr.splitlines(keepends=True)[1] == (f"error: --calibration {bad}: questions.a\\nforged: temperature: missing (an entry needs "
+                        "type, options, temperature and abstain_below (multi: threshold))\n")  # fmt: skip
+    raw = tmp_path / "raw.json"
+    raw.write_text(json.dumps({"format": "openjev-calibration/1", "unfitted": "raw",
+                               "questions": {"other": {**entry, "temperature": 1.2}}}))  # fmt: skip
+    r = cli(*dry, "--calibration", raw)
+    assert r.returncode == 0, r.stderr
+    assert (f"warning: --calibration {raw}: no entry for any of the 1 questions (sentiment): every answer will be "
+            "uncalibrated, as its `unfitted: raw` allows") in " ".join(r.stderr.split()), r.stderr  # fmt: skip
+    rows = [{"id": str(i), "question_id": "q", "type": "choice", "options": ["a", "b"], "probs": [0.8, 0.2],
+             "gold": "a" if i % 2 else 1} for i in range(40)]  # fmt: skip
+    lab = tmp_path / "mixed.jsonl"
+    lab.write_text("".join(json.dumps(x) + "\n" for x in rows))
+    r = cli("calibrate", lab, "--gold", "gold", "-o", tmp_path / "c.json", "--min-kept", "5")
+    assert r.returncode == 0 and "q: n=40" in r.stdout, r.stderr
 
 
 def test_the_file_is_one_model_the_writer_builds_and_the_reader_validates(tmp_path):

@@ -30,6 +30,10 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/: conftest, tiny
 from conftest import cli, write_jsonl  # noqa: E402
 from tiny import ID2LABEL, make_tiny_qwen3_5_classifier  # noqa: E402
 
+# builds or runs a model, or imports sglang, in this process: minutes under load (issue 48.10), so in the
+# full set only (tests/conftest.py)
+pytestmark = pytest.mark.heavy
+
 LABELS = tuple(ID2LABEL.values())
 HEADS = Path(__file__).parents[2] / "openjev_batch/backends/sglang/heads"
 DENSE, MOE = "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"

@@ -7,7 +7,7 @@ import pytest
 from openjev_batch.serve.limits import Limits
 
 
-@pytest.mark.parametrize("name", ["timeout_s", "body_timeout_s", "batch_wait_ms"])
+@pytest.mark.parametrize("name", ["timeout_s", "body_timeout_s", "header_timeout_s", "batch_wait_ms", "batch_ms"])
 @pytest.mark.parametrize("value", [math.nan, math.inf, 1e300])
 def test_a_wait_or_timeout_must_be_finite(name, value):
     """Hostile trial: `--batch-wait-ms nan` spun the scoring thread at full CPU, deaf to SIGTERM (SIGKILL alone

@@ -100,6 +100,7 @@ class LabelLogprobs(Readout):
         calibration = None
         if opts.calibration is not None:
             calibration = load_calibration(opts.calibration)  # raises ConfigError naming the file
+            calibration.check_debias_order(opts.debias_order)  # fitted on other probabilities: refused
         own: dict[str, Any] = dict(system_prompt=opts.system_prompt, image_root=root, image_input=image_input,
                    calibration=calibration, debias_order=opts.debias_order, layout=opts.layout)  # fmt: skip
         if opts.layout == SYSTEMONE and opts.system_prompt is not None:

@@ -3,7 +3,7 @@ threshold on labelled rows and writes them to a JSON file; `run --calibration FI
 
 File (``format: openjev-calibration/1``)::
 
-    {"format": "openjev-calibration/1", "unfitted": "error",
+    {"format": "openjev-calibration/1", "unfitted": "error", "debias_order": 1,
      "target": {"precision": 0.9, "min_kept": 30},
      "questions": {"<question id>": {"type": "choice", "options": [...], "temperature": 1.7,
                    "abstain_below": 0.62, "n": 400, "kept": 284, "coverage": 0.71, "selective_accuracy": 0.93,
@@ -16,8 +16,10 @@ One pydantic model, `CalibrationFile`, is the format: the writer (evaluation/cal
 temperature and abstain_below (multi: threshold); the rest, written beside them, is its `report`: what the fit
 promises (evaluation/calibration_fit.py): a missed target has `"target_met": false`,
 abstain_below 1 and a `note`; `calibrate --holdout` adds `holdout`, the same figures on rows left out of the
-fit. A key given twice (a question written twice) is refused: JSON would keep the last one silently. A field
-at the top level that this reader does not know is kept, not refused (a later writer's addition).
+fit. `debias_order`: the fitted run's `--debias-order` (its output's manifest); `run --calibration` refuses
+another (averaged orders are flatter: a T fitted at one K means nothing at another). A key given twice (a
+question written twice) is refused: JSON would keep the last one silently. A field at the top level that
+this reader does not know is kept, not refused (a later writer's addition).
 
 Applied to one answer: probs ← softmax(ln probs / T) (Guo et al. 2017, the fit of `eval --calibrate`), the
 answer, confidence, p_true and score from those; `abstain` = max(probs) < abstain_below. The raw distribution
@@ -36,13 +38,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ...errors import ConfigError
+from ...errors import ConfigError, OptionWarning, one_line
 from ...values import no_duplicate_keys
 from .answer import Answer, confidence
 from .questions import QuestionSpec
@@ -137,6 +140,8 @@ class CalibrationFile(BaseModel):
     target: dict[str, Any] | None = None
     questions: dict[str, CalibrationEntry]
     holdout: dict[str, Any] | None = None
+    # the fitted run's --debias-order (issue 48.4); None: not recorded (a hand-made or older file)
+    debias_order: int | None = Field(default=None, ge=1, le=64, strict=True)
 
     @field_validator("unfitted")
     @classmethod
@@ -151,6 +156,8 @@ class CalibrationFile(BaseModel):
     def document(self) -> dict[str, Any]:
         """The file's JSON object, in the order `calibrate` writes it."""
         out: dict[str, Any] = {"format": self.format, "unfitted": self.unfitted}
+        if self.debias_order is not None:
+            out["debias_order"] = self.debias_order
         if self.target is not None:
             out["target"] = self.target
         out["questions"] = {q: e.flat() for q, e in self.questions.items()}
@@ -169,6 +176,17 @@ class Calibration:
     unfitted: str  # "error" or "raw"
     sha256: str  # the file's content: the resume key
     path: str = ""  # where it was read (the summary and the manifest name it; not part of the resume key)
+    debias_order: int | None = None  # the --debias-order of the fitted answers; None: not recorded
+
+    def check_debias_order(self, k: int) -> None:
+        """Refuse a job's `--debias-order k` other than the one the file was fitted on. Raises ConfigError."""
+        if self.debias_order is not None and self.debias_order != k:
+            raise ConfigError(
+                f"--calibration {self.path}: fitted on answers of --debias-order {self.debias_order}, this job "
+                f"asks --debias-order {k}: averaging option orders changes the probabilities its temperatures "
+                f"and thresholds were fitted on; run with --debias-order {self.debias_order}, or calibrate "
+                f"the output of a run with --debias-order {k}"
+            )
 
     def entry(self, qid: str, qtype: str, options: tuple[str, ...]) -> CalibrationEntry | None:
         """The entry of question `qid` asked with `options`; None when the file lets it go unfitted. Raises
@@ -192,16 +210,23 @@ class Calibration:
 
     def _names(self) -> str:
         names = sorted(self.entries)
-        return ", ".join(names[:8]) + (f", … ({len(names)})" if len(names) > 8 else "")
+        return ", ".join(map(one_line, names[:8])) + (f", … ({len(names)})" if len(names) > 8 else "")
 
     def check_questions(self, questions: Any) -> None:
-        """Refuse, at start, shared questions the file cannot calibrate. Raises ConfigError."""
-        for q in questions:
-            if isinstance(q, QuestionSpec):
-                try:
-                    self.entry(q.qid, q.type, q.options)
-                except ValueError as e:
-                    raise ConfigError(f"--calibration: question {q.qid!r}: {e}") from None
+        """Refuse, at start, shared questions the file cannot calibrate. Raises ConfigError. A file with
+        `unfitted: raw` that calibrates none of them is an OptionWarning now, before any model loads (issue
+        48.8: `--dry-run` said nothing; the run's summary says it again at its end)."""
+        asked = [q for q in questions if isinstance(q, QuestionSpec)]
+        for q in asked:
+            try:
+                self.entry(q.qid, q.type, q.options)
+            except ValueError as e:
+                raise ConfigError(f"--calibration: question {q.qid!r}: {e}") from None
+        if asked and not any(q.qid in self.entries for q in asked):
+            names = ", ".join(q.qid for q in asked[:5]) + (f", … ({len(asked)})" if len(asked) > 5 else "")
+            warnings.warn(OptionWarning(
+                f"--calibration {self.path}: no entry for any of the {len(asked)} questions ({names}): every "
+                "answer will be uncalibrated, as its `unfitted: raw` allows"), stacklevel=2)  # fmt: skip
 
 
 def scaled(probs: tuple[float, ...], t: float) -> list[float]:
@@ -260,13 +285,13 @@ def load_calibration(path: Path) -> Calibration:
         f = CalibrationFile.model_validate(doc)
     except ValidationError as e:
         raise ConfigError(f"{where}: {_first_problem(e)}") from None
-    return Calibration(dict(f.questions), f.unfitted, hashlib.sha256(raw).hexdigest(), str(path))
+    return Calibration(dict(f.questions), f.unfitted, hashlib.sha256(raw).hexdigest(), str(path), f.debias_order)
 
 
 def _first_problem(e: ValidationError) -> str:
     """pydantic's first error as one line: where in the file, and what (our own checks name their field)."""
     err = e.errors(include_url=False)[0]
-    loc = [str(x) for x in err["loc"]]
+    loc = [one_line(str(x)) for x in err["loc"]]  # a question id is the file's text: never a forged line
     if err["type"] == "value_error":  # ours: the message names the field
         return f"{'.'.join(loc[:2]) or 'the file'}: {str(err['msg']).removeprefix('Value error, ')}"
     if err["type"] == "missing":

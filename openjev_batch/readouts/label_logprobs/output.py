@@ -145,7 +145,7 @@ def summary_rows(s, calibration: Calibration | None) -> list[tuple[str, str]]:
         ("answered", f"{s.answered:,}"),
         # answered, but below the calibrated threshold: for a person to route (issue 42.1: a run whose 300
         # rows all abstained said "answered 300 · errors 0" and nothing else)
-        *((f"abstained ({q})", _share(sum(n), s.answered_rows[q])) for q, n in s.abstained.items()),
+        *((f"abstained ({q})", _share(sum(n), s.answered_rows[q]) + _entry(cal, q)) for q, n in s.abstained.items()),
         ("errors", f"{s.errors:,}"),
         *([("calibration", f"{cal.path} (sha256 {cal.sha256[:16]})" + _raw(s))] if cal is not None else []),
         ("branch (logical) tokens", f"{s.branch_tokens:,}"),
@@ -155,6 +155,17 @@ def summary_rows(s, calibration: Calibration | None) -> list[tuple[str, str]]:
         ("wall time", f"{s.wall_s:.1f} s"),
         ("output", s.output),
     ]
+
+
+def _entry(cal: Calibration | None, qid: str) -> str:
+    """What a question abstained under: its threshold and temperature (issue 48.14: said only in the warning
+    when more than half abstained)."""
+    e = cal.entries.get(qid) if cal is not None else None
+    if e is None:
+        return ""
+    if e.type == "multi":
+        return f" (labels chosen at P(yes) ≥ {e.threshold:.3f})"
+    return f" (top calibrated probability below {e.abstain_below:.3f}, T = {e.temperature:.3f})"
 
 
 def _raw(s) -> str:

@@ -105,6 +105,10 @@ def batch_records(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     `InvalidText` (see the module doc); a struct cell's dicts are StructValues (values.py: a state rendered as
     text leaves out the fields the row does not have)."""
     structs = [n for n, t in zip(batch.schema.names, batch.schema.types, strict=True) if _has_struct(t)]
+    for name in structs:  # pyarrow's own words were "Converting to Python dictionary is not supported …"
+        if twice := _twice(batch.schema.field(name).type):
+            raise ValueError(f"column {name!r}: a struct with two fields named {twice!r} (a row is read as a "
+                             "mapping, whose names are unique); rename one")  # fmt: skip
     try:
         recs = batch.to_pylist()
     except UnicodeDecodeError:
@@ -114,6 +118,18 @@ def batch_records(batch: pa.RecordBatch) -> list[dict[str, Any]]:
             if isinstance(rec.get(name), dict | list):
                 rec[name] = as_struct_values(rec[name])
     return recs
+
+
+def _twice(t: pa.DataType) -> str | None:
+    """A field name that a struct in `t` (nested in structs and lists too) gives twice (issue 48.8)."""
+    if pa.types.is_struct(t):
+        names = [t.field(i).name for i in range(t.num_fields)]
+        if dup := next((n for n in names if names.count(n) > 1), None):
+            return dup
+        return next((d for i in range(t.num_fields) if (d := _twice(t.field(i).type))), None)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _twice(t.value_type)
+    return None
 
 
 def _has_struct(t: pa.DataType) -> bool:

@@ -103,7 +103,7 @@ class _Scan:
 class Records:
     """Iterate a binary CSV stream's records. Raises InputFileError when the file ends inside quotes,
     naming the line the quote opened on. `row_delims` (the header's commas, set once it is read) lets a
-    quoted field that spans lines and holds a line of as many commas be reported as suspect."""
+    quoted field that spans lines and holds a whole line of as many commas be reported as suspect."""
 
     def __init__(self, f, name: str, hasher=None, delim: str = ","):
         self.f, self.name, self.hasher, self.delim = f, name, hasher, delim
@@ -142,8 +142,11 @@ class Records:
             scan.feed(buf, lineno)
             if buf[-1] != _LF:
                 continue  # a piece of a longer line
+            # a line wholly inside quotes (it began in them and the field goes on past it) with a row's
+            # commas: a row swallowed? The field's last line may hold commas in a valid file (issue 48.8)
             if (
                 scan.line_quoted
+                and scan.st == _QUOTED
                 and scan.suspect is None
                 and self.row_delims
                 and scan.commas >= self.row_delims

@@ -22,6 +22,10 @@ from openjev_batch.backends.sglang.hybrid import check  # noqa: E402
 sys.path.insert(0, str(ROOT / "scripts"))
 import check_sglang_release as release_tool  # noqa: E402
 
+# builds or runs a model, or imports sglang, in this process: minutes under load (issue 48.10), so in the
+# full set only (tests/conftest.py)
+pytestmark = pytest.mark.heavy
+
 
 def test_the_override_module_imports_and_its_check_passes_under_the_installed_sglang():
     import importlib.metadata

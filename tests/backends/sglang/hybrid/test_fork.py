@@ -10,6 +10,10 @@ import copy
 import pytest
 import torch
 
+# builds or runs a model, or imports sglang, in this process: minutes under load (issue 48.10), so in the
+# full set only (tests/conftest.py)
+pytestmark = pytest.mark.heavy
+
 transformers = pytest.importorskip("transformers")
 qwen3_5 = pytest.importorskip("transformers.models.qwen3_5")
 
