@@ -27,7 +27,7 @@ from typing import Any
 
 from . import readouts
 from .backends import default_backend, load_backend
-from .config import build_config
+from .config import RunConfig, build_config
 from .errors import ConfigError
 from .packaged_models import resolve_model
 from .pipeline import loop
@@ -45,7 +45,7 @@ from .threads import apply_threads
 class Held:
     """A Classifier's parts a server holds open (`Classifier.held`)."""
 
-    cfg: Any  # config.RunConfig
+    cfg: RunConfig
     readout: Any  # readouts.base.Readout
     prompter: Any  # the readout's prompter, over the backend's tokenizer
     backend: Any  # backends.base.Backend

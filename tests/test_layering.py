@@ -570,3 +570,17 @@ def test_the_sibling_check_sees_one(tmp_path):
     (root / "__init__.py").write_text("")
     got = sibling_readout_imports(import_graph(root), root)
     assert got == ["openjev_batch.readouts.b.prompt -> openjev_batch.readouts.a"]
+
+
+def test_no_test_module_imports_another():
+    """Code the tests share stands in helper modules (conftest.py, tiny.py, token_rows.py, serve_process.py),
+    never in a test module another one imports: moving or renaming a test file must not break a second one."""
+    tests = Path(__file__).parent
+    bad = []
+    for path in sorted(tests.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if any(n.split(".")[-1].startswith("test_") for n in names):
+                bad.append(f"{path.relative_to(tests)}:{node.lineno}")
+    assert bad == []

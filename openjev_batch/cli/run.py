@@ -1,4 +1,5 @@
-"""`run` and `classify`: one body (`_run_job`), the readout is the difference."""
+"""`run` and `classify`: one body (`_run_job`), the readout is the difference; a new readout's command is
+`@command(name, JobOwn, JOB_LAYOUT)` over `_run_job` (its options generated: cli/door.py)."""
 
 from __future__ import annotations
 
@@ -6,100 +7,101 @@ import contextlib
 import dataclasses
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from ..errors import ConfigError, OpenjevError, OutputFinished, os_error_text
 from ..interrupts import stop_on_signals
-from ..job_options import JobOptions
 from ..options import BACKENDS
-from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS, build
-from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
+from ..readouts import build
+from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, err, printable
 from .display import _print_plan, _print_summary, _progress
-from .job_options import ENGINE, JOB, READOUT, _engine_options, job_flag
+from .door import ENGINE, JOB, READOUT, Door, command, own
+from .job_options import _readout_of, job_flag
 from .options import (
     BACKEND,
     STDIN_NAMES,
     _quiet,
     _resolve,
     _spool_stdin,
-    _text_or_file,
     apply_threads_option,
-    at_file,
     ray_options,
     read_once,
     show_prompt_option,
 )
 
 
-@app.command(short_help="Answer every question of every row from label logprobs.")
-@_engine_options("run")
-def run(
-    input: Path = typer.Argument(
-        ...,
-        help="Input, one row per conversation: .parquet, .jsonl (.gz/.zst), .csv, .json, a datasets folder, or - (stdin).",
-    ),
-    output: Path = typer.Option(
-        None,
-        "-o",
-        "--output",
-        help="Output .parquet, .jsonl, .jsonl.gz, .json, .csv or .tsv (by extension; written atomically), or - (JSONL on stdout).",
-    ),
-    model: str = typer.Option(
-        ..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."
-    ),
-    backend: str = BACKEND,
-    readout_opts: dict = READOUT,
-    keep: str = job_flag("keep", "run"),
-    engine: dict = ENGINE,
-    job: dict = JOB,
-    show_prompt: int = show_prompt_option("rows (prefix, suffixes, label tokens)"),
-) -> None:
+@dataclass(frozen=True)
+class JobOwn:
+    """The own options of a command that runs a readout's job (`run`; a new readout's command as it is): its
+    readout's options, the engine and job options are generated (cli/door.py, `JOB_LAYOUT`)."""
+
+    input: Path = own(typer.Argument(
+        ..., help="Input, one row per conversation: .parquet, .jsonl (.gz/.zst), .csv, .json, a datasets folder, "
+        "or - (stdin).",
+    ))  # fmt: skip
+    output: Path | None = own(typer.Option(
+        None, "-o", "--output",
+        help="Output .parquet, .jsonl, .jsonl.gz, .json, .csv or .tsv (by extension; written atomically), or - "
+        "(JSONL on stdout).",
+    ))  # fmt: skip
+    model: str = own(typer.Option(..., "--model", "-m", help="Hub id, local path, or a packaged name (`models list`)."))
+    backend: str | None = own(BACKEND)
+    keep: str = own(job_flag("keep", "run"))
+
+
+@dataclass(frozen=True)
+class RunOwn(JobOwn):
+    show_prompt: int | None = own(show_prompt_option("rows (prefix, suffixes, label tokens)"))
+
+
+# where the generated options stand among a job command's own (their order in --help)
+JOB_LAYOUT = ("input", "output", "model", "backend", READOUT, "keep", ENGINE, JOB)
+
+
+@command("run", RunOwn, (*JOB_LAYOUT, "show_prompt"), short_help="Answer every question of every row from label logprobs.")
+def run(door: Door[RunOwn]) -> None:
     """Answer every question of every row from the model's next-token label logprobs."""
-    _run_job(
-        "run",
-        dict(
-            input=input, output=output, model=model, backend=backend, readout=LABEL_LOGPROBS, keep=keep,
-            **readout_opts, **engine,
-        ),
-        job, show_prompt=show_prompt,
-    )  # fmt: skip
+    _run_job(door)
 
 
-def _run_job(command: str, kw: dict, job: dict, show_prompt: int | None = None) -> None:
-    """The one body of `run` and `classify` (the readout is in `kw`, the job options in `job`): build the
-    config, then the dry run, the prompt display, the Ray run or the local job; print the summary; exit 3
-    when some rows or questions have errors."""
-    kw = {**kw, **{k: v for k, v in job.items() if k in JobOptions.model_fields}}  # the config's job options
-    output, resume, dry_run, ray = kw["output"], job["resume"], job["dry_run"], job["ray"]
+def _run_job(door: Door[Any]) -> None:
+    """The one body of `run`, `classify` and a new readout's command (`door.own` a JobOwn): build the config,
+    then the dry run, the prompt display, the Ray run or the local job; print the summary; exit 3 when some
+    rows or questions have errors."""
+    args, job, name = door.own, door.job, door.command
+    show_prompt = getattr(args, "show_prompt", None)  # run's (RunOwn)
+    output, resume, dry_run, ray = args.output, job.resume, job.dry_run, job.ray
     if output is None and not dry_run and not show_prompt:
-        also = " and --show-prompt" if command == "run" else ""
+        also = " and --show-prompt" if name == "run" else ""
         raise typer.BadParameter(
             f"missing: -o/--output (only --dry-run{also} run without it)", param_hint="'-o'"
         )
     try:
-        _check_names_early(kw)
+        _check_names_early(args)
     except OpenjevError as e:
         _fail(e)
     if dry_run:  # its table comes at the end; torch, the tokenizer and the whole input come first (issue 48.12:
         # 51-157 s at load, with nothing said)
-        err.print(f"--dry-run: planning every row of {printable(str(kw['input']))} with the model's tokenizer alone "
+        err.print(f"--dry-run: planning every row of {printable(str(args.input))} with the model's tokenizer alone "
                   "(no weights load, nothing is written); torch and the tokenizer load first", markup=False)  # fmt: skip
-    threads_note = apply_threads_option(job["threads"])  # imports torch: seconds
-    _quiet(kw["progress"])
+    threads_note = apply_threads_option(job.threads)  # imports torch: seconds
+    _quiet(job.progress)
     stack = contextlib.ExitStack()
     stop_on_signals()  # SIGTERM (schedulers) ends the job like Ctrl-C: message, partial kept, exit 143
     try:
         to_stdout = str(output) == "-"
-        cfg = _config(kw, stack, tokenizer_only=dry_run or bool(show_prompt))
+        cfg = _config(door, stack, tokenizer_only=dry_run or bool(show_prompt))
         output = cfg.output
         # refuses the --ray options without --ray
-        ray_opts = ray_options(ray, job["ray_address"], job["workers"], job["gpus_per_worker"])
+        ray_opts = ray_options(ray, job.ray_address, job.workers, job.gpus_per_worker)
         if show_prompt or dry_run:
-            _plan_only(cfg, command, show_prompt, dry_run=dry_run, resume=resume, ray=ray)
+            _plan_only(cfg, name, show_prompt, dry_run=dry_run, resume=resume, ray=ray)
             return
-        readout, s = _execute(cfg, command, ray_opts)
+        readout, s = _execute(cfg, name, ray_opts)
         if to_stdout:  # the summary and progress are on stderr: stdout holds the rows alone
             with open(output, "rb") as f:
                 shutil.copyfileobj(f, sys.stdout.buffer)
@@ -118,50 +120,54 @@ def _run_job(command: str, kw: dict, job: dict, show_prompt: int | None = None) 
         _stopped(e, f"{output}.partial")
     finally:
         stack.close()
-    _print_summary(command, readout, s, threads_note)
+    _print_summary(name, readout, s, threads_note)
     if s.errors:
         raise typer.Exit(EXIT_ROW_ERRORS)
 
 
-def _config(kw: dict, stack: contextlib.ExitStack, tokenizer_only: bool):
-    """The job's RunConfig from the command's options: `-o -` and `-` (stdin) as temporary files that
-    `stack` removes, --system-prompt's @FILE read, --keep all resolved, the model name resolved."""
+def _config(door: Door[Any], stack: contextlib.ExitStack, tokenizer_only: bool):
+    """The job's RunConfig from the command's door: `-o -` and `-` (stdin) as temporary files that `stack`
+    removes, --keep all resolved, the model name resolved; its readout is the command's."""
     from ..backends import default_backend  # lazy: keeps --help fast
     from ..config import build_config, check_not_input  # lazy: keeps --help fast
     from ..pipeline.input.read import all_columns  # lazy: keeps --help fast
 
-    resume = kw["resume"]
-    if str(kw["output"]) == "-":  # JSONL on standard output, joined in a temporary folder first (atomic)
+    args, resume = door.own, door.job.resume
+    input, output = args.input, args.output
+    if str(output) == "-":  # JSONL on standard output, joined in a temporary folder first (atomic)
         import tempfile
 
         if resume:
             raise ConfigError("--resume needs an output file: standard output cannot be continued")
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="openjev-stdout-")))
-        kw["output"] = tmp / "stdout.jsonl"
-    if read_once(kw["input"]):
+        output = tmp / "stdout.jsonl"
+    if read_once(input):
         if resume:
-            what = "standard input" if str(kw["input"]) in STDIN_NAMES else f"{kw['input']} is a pipe: it"
+            what = "standard input" if str(input) in STDIN_NAMES else f"{input} is a pipe: it"
             raise ConfigError(f"--resume needs an input file: {what} cannot be read again")
-        kw["input"] = _spool_stdin(stack, kw["input"])
-    prompt_file = None
-    if kw.get("system_prompt") is not None:
-        prompt_file = at_file(kw["system_prompt"])
-        kw["system_prompt"] = _text_or_file(kw["system_prompt"], "--system-prompt")
-    keep = tuple(k.strip() for k in kw["keep"].split(",") if k.strip())
-    opts = {**kw, "model": _resolve(kw["model"], tokenizer_only=tokenizer_only),
-            "backend": kw["backend"] or default_backend()}  # fmt: skip
-    cfg = build_config(**{**opts, "keep": () if keep == ("all",) else keep})
+        input = _spool_stdin(stack, input)
+    keep = tuple(k.strip() for k in args.keep.split(",") if k.strip())
+    model = _resolve(args.model, tokenizer_only=tokenizer_only)
+    readout = _readout_of(door.command).name
+
+    def config(keep: tuple[str, ...]):
+        return build_config(
+            input=input, output=output, model=model, backend=args.backend or default_backend(), readout=readout,
+            keep=keep, **door.readout.given, **door.engine.given, **door.job.config(),
+        )  # fmt: skip
+
+    cfg = config(() if keep == ("all",) else keep)
     if keep == ("all",):  # every input column the readout neither reads nor writes, as the API's
-        cfg = build_config(**{**opts, "keep": all_columns(cfg)})
+        cfg = config(all_columns(cfg))
     if cfg.output is not None:  # the file the text came from is no part of the config, so checked here
         try:
-            check_not_input(cfg.output, prompt_file, "the --system-prompt file")
+            check_not_input(cfg.output, door.readout.files.get("system_prompt"), "the --system-prompt file")
         except ValueError as e:
             raise ConfigError(f"invalid options: {e}") from None
     return cfg
 
 
-def _check_names_early(kw: dict) -> None:
+def _check_names_early(args: JobOwn) -> None:
     """The mistakes a name or a path shows, refused before torch is imported (--threads, the default
     backend: seconds) and the model resolved (a packaged one may be fetched): a missing input (as the job's
     own check words it), an output in no folder or of an unknown kind, an unknown backend (issue 34.5: 6-12 s
@@ -169,16 +175,16 @@ def _check_names_early(kw: dict) -> None:
     from ..config import check_output_path  # lazy: keeps --help fast
     from ..pipeline.input.read import check_exists  # lazy: keeps --help fast
 
-    if str(kw["input"]) not in STDIN_NAMES:
-        check_exists(kw["input"])
-    if kw["output"] is not None and str(kw["output"]) != "-":
+    if str(args.input) not in STDIN_NAMES:
+        check_exists(args.input)
+    if args.output is not None and str(args.output) != "-":
         try:
-            check_output_path(Path(kw["output"]), any_format=True)
+            check_output_path(Path(args.output), any_format=True)
         except ValueError as e:
             raise ConfigError(f"invalid options: output: {e}") from None
-    if kw["backend"] is not None and kw["backend"] not in BACKENDS:
+    if args.backend is not None and args.backend not in BACKENDS:
         raise ConfigError(
-            f"invalid options: backend: unknown backend {kw['backend']!r}; expected one of {', '.join(BACKENDS)}"
+            f"invalid options: backend: unknown backend {args.backend!r}; expected one of {', '.join(BACKENDS)}"
         )
 
 
@@ -218,30 +224,17 @@ def _execute(cfg, command: str, ray_opts):
     return readout, s
 
 
-@app.command(short_help="Classify every row with a sequence-classification head.")
-@_engine_options("classify")
-def classify(
-    input: Path = typer.Argument(
-        ..., help="Input .parquet/.jsonl: `text`, or `premise` + `hypothesis`, per row."
-    ),
-    output: Path = typer.Option(
+@dataclass(frozen=True)
+class ClassifyOwn(JobOwn):
+    input: Path = own(typer.Argument(..., help="Input .parquet/.jsonl: `text`, or `premise` + `hypothesis`, per row."))
+    output: Path | None = own(typer.Option(
         None, "-o", "--output", help="Output .parquet (written atomically; not with --dry-run)."
-    ),
-    model: str = typer.Option(
-        ..., "--model", "-m", help="A *ForSequenceClassification checkpoint with id2label."
-    ),
-    backend: str = BACKEND,
-    readout_opts: dict = READOUT,
-    keep: str = job_flag("keep", "classify"),
-    engine: dict = ENGINE,
-    job: dict = JOB,
-) -> None:
+    ))  # fmt: skip
+    model: str = own(typer.Option(..., "--model", "-m", help="A *ForSequenceClassification checkpoint with id2label."))
+    keep: str = own(job_flag("keep", "classify"))
+
+
+@command("classify", ClassifyOwn, JOB_LAYOUT, short_help="Classify every row with a sequence-classification head.")
+def classify(door: Door[ClassifyOwn]) -> None:
     """Classify every row with a sequence-classification head (e.g. NLI): logits, probs, label per row."""
-    _run_job(
-        "classify",
-        dict(
-            input=input, output=output, model=model, backend=backend, readout=CLASSIFIER_HEAD,
-            keep=keep, **readout_opts, **engine,
-        ),
-        job,
-    )  # fmt: skip
+    _run_job(door)

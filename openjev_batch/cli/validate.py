@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -12,26 +15,30 @@ from ..errors import OpenjevError
 from ..interrupts import stop_on_signals
 from ..options import BACKENDS
 from ..readouts import LABEL_LOGPROBS, NAMES, build, readout_class
-from .app import EXIT_OK, EXIT_ROW_ERRORS, _fail, _stopped, app, err, out, printable
-from .job_options import READOUT, _readout_options, job_flag
+from .app import EXIT_OK, EXIT_ROW_ERRORS, _fail, _stopped, err, out, printable
+from .door import READOUT, Door, command, own
+from .job_options import job_flag
 from .options import _spool_stdin, read_once
 
 
-@app.command(short_help="Check an input file's rows without loading a model.")
-@_readout_options("validate")
-def validate(
-    input: Path = typer.Argument(
+@dataclass(frozen=True)
+class ValidateOwn:
+    """validate's own options; the readout options it takes (`-q`) are generated (cli/door.py)."""
+
+    input: Path = own(typer.Argument(
         ..., help="Input: .parquet, .jsonl (.gz/.zst), .csv, .json, a datasets folder, or - (stdin)."
-    ),
-    readout_opts: dict = READOUT,
-    readout: str = typer.Option(
-        LABEL_LOGPROBS,
-        "--readout",
+    ))  # fmt: skip
+    readout: str = own(typer.Option(
+        LABEL_LOGPROBS, "--readout",
         help=" | ".join(f"{n} (rows for `{readout_class(n).command}`)" for n in NAMES) + ".",
-    ),
-    keep: str = job_flag("keep", "validate"),
-    show: int = typer.Option(20, min=0, help="Print at most this many errors."),
-) -> None:
+    ))  # fmt: skip
+    keep: str = own(job_flag("keep", "validate"))
+    show: int = own(typer.Option(20, min=0, help="Print at most this many errors."))
+
+
+@command("validate", ValidateOwn, ("input", READOUT, "readout", "keep", "show"),
+         short_help="Check an input file's rows without loading a model.")  # fmt: skip
+def validate(door: Door[ValidateOwn]) -> None:
     """Check the schema and limits of an input file without loading a model."""
     from ..pipeline import loop  # lazy: keeps --help fast
     from ..pipeline.input.source import FileSource  # lazy: keeps --help fast
@@ -40,11 +47,13 @@ def validate(
 
     stack = contextlib.ExitStack()
     stop_on_signals()  # SIGTERM, as Ctrl-C, ends the command through `finally` (the default action skipped it)
+    args = door.own
+    input = args.input
     try:
         if read_once(input):
             input = _spool_stdin(stack, input)
-        kept = tuple(k.strip() for k in keep.split(",") if k.strip())
-        cfg, r = _job(input, readout, readout_opts, kept)
+        kept = tuple(k.strip() for k in args.keep.split(",") if k.strip())
+        cfg, r = _job(input, args.readout, door.readout.given, kept)
         s, _ = loop.run(cfg, FileSource(cfg), NullSink(), ParseOnlyRunner(), readout=r)
     except OpenjevError as e:
         _fail(e)
@@ -52,7 +61,7 @@ def validate(
         _stopped(e, None)
     finally:
         stack.close()  # removes standard input's copy, also on SIGTERM (it stayed in TMPDIR: issue 42)
-    raise typer.Exit(_report(s, r.noun, show))
+    raise typer.Exit(_report(s, r.noun, args.show))
 
 
 def _report(s, noun: str, show: int) -> int:
@@ -99,14 +108,14 @@ def _kinds(kinds: Counter[str], most: int = 5) -> str:
     return ", ".join(f"{k}: {v}" for k, v in top) + more
 
 
-def _job(input: Path, name: str, own: dict, keep: tuple[str, ...]):
+def _job(input: Path, name: str, given: Mapping[str, Any], keep: tuple[str, ...]):
     """The job whose rows are checked and its readout, through the config door and the readouts registry
     `run` / `classify` use (the same refusals of --keep, --questions and --template). No model: a
     classifier's labels are not needed for its rows, and the backend is only a value the config requires."""
     from ..config import build_config  # lazy: keeps --help fast
 
     opts = dict(
-        input=input, model="", backend=BACKENDS[0], readout=name, **{k: v or None for k, v in own.items()}
+        input=input, model="", backend=BACKENDS[0], readout=name, **{k: v or None for k, v in given.items()}
     )  # fmt: skip
     cfg = build_config(**opts, keep=() if keep == ("all",) else keep)
     if keep == ("all",):  # every input column the readout neither reads nor writes, as `run --keep all`

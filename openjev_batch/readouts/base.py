@@ -70,7 +70,7 @@ class RequestReader(ABC):
 
     @classmethod
     @abstractmethod
-    def held(cls, readout: Readout, cfg: Any) -> RequestReader:
+    def held(cls, readout: Readout, cfg: RunConfig) -> RequestReader:
         """The reader of a server over `readout`, built from the server's config `cfg` (a RunConfig: its
         readout options, e.g. label-logprobs' `-q` questions that a request may ask by id)."""
 

@@ -17,7 +17,9 @@ class Flag:
     Python API's keyword (a Classifier's, or with `per_run` its `run`'s). `short`: a short flag (`-q`);
     `cli_type`: the flag's type where the field's is wider (questions: a file path, or the API's mapping);
     `shown`: the default as --help names it (the flag's own default is then None: not given); `escapes`:
-    `\\n`, `\\t` in the flag's text are a newline and a tab."""
+    `\\n`, `\\t` in the flag's text are a newline and a tab; `at_file`: `@FILE` gives the text of FILE (and
+    `@@TEXT` the text `@TEXT`), read by the CLI's door (cli/door.py); `helps`: (command, help) where a command
+    in `also` says more than `help`."""
 
     help: str
     also: tuple[str, ...] = ()
@@ -26,3 +28,9 @@ class Flag:
     shown: str | None = None
     escapes: bool = False
     per_run: bool = False
+    at_file: bool = False
+    helps: tuple[tuple[str, str], ...] = ()
+
+    def help_for(self, command: str) -> str:
+        """The flag's help on `command`."""
+        return dict(self.helps).get(command, self.help)

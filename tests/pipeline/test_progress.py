@@ -164,7 +164,7 @@ def test_sglang_reports_each_request_batch(sglang_backend, monkeypatch):
     """sglang reports each request batch as it returns: the first-branch pattern per group (first
     branches, then the rest), the hybrid prefix-first pattern per step; each branch counts once, and the
     totals are the window's results."""
-    from backends.test_backends import make_rows
+    from token_rows import make_rows
 
     from openjev_batch.backends.sglang.state import StateBudget, state_groups
     from openjev_batch.core import RowPrompt

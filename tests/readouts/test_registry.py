@@ -139,16 +139,16 @@ def _register_echo(tmp_path, monkeypatch):
 def test_a_third_readouts_option_is_a_flag_with_its_declared_default_and_bounds(tmp_path):
     """Generated like the job options (cli/job_options.py): a readout registered before the CLI loads gets its
     options on the commands its `Flag`s name, with no edit to any command; its own command (one function that
-    names its readout) gets its options, every job command's engine and job options and its chunk size."""
+    names its readout: `command("echo", JobOwn, JOB_LAYOUT)(_run_job)`) gets its options, every job command's
+    engine and job options and its chunk size."""
     (tmp_path / "echo_voice.py").write_text(ECHO)
     script = (
         "import sys; from openjev_batch import config, readouts\n"
         "readouts.READOUTS.lazy('echo', 'echo_voice:Echo'); readouts.NAMES = config.NAMES = (*readouts.NAMES, 'echo')\n"
         "from openjev_batch.cli import app\n"
-        "from openjev_batch.cli.job_options import ENGINE, JOB, READOUT, _engine_options\n"
-        "@app.command()\n"
-        "@_engine_options('echo')\n"
-        "def echo(readout_opts: dict = READOUT, engine: dict = ENGINE, job: dict = JOB) -> None: ...\n"
+        "from openjev_batch.cli.door import command\n"
+        "from openjev_batch.cli.run import JOB_LAYOUT, JobOwn, _run_job\n"
+        "command('echo', JobOwn, JOB_LAYOUT)(_run_job)\n"
         "app([sys.argv[1], '--help'], prog_name='openjev-batch')\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
@@ -201,30 +201,20 @@ def test_a_readout_option_is_declared_once(flag):
         assert name not in inspect.signature(fn).parameters
 
 
-# the third readout's own command, as `classify` is written (cli/run.py), registered before the CLI loads; argv[1:]
-# is the command line
+# the third readout's own command, as `classify` is written (cli/run.py: its options generated, its body the one
+# job body), registered before the CLI loads; argv[1:] is the command line
 ECHO_CLI = """
 import sys
-from pathlib import Path
-
-import typer
 
 from openjev_batch import config, readouts
 
 readouts.READOUTS.lazy("echo", "echo_voice:Echo")
 readouts.NAMES = config.NAMES = (*readouts.NAMES, "echo")
-from openjev_batch.cli import app, main
-from openjev_batch.cli.job_options import ENGINE, JOB, READOUT, _engine_options, job_flag
-from openjev_batch.cli.options import BACKEND
-from openjev_batch.cli.run import _run_job
+from openjev_batch.cli import main
+from openjev_batch.cli.door import command
+from openjev_batch.cli.run import JOB_LAYOUT, JobOwn, _run_job
 
-@app.command()
-@_engine_options("echo")
-def echo(input: Path = typer.Argument(...), output: Path = typer.Option(None, "-o"),
-         model: str = typer.Option(..., "-m"), backend: str = BACKEND, readout_opts: dict = READOUT,
-         keep: str = job_flag("keep", "echo"), engine: dict = ENGINE, job: dict = JOB) -> None:
-    _run_job("echo", dict(input=input, output=output, model=model, backend=backend, readout="echo", keep=keep,
-                          **readout_opts, **engine), job)
+command("echo", JobOwn, JOB_LAYOUT)(_run_job)  # the command: run's own options, the echo readout's job
 
 sys.argv = ["openjev-batch", *sys.argv[1:]]
 main()

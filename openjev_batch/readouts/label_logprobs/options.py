@@ -37,13 +37,14 @@ class LabelLogprobsOptions(ReadoutOptions):
 
     questions: Annotated[
         Path | tuple[QuestionSpec, ...] | None,
-        Flag("JSON/YAML question map applied to every row.", also=("validate",), short="-q", cli_type=Path,
-             per_run=True),
+        Flag("JSON/YAML question map applied to every row.", also=("validate", "serve"), short="-q", cli_type=Path,
+             per_run=True, helps=(("serve", "JSON/YAML question map: a request may ask these by id (or, without "
+                                            "`questions`, all of them)."),)),
     ] = None  # fmt: skip
     system_prompt: Annotated[
         str | None,
         Flag("The system message, replacing the default instructions; @FILE reads it from a file; @@TEXT is the "
-             "literal text @TEXT.", also=("eval", "serve")),
+             "literal text @TEXT.", also=("eval", "serve"), at_file=True),
     ] = None  # fmt: skip
     calibration: Annotated[
         Path | None,

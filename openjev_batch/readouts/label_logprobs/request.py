@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...values import value_problem
 from ..base import FieldError, RequestReader
@@ -23,6 +23,9 @@ from .items import question_id
 from .question_schema import MAX_OPTIONS
 from .questions import MAX_QUESTIONS, QuestionError, QuestionSpec
 from .rows import MAX_BRANCH_TOKENS, MAX_ROW_TOKENS, Row, parse_state
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
 
 FIELDS = ("id", "state", "messages", "questions")
 
@@ -40,7 +43,7 @@ class LabelRequest(RequestReader):
             "max_branch_tokens": MAX_BRANCH_TOKENS, "max_request_tokens": MAX_ROW_TOKENS}  # fmt: skip
 
     @classmethod
-    def held(cls, readout: Any, cfg: Any) -> LabelRequest:
+    def held(cls, readout: Any, cfg: RunConfig) -> LabelRequest:
         own = replace(readout, questions=None, questions_sha256=None)  # a request's own question map
         return cls(own, readout if readout.questions is not None else None)
 
