@@ -170,7 +170,11 @@ def _print_summary(command: str, readout, s, threads: str | None = None) -> None
         t.add_row(k, _cell(v))
     if s.resumed_chunks:
         t.add_row("resumed chunks (counted above)", f"{len(s.resumed_chunks):,}: {_ranges(s.resumed_chunks)}")
+    if s.reused_rows is not None:  # --reuse: the rows copied from earlier outputs, whose tokens are not counted
+        t.add_row("rows (--reuse)", f"reused {s.reused_rows:,} · computed {s.rows - s.reused_rows:,}")
     err.print(t)
+    for note in s.reuse_notes:  # an earlier output that gave nothing: why
+        err.print(f"note: {note}", markup=False)
     _print_answers(s)
     _warn_abstained(readout, s)
     if s.errors:
