@@ -140,10 +140,8 @@ class Classifier:
         "pandas" or "arrow". `on_progress(branches, tokens)` is called after each window; `progress` (a
         `pipeline.progress.Progress`) is updated as branches finish, for a live display (its `text()`:
         done of the total, tok/s, cache hit rate, ETA). Bad rows become `error` cells, never exceptions;
-        `last_summary` holds the run's counts (a pipeline.Summary). `reuse`: an earlier run's table (what this
-        method returned, with its `answer_key` column) or output file, or a list of them: a row of the same
-        answer key (same content, questions, model and options) is copied, not computed
-        (`last_summary.reused_rows`; `reuse_notes` says why one gave nothing). Raises ConfigError for bad arguments or
+        `last_summary` holds the run's counts (a pipeline.Summary). `reuse`: earlier runs' tables (as returned,
+        with `answer_key`) or output files: a row of the same answer key is copied, not computed. Raises ConfigError for bad arguments or
         invalid shared questions, OutputCheckError when a row lacks records (the count check).
         """
         self._open()  # a closed Classifier says so (not an AttributeError on its backend)

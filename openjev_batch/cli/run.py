@@ -16,6 +16,7 @@ from ..job_options import JobOptions
 from ..options import BACKENDS
 from ..readouts import CLASSIFIER_HEAD, LABEL_LOGPROBS, build
 from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, app, err, printable
+from .compare import print_baseline
 from .display import _print_plan, _print_summary, _progress
 from .job_options import ENGINE, JOB, READOUT, _engine_options, job_flag
 from .options import (
@@ -115,6 +116,8 @@ def _run_job(command: str, kw: dict, job: dict, show_prompt: int | None = None) 
     finally:
         stack.close()
     _print_summary(command, readout, s, threads_note)
+    if job.get("baseline") is not None and Path(s.output).is_file():  # what moved since the baseline
+        print_baseline(job["baseline"], Path(s.output))
     if s.errors:
         raise typer.Exit(EXIT_ROW_ERRORS)
 

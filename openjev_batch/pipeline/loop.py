@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import readouts
+from ..backends import SPECS
 from ..checkpoint.weights import model_fingerprint
 from ..config import RunConfig
 from ..readouts.base import Readout
@@ -74,7 +75,7 @@ def run(
     job (each part keeps its warm-up and unique tokens) and names them (`resumed_chunks`). A finished
     output this job made from this input raises OutputFinished (nothing to do), before any model loads.
     A sink that keeps answer keys gets each record's (reuse.py); `reuse` (default `cfg.reuse`): earlier
-    outputs (paths, or the Python API's tables) whose rows of the same answer key are copied, not computed.
+    outputs (paths, the API's tables) whose rows of the same answer key are copied, not computed.
 
     Raises OpenjevError subclasses for job-level failures (input unreadable, model not loadable, engine
     dead, count check failed); a store's partial output is then kept for `--resume`.
@@ -96,9 +97,7 @@ def run(
             _record_downloaded_model(cfg, manifest, out)
             if name := getattr(r, "tokenizer_name", ""):  # known once loaded: which class tokenizes
                 out.amend("tokenizer", name)
-            keys = _keys(cfg, readout, manifest, sink, reuse)
-            if keys is not None and keys.files:
-                out.amend("reused", keys.files)  # the files copied from (their counts: once the job ends)
+            keys = _keys(cfg, readout, manifest, sink, reuse, out)
             tracker = FailureTracker(  # one per job: the evidence of a broken backend spans chunks
                 r.name,
                 partial=None if out.partial is None else str(out.partial),
@@ -109,31 +108,46 @@ def run(
             with contextlib.closing(chunks):  # the reader stops with the job, also when it fails
                 for i, records, info in r.score(chunks, tracker, progress, on_progress):
                     with lock:
-                        if (plan := plans.pop(i, None)) is not None:
-                            records, info = plan.merge(records), {**(info or {}), **plan.info()}
-                        out.write(i, records, info)
-                        totals.add(readout, out.done(i), info)
+                        _write(out, totals, readout, i, records, info, plans.pop(i, None))
             totals.check(cfg.output, _fix(out))  # the count check: every row has all its records
             if keys is not None and keys.files:
                 out.amend("reused", keys.files)  # with the rows taken from each
             result = out.close()  # the join (a store also checks its parts on disk)
             extra = r.describe()
+    return _summary(totals, keys, runner, time.perf_counter() - t0, result, extra), result
+
+
+def _summary(totals: Totals, keys: Keys | None, runner: Runner, wall_s: float, result: Any, extra: dict) -> Summary:
     where = str(result) if isinstance(result, Path) else ""  # a file's path; an in-memory table has none
-    # each runner names its Summary class: the Ray runner's adds its actors and buckets
-    if keys is not None and keys.previous is not None:
+    if keys is not None and keys.previous is not None:  # --reuse: rows copied, and why a file gave none
         extra = {**extra, "reused_rows": totals.reused, "reuse_notes": keys.notes}
-    s = totals.summary(totals.warm, time.perf_counter() - t0, where, runner.summary_type, **extra)
-    return s, result
+    # each runner names its Summary class: the Ray runner's adds its actors and buckets
+    return totals.summary(totals.warm, wall_s, where, runner.summary_type, **extra)
 
 
-def _keys(cfg: RunConfig, readout: Readout, manifest: dict, sink: Sink, reuse: Any) -> Keys | None:
+def _keys(cfg: RunConfig, readout: Readout, manifest: dict, sink: Sink, reuse: Any, out: Output) -> Keys | None:
     """The job's answer keys (None: its sink keeps none), computed once the model loaded (a hub id's
-    revision is known then), with the earlier outputs it copies from."""
+    revision is known then), with the earlier outputs it copies from (named in the output's manifest)."""
     if not getattr(sink, "keeps_keys", False):
         return None
     if not manifest or manifest.get("model content", {}).get("revision", "") is None:
         manifest = job_manifest(cfg, readout)
-    return Keys(manifest, readout, cfg.reuse if reuse is None else reuse)
+    device = SPECS[cfg.backend].device(cfg)  # `auto` as resolved here: cpu and cuda numbers differ
+    keys = Keys({**manifest, "device": device}, readout, cfg.reuse if reuse is None else reuse)
+    out.amend("answer_job", keys.job)
+    if keys.files:
+        out.amend("reused", keys.files)  # the files copied from (their counts: once the job ends)
+    return keys
+
+
+def _write(out: Output, totals: Totals, readout: Readout, i: int, records: Any, info: dict | None,
+           plan: ChunkPlan | None) -> None:  # fmt: skip
+    """Write chunk `i`'s part and count it; `plan`: the chunk under answer keys (its copied rows merged
+    with the runner's `records`, every record given its key)."""
+    if plan is not None:
+        records, info = plan.merge(records), {**(info or {}), **plan.info()}
+    out.write(i, records, info)
+    totals.add(readout, out.done(i), info)
 
 
 def _todo(cfg: RunConfig, source: Source, readout: Readout, out: Output, totals: Totals, lock: threading.Lock,
@@ -166,8 +180,7 @@ def _todo(cfg: RunConfig, source: Source, readout: Readout, out: Output, totals:
                 yield i, todo
             else:  # every row copied: nothing for the runner
                 with lock:
-                    out.write(i, plan.merge([]), plan.info())
-                    totals.add(readout, out.done(i), plan.info())
+                    _write(out, totals, readout, i, [], None, plan)
         elif part is None:
             yield i, chunk
 

@@ -30,8 +30,11 @@ from .output.previous import Previous
 from .output.write import job_schema
 
 # manifest entries that change no number: a row answered under other chunking, limit or kept columns is
-# the same answer. `reused` names the files a job copied from (information only).
-NOT_ANSWERS = ("chunk_rows", "limit", "keep", "job_id", "reused", *output_manifest.LATE, *output_manifest.INFO)
+# the same answer (INFO: the files a job copied from, the job key itself).
+NOT_ANSWERS = ("chunk_rows", "limit", "keep", "job_id", *output_manifest.LATE, *output_manifest.INFO)
+# in the key by content per row (a row holds its questions, shared or its own), so a file's and the API's
+# mapping of the same questions key alike; an earlier output of other questions is still refused by name
+_PER_ROW = ("questions_sha256",)
 _DROP_FIELDS = ("pos", "kept")  # a row's place in its input and its kept values change no answer
 
 
@@ -47,7 +50,8 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def job_key(manifest: dict[str, Any]) -> str:
     """The sha256 of a job's answer manifest (as JSON keeps it: tuples as lists)."""
-    text = json.dumps(answer_manifest(json.loads(json.dumps(manifest))), sort_keys=True, ensure_ascii=True)
+    keyed = {k: v for k, v in answer_manifest(json.loads(json.dumps(manifest))).items() if k not in _PER_ROW}
+    text = json.dumps(keyed, sort_keys=True, ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -124,13 +128,21 @@ class ChunkPlan:
 
 
 class Keys:
-    """A job's answer keys (`manifest`: its job manifest) and the earlier outputs it copies from
-    (`previous`: paths or tables; none: the keys are only written)."""
+    """A job's answer keys (`manifest`: its job manifest, the device resolved: `auto` on a GPU machine is
+    not on a CPU one) and the earlier outputs it copies from (`previous`: paths or tables; none: the keys
+    are only written). `job`, the job key, goes into the output's manifest (`answer_job`)."""
 
     def __init__(self, manifest: dict[str, Any], readout: Readout, previous: Any = ()) -> None:
         self.job, self.readout = job_key(manifest), readout
         schema = job_schema(readout.schema)
-        self.previous = Previous(previous, manifest, schema, differences) if previous else None
+        self.previous = Previous(previous, manifest, schema, self._refuse) if previous else None
+
+    def _refuse(self, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+        """Why an earlier output's manifest `old` is not this job's kind (empty: it is): the entries that
+        differ, or, where only the resolved device does (`auto` on another machine), that."""
+        if old.get("answer_job") == self.job:
+            return []
+        return differences(old, new) or ["the device it ran on"]
 
     def plan(self, chunk: list) -> ChunkPlan:
         keys = [row_key(self.job, r) for r in chunk]

@@ -3,7 +3,7 @@ one's records by their answer key (the `answer_key` column every output carries;
 the keys), read once when the job starts.
 
 An earlier output is used only when it is one of this job's kind: its manifest (manifest.py) agrees with
-the job's on everything that changes a number (`same` decides which entries those are). Otherwise nothing
+the job's on everything that changes a number (`refuse` says where not). Otherwise nothing
 is taken from it and one line says why (`notes`): another model, other questions or options, no manifest,
 no answer keys, a format that cannot hold the list columns. A row is taken only whole and answered: a row
 with any error in an earlier output is computed again (a failure may have been the machine's)."""
@@ -30,23 +30,23 @@ READABLE = ("parquet", "jsonl", "jsonl.gz")
 class Previous:
     """The answered rows of earlier outputs by answer key. `sources`: output paths (the CLI) or tables (the
     Python API: a polars or pandas DataFrame or an Arrow table a run returned); `manifest`: the job's;
-    `same(old, new)`: the entries of two manifests that differ in what changes a number (reuse.differences);
+    `refuse(old, new)`: why an earlier manifest is not of this job's kind, empty when it is (reuse.Keys);
     `schema`: the job's columns (the readout's and the answer key). The first source holding a key wins."""
 
-    def __init__(self, sources: Iterable[Any], manifest: dict, schema: pa.Schema, same: Callable) -> None:
+    def __init__(self, sources: Iterable[Any], manifest: dict, schema: pa.Schema, refuse: Callable) -> None:
         self.schema = schema
         self.tables: list[pa.Table] = []
         self.index: dict[str, tuple[int, int, int]] = {}  # key → (table, first record, records)
         self.files: list[dict[str, Any]] = []  # per source used: its file and sha256, the rows taken from it
         self.notes: list[str] = []  # per source not used: why, one line each
         for src in sources:
-            self._add(src, manifest, same)
+            self._add(src, manifest, refuse)
 
-    def _add(self, src: Any, manifest: dict, same: Callable) -> None:
+    def _add(self, src: Any, manifest: dict, refuse: Callable) -> None:
         if isinstance(src, (str, os.PathLike)):
             path = Path(src)
             try:
-                table = _read(path, manifest, self.schema, same)
+                table = _read(path, manifest, self.schema, refuse)
             except _Skip as e:
                 self.notes.append(f"nothing reused from {path}: {e}")
                 return
@@ -89,7 +89,7 @@ class _Skip(Exception):
     """An earlier output that is not used (its message is the note's reason)."""
 
 
-def _read(path: Path, manifest: dict, schema: pa.Schema, same: Callable) -> pa.Table:
+def _read(path: Path, manifest: dict, schema: pa.Schema, refuse: Callable) -> pa.Table:
     """The job's columns of the earlier output at `path`. Raises _Skip naming why it is not used."""
     if not path.is_file():
         raise _Skip("no such file")
@@ -105,7 +105,7 @@ def _read(path: Path, manifest: dict, schema: pa.Schema, same: Callable) -> pa.T
         raise _Skip(str(e).removeprefix("--resume: ")) from None
     if doc is None:
         raise _Skip("it carries no manifest of openjev-batch")
-    if diff := same(doc["manifest"], manifest):
+    if diff := refuse(doc["manifest"], manifest):
         raise _Skip(f"it was made by another model or with other options (differs in: {', '.join(diff)})")
     try:
         return _load(path, fmt, schema)
