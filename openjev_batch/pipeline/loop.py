@@ -133,7 +133,7 @@ def _keys(cfg: RunConfig, readout: Readout, manifest: dict, sink: Sink, reuse: A
     if not manifest or manifest.get("model content", {}).get("revision", "") is None:
         manifest = job_manifest(cfg, readout)
     device = SPECS[cfg.backend].device(cfg)  # `auto` as resolved here: cpu and cuda numbers differ
-    keys = Keys({**manifest, "device": device}, readout, cfg.reuse if reuse is None else reuse)
+    keys = Keys(manifest, readout, cfg.reuse if reuse is None else reuse, device)
     out.amend("answer_job", keys.job)
     if keys.files:
         out.amend("reused", keys.files)  # the files copied from (their counts: once the job ends)

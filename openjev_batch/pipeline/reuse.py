@@ -128,12 +128,14 @@ class ChunkPlan:
 
 
 class Keys:
-    """A job's answer keys (`manifest`: its job manifest, the device resolved: `auto` on a GPU machine is
-    not on a CPU one) and the earlier outputs it copies from (`previous`: paths or tables; none: the keys
-    are only written). `job`, the job key, goes into the output's manifest (`answer_job`)."""
+    """A job's answer keys (`manifest`: its job manifest; `device`: the device as resolved, for `auto` on
+    a GPU machine is not `auto` on a CPU one) and the earlier outputs it copies from (`previous`: paths or
+    tables; none: the keys are only written). `job`, the job key, goes into the output's manifest
+    (`answer_job`)."""
 
-    def __init__(self, manifest: dict[str, Any], readout: Readout, previous: Any = ()) -> None:
-        self.job, self.readout = job_key(manifest), readout
+    def __init__(self, manifest: dict[str, Any], readout: Readout, previous: Any = (), device: str | None = None):
+        # the key on the device as resolved; an earlier manifest is compared as written (`auto` to `auto`)
+        self.job, self.readout = job_key({**manifest, **({"device": device} if device else {})}), readout
         schema = job_schema(readout.schema)
         self.previous = Previous(previous, manifest, schema, self._refuse) if previous else None
 
