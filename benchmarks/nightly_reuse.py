@@ -14,6 +14,7 @@ import argparse
 import json
 import platform
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -68,6 +69,8 @@ def measured(clf, data, reuse=None) -> tuple[pl.DataFrame, dict]:
     t0 = time.perf_counter()
     out = clf.run(data, str(QUESTIONS), keep="channel", reuse=reuse)
     s = clf.last_summary
+    print(f"{s.rows} rows, reused {s.reused_rows}, computed tokens {s.computed_tokens:,}, "
+          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)  # fmt: skip
     return out, {
         "rows": s.rows, "reused_rows": s.reused_rows, "computed_rows": s.rows - (s.reused_rows or 0),
         "computed_tokens": s.computed_tokens, "logical_tokens": s.logical_tokens,

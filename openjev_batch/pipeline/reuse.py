@@ -141,10 +141,12 @@ class Keys:
 
     def _refuse(self, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         """Why an earlier output's manifest `old` is not this job's kind (empty: it is): the entries that
-        differ, or, where only the resolved device does (`auto` on another machine), that."""
+        differ, or, where only the resolved device does (`auto` on another machine), that. Of the same job
+        key, one of other shared questions (keyed per row, so none of its rows would match) is said too."""
+        diff = differences(old, new)
         if old.get("answer_job") == self.job:
-            return []
-        return differences(old, new) or ["the device it ran on"]
+            return [d for d in diff if d in _PER_ROW]
+        return diff or ["the device it ran on"]
 
     def plan(self, chunk: list) -> ChunkPlan:
         keys = [row_key(self.job, r) for r in chunk]
