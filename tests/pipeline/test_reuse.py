@@ -176,8 +176,11 @@ def test_nothing_is_reused_across_a_changed_model_questions_or_option(flip, nigh
 
 
 def test_the_python_api_reuses_a_returned_table(tiny_model):
-    df1 = pl.DataFrame(TICKETS)
-    df2 = pl.DataFrame(night2())
+    def frame(rows):  # a conversation as its JSON text, as a DataFrame column holds it (one type)
+        return pl.DataFrame([{**r, "state": r["state"] if isinstance(r["state"], str) else json.dumps(r["state"])}
+                             for r in rows])  # fmt: skip
+
+    df1, df2 = frame(TICKETS), frame(night2())
     with ob.Classifier(str(tiny_model), backend="hf", device="cpu") as clf:
         first = clf.run(df1, QS, keep="channel")
         full = clf.run(df2, QS, keep="channel")
