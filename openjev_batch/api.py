@@ -28,6 +28,7 @@ from typing import Any
 from . import readouts
 from .backends import default_backend, load_backend
 from .config import RunConfig, build_config
+from .core import ANSWER_KEY
 from .errors import ConfigError
 from .packaged_models import resolve_model
 from .pipeline import loop
@@ -128,6 +129,7 @@ class Classifier:
         output: str = "auto",
         on_progress: Callable[[int, int], None] | None = None,
         progress: Any = None,
+        reuse: Any = None,
         **options: Any,
     ):
         """Read out every row of `data`; returns the CLI's output rows in input order, with its columns and
@@ -149,7 +151,8 @@ class Classifier:
         "pandas" or "arrow". `on_progress(branches, tokens)` is called after each window; `progress` (a
         `pipeline.progress.Progress`) is updated as branches finish, for a live display (its `text()`:
         done of the total, tok/s, cache hit rate, ETA). Bad rows become `error` cells, never exceptions;
-        `last_summary` holds the run's counts (a pipeline.Summary). Raises ConfigError for bad arguments or
+        `last_summary` holds the run's counts (a pipeline.Summary). `reuse`: earlier runs' tables (as returned,
+        with `answer_key`) or output files: a row of the same answer key is copied, not computed. Raises ConfigError for bad arguments or
         invalid shared questions, OutputCheckError when a row lacks records (the count check).
         """
         self._open()  # a closed Classifier says so (not an AttributeError on its backend)
@@ -166,6 +169,7 @@ class Classifier:
             readout=readout,
             progress=progress,
             on_progress=on_progress,
+            reuse=_sources(reuse),
         )
         self.last_summary = summary
         # the CLI's `warning:` lines, for a notebook or a nightly script: a missed calibration target abstains
@@ -187,7 +191,7 @@ class Classifier:
         opts.update((k, _path(v)) for k, v in options.items())
         if keep == "all":  # every input column the readout neither reads nor writes (p_<label> too)
             written = readouts.build(self.readout, build_config(**opts), self.backend.labels).schema.names
-            keep = self._keep(keep, cols, {*self._class.input_columns, *written})
+            keep = self._keep(keep, cols, {*self._class.input_columns, *written, ANSWER_KEY})
         cfg = build_config(**opts, keep=self._keep(keep, cols, set()))
         return cfg, readouts.build(self.readout, cfg, self.backend.labels)
 
@@ -257,10 +261,17 @@ def run(data: Any, questions: Any = None, *, model: str, backend: str | None = N
     """One-shot `Classifier(model, backend, ...).run(data, questions, ...)`; the model is closed after.
     Keywords of `Classifier.run` (keep, limit, output, on_progress, progress, the readouts' per-run options:
     template) go to the run, the rest to the Classifier."""
-    names = ("keep", "limit", "output", "on_progress", "progress", *readouts.per_run_options())
+    names = ("keep", "limit", "output", "on_progress", "progress", "reuse", *readouts.per_run_options())
     run_kw = {k: kw.pop(k) for k in names if k in kw}
     with Classifier(model, backend, **kw) as clf:
         return clf.run(data, questions, **run_kw)
+
+
+def _sources(reuse: Any) -> list:
+    """`reuse=` as a list of earlier outputs: one path or table, or several."""
+    if reuse is None:
+        return []
+    return list(reuse) if isinstance(reuse, (list, tuple)) else [reuse]
 
 
 def _path(questions: Any) -> Any:

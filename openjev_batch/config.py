@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from .core import ANSWER_KEY
 from .errors import ConfigError
 from .job_options import JobOptions
 from .options import BACKENDS, EngineOptions, output_format
@@ -147,7 +148,7 @@ def validation_message(e: ValidationError) -> str:
 
 def check_keep(v: tuple[str, ...], readout: str = DEFAULT) -> tuple[str, ...]:
     """Kept columns must not clash with an output column of the readout or repeat. Raises ValueError."""
-    if clash := [k for k in v if k in base_columns(readout)]:
+    if clash := [k for k in v if k in (*base_columns(readout), ANSWER_KEY)]:
         raise ValueError(f"--keep column(s) {', '.join(clash)} clash with output columns; rename them")
     if len(set(v)) != len(v):
         raise ValueError(f"a column is named twice in {', '.join(v)}")

@@ -166,6 +166,10 @@ def duplicate_id_error(rid: str, first: int, pos: int) -> str:
 IMAGES_KEY = "+images:"
 
 
+# the output column that holds each record's answer key (pipeline/reuse.py): what `run --reuse` matches
+ANSWER_KEY = "answer_key"
+
+
 def input_key(input_sha256: str, images_sha256: str | None) -> str:
     """The resume key of a chunk: the input's digest, with the named images' digest when there is one."""
     return input_sha256 if images_sha256 is None else f"{input_sha256}{IMAGES_KEY}{images_sha256}"

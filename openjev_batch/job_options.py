@@ -9,6 +9,7 @@ here (and reading it where the job uses it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, create_model
@@ -80,6 +81,14 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("limit", int | None, None, "Only the first N input rows, in file order (a quick look).",
               constraints={"gt": 0},  # run's help spoke of eval (issue 48.15): each command its own words
               helps={"eval": "Only the first N questions, after --sample (lm-eval's --limit; a quick look)."}),
+    # nightly jobs (issue 50; README "Nightly jobs"): pipeline/reuse.py, cli/compare.py
+    JobOption("reuse", tuple[Path, ...], (),
+              "An earlier output of this job (repeatable): a row whose answer key it holds (same row content, "
+              "questions, model and options) is copied, not computed; one made with another model or options "
+              "gives nothing, and one line says why.", commands=("run", "classify"), cli_type=list[Path]),
+    JobOption("baseline", Path | None, None,
+              "An earlier output to compare this run's answers with: the summary shows what moved, per "
+              "question (as `compare BASELINE OUT`).", config=False, commands=("run", "classify")),
     JobOption("threads", int | None, None,
               "CPU threads for torch/OpenMP (default: the idle cores, cores minus the load average, ≥ 1).",
               config=False, cli={"min": 1, "max": MAX_THREADS}),

@@ -51,6 +51,9 @@ def summary(text: str) -> dict[str, str]:
 
 def table(path: Path) -> dict:
     t = pq.read_table(path)
+    # added after the goldens were recorded; its values hash the tiny model's files (tests/pipeline/test_reuse.py
+    # checks them)
+    t = t.drop_columns([c for c in t.column_names if c == "answer_key"])
     return {"schema": [[f.name, str(f.type)] for f in t.schema], "rows": t.to_pylist()}
 
 

@@ -1,7 +1,7 @@
 """The `openjev-batch` command line. It only parses options, builds one frozen RunConfig, calls the
 library, and turns domain errors into messages and exit codes — here and nowhere else (app.py).
 
-Top-down: this module imports the commands (run.py, validate.py, evaluate.py, calibrate.py, models.py), which register
+Top-down: this module imports the commands (run.py, validate.py, evaluate.py, calibrate.py, models.py, compare.py), which register
 themselves on app.py's `app`; nothing in cli/ imports this module back.
 """
 
@@ -35,7 +35,7 @@ from .app import EXIT_FAILED, _quiet_exit, app, printable
 __all__ = ["app", "main", "printable"]
 
 # The commands register themselves on `app` when their modules load (this order is `--help`'s).
-from . import run, validate, evaluate, calibrate, models, serve  # noqa: E402, F401, I001
+from . import run, validate, evaluate, calibrate, models, serve, compare  # noqa: E402, F401, I001
 
 
 def main() -> None:  # pragma: no cover - the entry point (`python -m openjev_batch`, the console script)

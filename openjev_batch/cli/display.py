@@ -173,7 +173,11 @@ def _print_summary(command: str, readout, s, threads: str | None = None) -> None
         n, which = len(s.resumed_chunks), _ranges(s.resumed_chunks)
         t.add_row("chunks resumed (read back from the partial, not run again; counted above)",
                   f"{n:,} (chunk{'s' if n > 1 else ''} {which})")  # fmt: skip
+    if s.reused_rows is not None:  # --reuse: the rows copied from earlier outputs, whose tokens are not counted
+        t.add_row("rows (--reuse)", f"reused {s.reused_rows:,} · computed {s.rows - s.reused_rows:,}")
     err.print(t)
+    for note in s.reuse_notes:  # an earlier output that gave nothing: why
+        err.print(f"note: {note}", markup=False)
     _print_answers(s)
     _warn_abstained(readout, s)
     if s.errors:

@@ -18,6 +18,7 @@ from ..interrupts import stop_on_signals
 from ..options import BACKENDS
 from ..readouts import build
 from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, err, printable
+from .compare import print_baseline
 from .display import _print_plan, _print_summary, _progress
 from .door import ENGINE, JOB, READOUT, Door, command, own
 from .job_options import _readout_of, job_flag
@@ -121,6 +122,8 @@ def _run_job(door: Door[Any]) -> None:
     finally:
         stack.close()
     _print_summary(name, readout, s, threads_note)
+    if job.baseline is not None and Path(s.output).is_file():  # what moved since the baseline
+        print_baseline(job.baseline, Path(s.output))
     if s.errors:
         raise typer.Exit(EXIT_ROW_ERRORS)
 

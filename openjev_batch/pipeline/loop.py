@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import readouts
+from ..backends import SPECS
 from ..checkpoint.weights import model_fingerprint
 from ..config import RunConfig
 from ..readouts.base import Readout
@@ -29,6 +30,7 @@ from .output.sink import Output, Sink
 from .output.store import part_info
 from .prefill import FailureTracker
 from .progress import Progress
+from .reuse import ChunkPlan, Keys
 from .runners import Runner
 from .summary import Summary, Totals
 
@@ -63,6 +65,7 @@ def run(
     readout: Readout | None = None,
     progress: Progress | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    reuse: Any = None,
 ) -> tuple[Summary, Any]:
     """Run one job end to end. Returns its Summary and what the sink's `close()` gave (the output path, the
     in-memory table). `readout`: the job's, else built from `cfg` by the registry (classifier-head: with the
@@ -71,6 +74,8 @@ def run(
     With `cfg.resume`, chunks the sink already holds are not run again; the summary still counts the whole
     job (each part keeps its warm-up and unique tokens) and names them (`resumed_chunks`). A finished
     output this job made from this input raises OutputFinished (nothing to do), before any model loads.
+    A sink that keeps answer keys gets each record's (reuse.py); `reuse` (default `cfg.reuse`): earlier
+    outputs (paths, the API's tables) whose rows of the same answer key are copied, not computed.
 
     Raises OpenjevError subclasses for job-level failures (input unreadable, model not loadable, engine
     dead, count check failed); a store's partial output is then kept for `--resume`.
@@ -92,32 +97,66 @@ def run(
             _record_downloaded_model(cfg, manifest, out)
             if name := getattr(r, "tokenizer_name", ""):  # known once loaded: which class tokenizes
                 out.amend("tokenizer", name)
+            keys = _keys(cfg, readout, manifest, sink, reuse, out)
             tracker = FailureTracker(  # one per job: the evidence of a broken backend spans chunks
                 r.name,
                 partial=None if out.partial is None else str(out.partial),
                 kept=lambda: out.rows_written > 0 or bool(totals.resumed),  # a part on disk to resume
             )
-            chunks = _todo(cfg, source, readout, out, totals, lock, progress)
+            plans: dict[int, ChunkPlan] = {}  # the chunks on the runner, with their copied rows
+            chunks = _todo(cfg, source, readout, out, totals, lock, progress, keys, plans)
             with contextlib.closing(chunks):  # the reader stops with the job, also when it fails
                 for i, records, info in r.score(chunks, tracker, progress, on_progress):
                     with lock:
-                        out.write(i, records, info)
-                        totals.add(readout, out.done(i), info)
+                        _write(out, totals, readout, i, records, info, plans.pop(i, None))
             totals.check(cfg.output, _fix(out))  # the count check: every row has all its records
+            if keys is not None and keys.files:
+                out.amend("reused", keys.files)  # with the rows taken from each
             result = out.close()  # the join (a store also checks its parts on disk)
             extra = r.describe()
+    return _summary(totals, keys, runner, time.perf_counter() - t0, result, extra), result
+
+
+def _summary(totals: Totals, keys: Keys | None, runner: Runner, wall_s: float, result: Any, extra: dict) -> Summary:
     where = str(result) if isinstance(result, Path) else ""  # a file's path; an in-memory table has none
+    if keys is not None and keys.previous is not None:  # --reuse: rows copied, and why a file gave none
+        extra = {**extra, "reused_rows": totals.reused, "reuse_notes": keys.notes}
     # each runner names its Summary class: the Ray runner's adds its actors and buckets
-    s = totals.summary(totals.warm, time.perf_counter() - t0, where, runner.summary_type, **extra)
-    return s, result
+    return totals.summary(totals.warm, wall_s, where, runner.summary_type, **extra)
 
 
-def _todo(
-    cfg: RunConfig, source: Source, readout: Readout, out: Output, totals: Totals, lock: threading.Lock, progress
-):
+def _keys(cfg: RunConfig, readout: Readout, manifest: dict, sink: Sink, reuse: Any, out: Output) -> Keys | None:
+    """The job's answer keys (None: its sink keeps none), computed once the model loaded (a hub id's
+    revision is known then), with the earlier outputs it copies from (named in the output's manifest)."""
+    if not getattr(sink, "keeps_keys", False):
+        return None
+    if not manifest or manifest.get("model content", {}).get("revision", "") is None:
+        manifest = job_manifest(cfg, readout)
+    device = SPECS[cfg.backend].device(cfg)  # `auto` as resolved here: cpu and cuda numbers differ
+    keys = Keys(manifest, readout, cfg.reuse if reuse is None else reuse, device)
+    out.amend("answer_job", keys.job)
+    if keys.files:
+        out.amend("reused", keys.files)  # the files copied from (their counts: once the job ends)
+    return keys
+
+
+def _write(out: Output, totals: Totals, readout: Readout, i: int, records: Any, info: dict | None,
+           plan: ChunkPlan | None) -> None:  # fmt: skip
+    """Write chunk `i`'s part and count it; `plan`: the chunk under answer keys (its copied rows merged
+    with the runner's `records`, every record given its key)."""
+    if plan is not None:
+        records, info = plan.merge(records), {**(info or {}), **plan.info()}
+    out.write(i, records, info)
+    totals.add(readout, out.done(i), info)
+
+
+def _todo(cfg: RunConfig, source: Source, readout: Readout, out: Output, totals: Totals, lock: threading.Lock,
+          progress, keys: Keys | None = None, plans: dict | None = None):  # fmt: skip
     """The chunks still to do, (index, rows): skip-if-done once, for every runner. Each chunk read enters
     the ledger (resuming: a changed input is refused) and the totals; a chunk the sink already holds is
-    counted from its part and not yielded. Runs in the runner's host thread, hence `lock`."""
+    counted from its part and not yielded. With `keys`, a chunk's rows copied from an earlier output are not
+    yielded (its plan goes to `plans` for the merge; a chunk copied whole is written here). Runs in the
+    runner's host thread, hence `lock`."""
     for i, (chunk, sha) in enumerate(source.chunks(readout)):
         need = sum(readout.n_records(r) for r in chunk)
         with lock:
@@ -132,7 +171,17 @@ def _todo(
                 totals.add(readout, part, _part_info(part))
                 if progress is not None:
                     progress.resumed(len(chunk), need)
-        if part is None:
+        if part is None and keys is not None and plans is not None:
+            plan = keys.plan(chunk)
+            if plan.reused_rows and progress is not None:
+                progress.resumed(plan.reused_rows, sum(len(c) for c in plan.copied if c is not None))
+            if todo := plan.todo:
+                plans[i] = plan
+                yield i, todo
+            else:  # every row copied: nothing for the runner
+                with lock:
+                    _write(out, totals, readout, i, [], None, plan)
+        elif part is None:
             yield i, chunk
 
 

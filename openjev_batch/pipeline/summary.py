@@ -66,6 +66,10 @@ class Summary:
     abstained: dict[str, tuple[int, ...]] = field(default_factory=dict)
     multi: tuple[str, ...] = ()  # the questions of `answers` that are `type: multi` (labels chosen per row)
     resumed_chunks: tuple[int, ...] = ()  # input chunks taken from OUT.partial (--resume); counted above
+    # rows copied from earlier outputs (--reuse; pipeline/reuse.py; None: none given): counted above, their
+    # tokens not; the notes say which earlier output gave nothing, and why
+    reused_rows: int | None = None
+    reuse_notes: tuple[str, ...] = ()
     # what a runner that scores nothing counted instead (runners/plan_only.PlanCounts: --dry-run, --show-prompt;
     # runners/parse_only.RowChecks: validate), from its describe()
     counted: Any = None
@@ -245,12 +249,15 @@ class Totals:
     failed: list = field(default_factory=list)  # the (id, error) rows of the parts, for top_errors
     answers: AnswerCounts = field(default_factory=AnswerCounts)
     resumed: list = field(default_factory=list)  # chunks taken from an earlier run (--resume)
+    reused: int = 0  # rows copied from earlier outputs (--reuse)
 
     def add(self, readout: Readout, part: pa.Table, info: dict[str, int] | None = None) -> None:
-        """Count one finished part; `info`: its metadata numbers (warm-up and planned unique tokens)."""
-        if info:
-            self.warm += info.get("warm_tokens", 0)
-            self.unique += info.get("unique_tokens", 0)
+        """Count one finished part; `info`: its metadata numbers (warm-up and planned unique tokens, the rows
+        copied from earlier outputs and their tokens: this job's work leaves them out)."""
+        info = info or {}
+        self.warm += info.get("warm_tokens", 0)
+        self.unique += info.get("unique_tokens", 0)
+        self.reused += info.get("reused_rows", 0)
         self.answers.add(readout, part)
         bad = part.filter(pc.invert(pc.is_null(part.column("error"))))
         if bad.num_rows:
@@ -258,11 +265,8 @@ class Totals:
         self.records += part.num_rows
         self.errors += part.num_rows - int(pc.sum(pc.is_null(part.column("error"))).as_py() or 0)
         t = readout.tokens(part)
-        self.prefix, self.branch, self.cached = (
-            self.prefix + t["prefix"],
-            self.branch + t["branch"],
-            self.cached + t["cached"],
-        )
+        for k in ("prefix", "branch", "cached"):
+            setattr(self, k, getattr(self, k) + t[k] - info.get(f"reused_{k}", 0))
 
     def check(self, output: Path | None, fix: str) -> None:
         """Raises OutputCheckError unless the output holds exactly the records the input needs (an input

@@ -55,7 +55,8 @@ def test_run_tickets_every_column(tiny_model, tmp_path):
     assert "Loading weights" not in r.stderr  # --no-progress silences transformers' bar too
     df = pl.read_parquet(out)
     n_rows = sum(1 for line in open(EXAMPLES / "tickets.jsonl") if line.strip())
-    assert df.columns == COLUMNS + ["channel"]
+    assert df.columns == COLUMNS + ["answer_key", "channel"]  # the answer key (run --reuse) before the kept
+    assert df["answer_key"].null_count() == 0 and df["answer_key"].n_unique() == n_rows  # one per row
     assert df.height == 3 * n_rows and df["error"].null_count() == df.height
     assert df["id"].unique(maintain_order=True).to_list()[:2] == ["T001", "T002"]  # input order
     assert df["question_id"].to_list()[:3] == ["refund_request", "category", "urgency"]

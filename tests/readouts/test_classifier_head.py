@@ -370,6 +370,7 @@ def test_run_classify_end_to_end(which, request, hf_cls, tmp_path):
         "p_neutral",
         "prompt_tokens",
         "error",
+        "answer_key",  # run --reuse matches it (pipeline/reuse.py); a row error has none
         "gold",
     ]
     out = t.to_pylist()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import readouts
-from ...core import duplicate_id_error
+from ...core import ANSWER_KEY, duplicate_id_error
 from ...errors import InputFileError
 from ...readouts import default_readout
 from ...values import no_symlink_loop
@@ -105,7 +105,7 @@ def all_columns(cfg: RunConfig) -> tuple[str, ...]:
     """`--keep all`, as the Python API's keep="all": every column of the input's first KEEP_SCAN_ROWS rows in
     the order first seen (a schema's order for Parquet and CSV), except those `cfg`'s readout reads or
     writes. Raises InputFileError as check_input does."""
-    skip = {*readouts.input_columns(cfg.readout), *readouts.build(cfg.readout, cfg).schema.names}
+    skip = {*readouts.input_columns(cfg.readout), *readouts.build(cfg.readout, cfg).schema.names, ANSWER_KEY}
     first = next(record_chunks(check_input(cfg.input), KEEP_SCAN_ROWS), [])
     seen = dict.fromkeys(k for _, rec in first if isinstance(rec, dict) for k in rec)
     return tuple(k for k in seen if k not in skip)

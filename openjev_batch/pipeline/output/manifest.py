@@ -141,8 +141,10 @@ def partial_job(mpath: Path) -> str | None:
 # lacks them, so they are compared when both have them (store.OutputStore.amend compares them at the load)
 LATE = ("tokenizer",)
 # Entries that say where something was read, for a person reading the manifest: its content is compared under
-# another key (calibration_sha256), so the same file under another path resumes
-INFO = ("calibration_file",)
+# another key (calibration_sha256), so the same file under another path resumes; what a job copied from
+# earlier outputs (`reused`) and the key its answers were made under (`answer_job`, pipeline/reuse.py): the
+# same job either way
+INFO = ("calibration_file", "reused", "answer_job")
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

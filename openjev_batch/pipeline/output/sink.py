@@ -3,7 +3,8 @@
 the Python API) or nowhere (`NullSink`: `--dry-run`, `--show-prompt`, `validate`). Opened for one job, a
 sink answers what the loop asks of the store: `check_finished` (`--resume`), `begin_chunk`, `done(i)` (a finished part, or None), `write`,
 `amend`, `close` (`Output`; `Sink` is the protocol). `keeps_manifest`: the sink keeps the job's manifest (the
-loop computes it only then: it fingerprints the model's files)."""
+loop computes it only then: it fingerprints the model's files); `keeps_keys`: its records carry their answer
+keys (pipeline/reuse.py; the columns: write.job_schema)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pyarrow as pa
 
 from ...readouts.base import Readout
 from .store import OutputStore
-from .write import records_table
+from .write import job_schema, records_table
 
 if TYPE_CHECKING:
     from ...config import RunConfig
@@ -48,6 +49,7 @@ class Sink(Protocol):
     for one job, opened as a context (`open`: locked, kept when the job fails)."""
 
     keeps_manifest: bool
+    keeps_keys: bool
 
     def open(self, manifest: dict, readout: Readout) -> AbstractContextManager[Output]: ...
 
@@ -57,6 +59,7 @@ class StoreSink:
     schema (a Parquet input's own), read when the store opens (after the source's checks)."""
 
     keeps_manifest = True
+    keeps_keys = True
 
     def __init__(self, cfg: RunConfig, source: Any):
         self.cfg, self.source = cfg, source
@@ -66,7 +69,7 @@ class StoreSink:
         cfg = self.cfg
         output = cast(Path, cfg.output)  # a job that writes (--dry-run opens no store)
         return OutputStore(
-            output, cfg.keep, manifest, cfg.resume, self.source.kept_types(), schema=readout.schema
+            output, cfg.keep, manifest, cfg.resume, self.source.kept_types(), schema=job_schema(readout.schema)
         )
 
 
@@ -75,6 +78,7 @@ class _Unstored:
     context (nothing to lock or release)."""
 
     keeps_manifest = False
+    keeps_keys = False
     partial = None  # no partial output to offer for --resume
 
     def open(self, manifest: dict, readout: Readout):
@@ -101,6 +105,8 @@ class MemorySink(_Unstored):
     """The job's output as one Arrow table in memory (the Python API); nothing to resume. Kept columns get
     their type from all their values at once (write.records_table), as one table of the whole job would."""
 
+    keeps_keys = True  # a DataFrame a run returns is an earlier output of the next (`reuse=`)
+
     def __init__(self) -> None:
         self.parts: dict[int, pa.Table] = {}  # the readout's columns, per chunk
         self.kept: dict[int, list[dict[str, Any]]] = {}  # the kept columns' values, per chunk
@@ -110,7 +116,7 @@ class MemorySink(_Unstored):
         return self.parts.get(chunk)
 
     def write(self, chunk: int, records: list[dict[str, Any]], info: dict | None = None) -> None:
-        self.parts[chunk] = records_table(records, (), self.readout.schema)
+        self.parts[chunk] = records_table(records, (), job_schema(self.readout.schema))
         self.kept[chunk] = [{k: r[k] for k in self.readout.keep} for r in records]
         self.rows_written += len(records)
 
@@ -118,7 +124,7 @@ class MemorySink(_Unstored):
         """Every part in chunk order, as one table (the readout's columns, then the kept ones)."""
         r = self.readout
         order = sorted(self.parts)
-        table = pa.concat_tables([self.parts[i] for i in order]) if order else r.schema.empty_table()
+        table = pa.concat_tables([self.parts[i] for i in order]) if order else job_schema(r.schema).empty_table()
         if r.keep:
             kept = records_table([v for i in order for v in self.kept[i]], r.keep, pa.schema([]))
             for k in r.keep:

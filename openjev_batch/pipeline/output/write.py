@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...core import ANSWER_KEY
 from ...readouts import default_readout
 from .writers import WRITERS, Writer
 
@@ -22,6 +23,12 @@ def TableWriter(
     `metadata` goes into a Parquet file's key-value metadata (the text formats have none: their manifest
     is a sidecar, manifest.py)."""
     return WRITERS[fmt](path, schema, metadata)
+
+
+def job_schema(schema: pa.Schema) -> pa.Schema:
+    """An output's columns: the readout's (`schema`), then each record's answer key (pipeline/reuse.py),
+    before the kept columns."""
+    return schema.append(pa.field(ANSWER_KEY, pa.string()))
 
 
 def records_table(
