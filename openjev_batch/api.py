@@ -161,16 +161,9 @@ class Classifier:
         output, cols = _checked(data, kind, output, limit)
         cfg, readout = self._job(questions, options, keep, cols, limit)
         source = FrameSource(data, kind, cfg.chunk_rows, limit)
-        summary, table = loop.run(
-            cfg,
-            source,
-            MemorySink(),
-            self.runner,
-            readout=readout,
-            progress=progress,
-            on_progress=on_progress,
-            reuse=_sources(reuse),
-        )
+        earlier = [] if reuse is None else list(reuse) if isinstance(reuse, (list, tuple)) else [reuse]
+        summary, table = loop.run(cfg, source, MemorySink(), self.runner, readout=readout, progress=progress,
+                                  on_progress=on_progress, reuse=earlier)  # fmt: skip
         self.last_summary = summary
         # the CLI's `warning:` lines, for a notebook or a nightly script: a missed calibration target abstains
         # on every row, and the table alone shows it only in its `abstain` column
@@ -265,13 +258,6 @@ def run(data: Any, questions: Any = None, *, model: str, backend: str | None = N
     run_kw = {k: kw.pop(k) for k in names if k in kw}
     with Classifier(model, backend, **kw) as clf:
         return clf.run(data, questions, **run_kw)
-
-
-def _sources(reuse: Any) -> list:
-    """`reuse=` as a list of earlier outputs: one path or table, or several."""
-    if reuse is None:
-        return []
-    return list(reuse) if isinstance(reuse, (list, tuple)) else [reuse]
 
 
 def _path(questions: Any) -> Any:
