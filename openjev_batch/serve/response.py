@@ -45,6 +45,13 @@ def seed_error(e: HTTPError) -> Response:
     return json_response(error_body(SEED_WORDS.get(e.status, e.message)), e.status, headers)
 
 
+def unrowed(message: str, row_id: Any) -> str:
+    """A record's error as an HTTP client reads it: without the batch job's `row <id>: ` prefix (a request is
+    one row, so `row 0:` named nothing the client sent). The record's own `error` column keeps it, as `run`'s."""
+    head = f"row {row_id}: "
+    return message[len(head) :] if message.startswith(head) else message
+
+
 def seed_headers(got: Answer, t_parse: float, served: str) -> dict[str, str]:
     """The seed's response headers of an answer (`t_parse`: seconds its body took to read and parse)."""
     t = got.timing
@@ -72,7 +79,7 @@ def answer_response(row_id: str, got: Answer, t_parse: float, model_name: str) -
              "output_tokens": 0}  # fmt: skip
     headers = {"x-openjev-prefix-tokens": str(got.prefix_tokens), "x-openjev-cached-tokens": str(cached),
                "x-openjev-model": model_name, "Server-Timing": server_timing(t_parse, got.timing)}  # fmt: skip
-    failed = [r["error"] for r in records if r["error"]]
+    failed = [unrowed(r["error"], r["id"]) for r in records if r["error"]]
     body: dict[str, Any] = {"id": row_id, "model": model_name, "answers": records, "usage": usage}
     if failed:  # limits and questions were checked before: what fails now is the engine
         body["error"] = {"status": 502, "field": None, "message": failed[0]}

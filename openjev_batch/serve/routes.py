@@ -39,7 +39,7 @@ from ..readouts.base import FieldError
 from . import image_urls, seed
 from .limits import HTTPError, Limits
 from .request import body_row, parse_body, read_body
-from .response import answer_response, error_response, json_response, seed_error, seed_headers
+from .response import answer_response, error_response, json_response, seed_error, seed_headers, unrowed
 from .service import Answer, Service
 
 BIG_BODY = 64 * 2**10  # bodies over this are parsed in a worker thread, off the event loop
@@ -125,7 +125,7 @@ class Endpoints:
             got = await self._evaluate(row, request)
         except HTTPError as e:
             return seed_error(e)
-        failed = [r["error"] for r in got.records if r.get("error")]
+        failed = [unrowed(r["error"], r.get("id")) for r in got.records if r.get("error")]
         if failed:  # limits and questions were checked before: what fails now is the engine
             return seed_error(HTTPError(502, failed[0]))
         out = seed.response(req, got.records, got.prefix_tokens)

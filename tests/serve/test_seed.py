@@ -417,3 +417,17 @@ def test_serve_equals_run_in_the_seeds_layout(seed_server, tiny_model, tmp_path)
                 assert a.choice == w["answer"]
             else:
                 assert a.score == pytest.approx(w["score"], abs=1e-6)
+
+
+def test_refusals_name_the_field_not_a_batch_row(seed_server):
+    """A request is one row: its refusals name the field a client sent, not the batch job's `row 0:` (the
+    new-user trial of issue 46), on the seed's route and on the product's own."""
+    r = post(seed_server, {**PAYLOAD, "state": [{"role": "bot", "content": "hi"}]})
+    assert r.status_code == 422, r.text
+    msg = ErrorResponse.model_validate(r.json()).error.message
+    assert msg.startswith("messages[0].role: unknown role 'bot'; expected one of"), msg
+    body = {"state": "x", "questions": {"c": {"type": "score", "instructions": "How?", "criteria": ["one"]}}}
+    r = seed_server.post(body, headers=AUTH)
+    err = r.json()["error"]
+    assert r.status_code == 422 and err["field"] == "questions.c.criteria", r.text
+    assert err["message"].startswith("questions.c.criteria: "), err

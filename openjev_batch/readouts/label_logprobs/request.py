@@ -82,9 +82,9 @@ class LabelRequest(RequestReader):
                 try:
                     readout.calibration.entry(q.qid, q.type, q.options)
                 except ValueError as e:
-                    raise FieldError(f"row {row.id}: questions.{q.qid}: {e}", f"questions.{q.qid}") from None
+                    raise FieldError(f"questions.{q.qid}: {e}", f"questions.{q.qid}") from None
             if len(q.options) > limits["max_options"]:
-                raise FieldError(f"row {row.id}: questions.{q.qid}.criteria: {len(q.options)} options, this "
+                raise FieldError(f"questions.{q.qid}.criteria: {len(q.options)} options, this "
                                  f"server takes at most {limits['max_options']}", f"questions.{q.qid}.criteria")  # fmt: skip
         return row
 
@@ -142,8 +142,9 @@ class LabelRequest(RequestReader):
 
 
 def _error(text: str, row_id: str | None) -> FieldError:
-    """A FieldError from a row or question error (`row T7: questions.q1.criteria: why`): the field is the part
-    after the row id up to its first colon, when it is one of the body's fields."""
+    """A FieldError from a row or question error (`row T7: questions.q1.criteria: why`), worded for an HTTP
+    client: without the batch job's row prefix (a request is one row; `row 0:` named nothing a client sent).
+    The field is the part after the row id up to its first colon, when it is one of the body's fields."""
     rest = text
     for head in (f"row {row_id}: ", "row at index 0: "):  # an unusable id: the row by its position
         if text.startswith(head):
@@ -152,7 +153,7 @@ def _error(text: str, row_id: str | None) -> FieldError:
     field = rest.split(": ", 1)[0] if ": " in rest else None
     if field is not None and field.split(".")[0].split("[")[0] not in FIELDS:
         field = None  # a cause, not a field path
-    return FieldError(text, field)
+    return FieldError(rest, field)
 
 
 def _named(error: str, row_id: str | None, messages: bool) -> str:
