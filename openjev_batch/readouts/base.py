@@ -78,6 +78,12 @@ class RequestReader(ABC):
     def row(self, body: dict[str, Any], limits: Mapping[str, int]) -> Any:
         """The row of `body` (a JSON object), at position 0. Raises FieldError."""
 
+    def seed_row(self, body: dict[str, Any], limits: Mapping[str, int]) -> Any:
+        """The row of a body the seed's route made (serve/seed.py `row_body`: `messages` and `questions`), where
+        the seed takes a state `row` refuses (label-logprobs: a conversation of empty texts, the seed's
+        `state: ""`). By default `row`'s. Raises FieldError."""
+        return self.row(body, limits)
+
     def check(self, row: Any, prompt: Any, limits: Mapping[str, int]) -> FieldError | None:
         """A prompted row (`prompt`: its core.RowPrompt) over the server's token limits, before any model
         call; None when it fits."""

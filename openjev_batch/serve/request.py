@@ -36,10 +36,11 @@ async def read_body(request: Request, limits: Limits) -> bytes:
     return b"".join(parts)
 
 
-def body_row(body: dict[str, Any], reader: RequestReader, limits: Limits) -> Any:
-    """The reader's row of a parsed body. Raises HTTPError 422 naming the field."""
+def body_row(body: dict[str, Any], reader: RequestReader, limits: Limits, seed: bool = False) -> Any:
+    """The reader's row of a parsed body (`seed`: a body the seed's route made, read by the seed's rules).
+    Raises HTTPError 422 naming the field."""
     try:
-        return reader.row(body, limits.counts())
+        return (reader.seed_row if seed else reader.row)(body, limits.counts())
     except FieldError as e:
         raise HTTPError(422, e.message, e.field) from None
     except RecursionError:

@@ -92,15 +92,15 @@ class Endpoints:
         except ClientDisconnect:  # the client left before its body arrived: nobody reads the answer
             raise HTTPError(400, "body: the client left before sending it") from None
 
-    def _row(self, body: dict[str, Any]) -> Any:
-        """The served readout's row of a parsed body, its http(s) images fetched first where the operator
-        opted in. Raises HTTPError 422."""
+    def _row(self, body: dict[str, Any], seed: bool = False) -> Any:
+        """The served readout's row of a parsed body (`seed`: the seed route's, read by the seed's rules), its
+        http(s) images fetched first where the operator opted in. Raises HTTPError 422."""
         if self.facts.image_urls:
             try:
                 body = image_urls.inline(body)
             except FieldError as e:
                 raise HTTPError(422, e.message, e.field) from None
-        return body_row(body, self.reader, self.limits)
+        return body_row(body, self.reader, self.limits, seed)
 
     async def _evaluate(self, row: Any, request: Request) -> Answer:
         """`row` answered by the engine: admission (529), the queue, 504, dropped if the client leaves.
@@ -120,7 +120,7 @@ class Endpoints:
         if not seed.known_model(req.model, self.facts.accepted):
             return json_response(seed.error_body(f"Unknown model: {req.model}"), 422)
         try:
-            row = await run_in_threadpool(self._row, seed.row_body(req))
+            row = await run_in_threadpool(self._row, seed.row_body(req), True)
             t_parse = time.perf_counter() - t0
             got = await self._evaluate(row, request)
         except HTTPError as e:

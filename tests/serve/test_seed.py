@@ -16,6 +16,8 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from serve_process import Server, free_port, httpx, run_rows
 
+from openjev_batch.readouts.label_logprobs.prompt_systemone import PREAMBLE
+
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 SERVED = "tiny/served"
@@ -431,3 +433,17 @@ def test_refusals_name_the_field_not_a_batch_row(seed_server):
     err = r.json()["error"]
     assert r.status_code == 422 and err["field"] == "questions.c.criteria", r.text
     assert err["message"].startswith("questions.c.criteria: "), err
+
+
+def test_an_empty_state_is_answered_as_the_seed_renders_it(seed_server, qwen3_tok):
+    """The seed's schema takes `state: ""` (one empty user message before the evaluation turn); so does
+    serve, its prefix the seed's (tests/readouts/label_logprobs/test_request.py: the ids themselves)."""
+    marker = "QUESTION_MARKER_7f3a"
+    msgs = [{"role": "user", "content": ""}, {"role": "user", "content": f"{PREAMBLE}\n\n{marker}"}]
+    text = qwen3_tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    prefix = qwen3_tok(text.split(marker)[0], add_special_tokens=False)["input_ids"]
+    for state in ("", [{"role": "user", "content": None}]):
+        body = {**PAYLOAD, "state": state}
+        r = post(seed_server, body)
+        answered(r, body)
+        assert r.headers["x-openjev-prefix-tokens"] == str(len(prefix)), r.headers

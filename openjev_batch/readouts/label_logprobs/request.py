@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ...config import RunConfig
 
 FIELDS = ("id", "state", "messages", "questions")
+_STAND_IN = "\ue000"  # a private-use character: any text that is not blank, never shown to a model
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,16 @@ class LabelRequest(RequestReader):
                 raise FieldError(f"questions.{q.qid}.criteria: {len(q.options)} options, this "
                                  f"server takes at most {limits['max_options']}", f"questions.{q.qid}.criteria")  # fmt: skip
         return row
+
+    def seed_row(self, body: dict[str, Any], limits: Mapping[str, int]) -> Row:
+        """`row`'s, and a conversation whose every text is empty read as the seed reads it: the seed's `state: ""`
+        (or null contents) is one empty user message, answered, where a batch row with no text is an error. The
+        row is read with a stand-in text, so every other check still applies, then its texts set back."""
+        msgs = body.get("messages")
+        if not (isinstance(msgs, list) and msgs and all(isinstance(m, dict) and m.get("content") == "" for m in msgs)):
+            return self.row(body, limits)
+        row = self.row({**body, "messages": [{**m, "content": _STAND_IN} for m in msgs]}, limits)
+        return replace(row, messages=tuple(replace(m, content="") for m in row.messages))
 
     def _questions(self, body: dict, rec: dict, limits: Mapping[str, int]) -> Any:
         """The readout that parses this request's questions: `readout` with the body's map in `rec`, or
