@@ -8,6 +8,8 @@
     GET  /health         200 `{status: ok, startup_seconds}` while the engine serves; 503 (Retry-After) once it
                          has stopped or the server drains
     GET  /health/live    200 while the HTTP side runs
+    GET  /openapi.json   the OpenAPI 3.1 document of these routes (openapi.py); GET /docs (Swagger UI) and GET /
+                         (Scalar's reference) read it
 
 The product's own, beside it:
 
@@ -32,11 +34,12 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from .._version import __version__
 from ..readouts.base import FieldError
-from . import image_urls, seed
+from . import image_urls, openapi, seed
 from .limits import HTTPError, Limits
 from .request import body_row, parse_body, read_body
 from .response import answer_response, error_response, json_response, seed_error, seed_headers, unrowed
@@ -80,6 +83,9 @@ class Endpoints:
             Route("/v1/records", self.records, methods=["POST"]),
             Route("/v1/manifest", self.manifest, methods=["GET"]),
             Route("/v1/status", self.status, methods=["GET"]),
+            Route("/openapi.json", self.schema, methods=["GET"]),
+            Route("/docs", self.page(openapi.SWAGGER), methods=["GET"]),
+            Route("/", self.page(openapi.REFERENCE), methods=["GET"]),
         ]
 
     async def _body(self, request: Request) -> bytes:
@@ -146,6 +152,16 @@ class Endpoints:
             return answer_response(row.id, got, t_parse, self.facts.served)
         except HTTPError as e:
             return error_response(e)
+
+    async def schema(self, request: Request) -> Response:
+        return json_response(openapi.document(__version__))
+
+    @staticmethod
+    def page(html: str) -> Callable[[Request], Any]:
+        async def handler(request: Request) -> Response:
+            return HTMLResponse(html)
+
+        return handler
 
     async def models(self, request: Request) -> Response:
         return json_response(seed.models(self.facts.names, self.facts.served))

@@ -57,7 +57,23 @@ class ScoreQuestion(Strict):
 Question = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
 
 
+# a request a reader of the schema may post as it is (`example` in the OpenAPI document, as the seed's has one)
+EXAMPLE = {
+    "model": ALIAS,
+    "state": "I was charged twice for my subscription this month. Please refund the second charge.",
+    "questions": {
+        "refund": {"type": "noul", "instructions": "Does the customer ask for money back?"},
+        "team": {"type": "choice", "instructions": "Which team should take this ticket?",
+                 "criteria": {"billing": "Charges, invoices and refunds", "technical": "Bugs and outages"}},
+        "urgency": {"type": "score", "instructions": "How urgent is the ticket?",
+                    "criteria": ["Can wait", "Today", "Right now"]},
+    },
+}  # fmt: skip
+
+
 class SystemOneRequest(Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": EXAMPLE})
+
     state: Content
     model: str = Field(min_length=1)
     questions: dict[str, Question] = Field(min_length=1, max_length=MAX_QUESTIONS)

@@ -458,3 +458,51 @@ def test_one_question_finds_the_prefix_cached_as_on_the_seed(seed_server):
     answered(r, body)
     prefix = int(r.headers["x-openjev-prefix-tokens"])
     assert prefix > 0 and r.headers["x-openjev-cached-tokens"] == str(prefix)  # was 0: the pass was the branch's
+
+
+def test_the_openapi_document_describes_what_is_served(seed_server):
+    """`GET /openapi.json`, as the seed's FastAPI serves it (the seed's README and tests read it): OpenAPI 3.1,
+    every schema valid JSON Schema, `/v1/systemone` taking `SystemOneRequest`; its example, posted as it is,
+    answered, and real answers, refusals and GET documents valid against the schemas it names."""
+    from jsonschema import Draft202012Validator
+
+    assert httpx.get(seed_server.url + "/openapi.json").status_code == 401  # behind the key, as on the seed
+    r = httpx.get(seed_server.url + "/openapi.json", headers=AUTH)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json", r.text[:300]
+    doc = r.json()
+    assert doc["openapi"] == "3.1.0" and doc["info"]["title"] == "OpenJev"
+    schemas = doc["components"]["schemas"]
+    for schema in schemas.values():
+        Draft202012Validator.check_schema(schema)
+
+    def valid(name: str, value) -> bool:
+        return Draft202012Validator({"$ref": f"#/components/schemas/{name}", "components": doc["components"]}).is_valid(value)
+
+    op = doc["paths"]["/v1/systemone"]["post"]
+    assert op["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/SystemOneRequest"}
+    assert op["responses"]["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/SystemOneResponse"}
+    assert set(schemas["SystemOneRequest"]["required"]) == {"state", "model", "questions"}
+    assert set(schemas["NoulCriteria"]["properties"]) == {"true", "false"}  # the wire names, not the fields'
+    example = schemas["SystemOneRequest"]["example"]
+    assert valid("SystemOneRequest", example) and valid("SystemOneRequest", README_BODY)
+    assert not valid("SystemOneRequest", {**README_BODY, "id": "T1"}) and not valid("SystemOneRequest", {**README_BODY, "state": None})
+    got = post(seed_server, example)
+    assert len(answered(got, example).answers) == 3 and valid("SystemOneResponse", got.json())
+    assert set(op["responses"]["200"]["headers"]) <= set(got.headers) | {"Server-Timing"}
+    refused = post(seed_server, {**PAYLOAD, "state": None})
+    assert refused.status_code == 422 and valid("HTTPValidationError", refused.json())
+    assert valid("ErrorResponse", post(seed_server, {**PAYLOAD, "model": "other"}).json())
+    for path, name in (("/v1/models", "ModelsResponse"), ("/v1/limits", "LimitsResponse"),
+                       ("/health", "HealthResponse"), ("/health/live", "LiveResponse")):  # fmt: skip
+        assert path in doc["paths"] and valid(name, httpx.get(seed_server.url + path, headers=AUTH).json()), path
+
+
+def test_the_docs_pages_read_the_schema(seed_server):
+    """`/docs` (Swagger UI) and `/` (Scalar's reference), as the seed has them: HTML pages whose script a
+    browser loads and which read `/openapi.json` from this server."""
+    docs = httpx.get(seed_server.url + "/docs", headers=AUTH)
+    assert docs.status_code == 200 and docs.headers["content-type"].startswith("text/html")
+    assert "SwaggerUIBundle" in docs.text and '"/openapi.json"' in docs.text
+    home = httpx.get(seed_server.url + "/", headers=AUTH)
+    assert home.status_code == 200 and "Scalar.createApiReference" in home.text and '"/openapi.json"' in home.text
+    assert httpx.get(seed_server.url + "/docs").status_code == 401  # the seed's test: behind the key
