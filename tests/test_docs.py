@@ -358,3 +358,12 @@ def test_install_sh_says_the_setuptools_warning_is_expected_before_it_prints():
     step = next(i for i, ln in enumerate(lines) if "install -q -e" in ln)
     said = " ".join(ln for ln in lines[:step] if ln.lstrip().startswith("echo"))
     assert "boxed 'Please be careful with folders" in said and "it is expected" in said, said
+
+
+def test_untrusted_input_says_where_the_seeds_layout_tokenizes_apart():
+    """The new-user trial of issue 46: "Untrusted input" promised the whole branch text's own ids, which `serve`'s
+    default layout (`--layout systemone`, the seed's) does not give by design: the bullet says so."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Untrusted input\n", 1)[1].split("\n## ", 1)[0]
+    bullet = next(b for b in section.split("\n- ") if b.startswith("**The model reads its natural tokenization"))
+    assert "--layout systemone" in bullet and "tokenized apart" in bullet and "ĊĊ" in bullet, bullet
