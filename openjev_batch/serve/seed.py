@@ -58,7 +58,7 @@ Question = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discri
 
 
 # a request a reader of the schema may post as it is (`example` in the OpenAPI document, as the seed's has one)
-EXAMPLE = {
+EXAMPLE: dict[str, Any] = {
     "model": ALIAS,
     "state": "I was charged twice for my subscription this month. Please refund the second charge.",
     "questions": {
