@@ -65,6 +65,22 @@ class TextTokenizer:
     def without_controls(self, text: str) -> str:
         return self._control_re.sub("", text) if self._control_re else text
 
+    def ids(self, pieces: list[str | int]) -> tuple[int, ...]:
+        """Pieces (`markup`'s, or a template's rendering split at its control tokens) → ids: control ids as
+        they are, each run of text between two of them tokenized as text (both prompt layouts build so)."""
+        out: list[int] = []
+        run = ""
+        for p in [*pieces, None]:
+            if isinstance(p, str):
+                run += p
+                continue
+            if run:
+                out.extend(self.encode([run])[0])
+            run = ""
+            if p is not None:
+                out.append(p)
+        return tuple(out)
+
     def markup(self, text: str) -> list[str | int]:
         """Template markup → text pieces and control ids, in order (how the tokenizer cuts it)."""
         if self._control_re is None:

@@ -243,5 +243,7 @@ def test_an_answer_lead_with_a_models_added_token_is_refused_before_any_row(tiny
     msg = "error: questions.refund.answer_lead: " + CONTROL.format("@@END@@")
     for more in (("--dry-run",), ("-o", tmp_path / "o.parquet")):
         r = cli("run", EXAMPLES / "tickets.jsonl", "-q", q, "-m", model, "-b", "hf", "--no-progress", *more)
-        assert r.returncode == 4 and " ".join(r.stderr.split()) == msg, r.stderr[-2000:]
+        # the error is the one line after --dry-run's own first line (what it does, issue 48.12)
+        lines = [ln for ln in r.stderr.splitlines() if ln and not ln.startswith("--dry-run: planning")]
+        assert r.returncode == 4 and " ".join(" ".join(lines).split()) == msg, r.stderr[-2000:]
     assert not (tmp_path / "o.parquet").exists()

@@ -158,7 +158,7 @@ class Prompter:
         pre = [*self.text.markup(h0), instructions, *self.text.markup(h1)]
         self._layout_instructions = instructions
         i = max((k for k, p in enumerate(pre) if isinstance(p, int)), default=-1)
-        self._pre = self._ids(pre[: i + 1])
+        self._pre = self.text.ids(pre[: i + 1])
         self._pre_run = "".join(p for p in pre[i + 1 :] if isinstance(p, str))
         post = self.text.markup(tail)  # text, id, text, …, text
         self._post: tuple[int, ...] = ()
@@ -167,22 +167,7 @@ class Prompter:
         else:
             self._post_run = cast(str, post[0])
             *rest, last = post[1:]
-            self._post = self._ids([*rest, cast(str, last) + self.answer_lead])
-
-    def _ids(self, pieces: list[str | int]) -> tuple[int, ...]:
-        """Pieces → ids: control ids as they are, each run of text between two of them tokenized as text."""
-        out: list[int] = []
-        run = ""
-        for p in [*pieces, None]:
-            if isinstance(p, str):
-                run += p
-                continue
-            if run:
-                out.extend(self.text.encode([run])[0])
-            run = ""
-            if p is not None:
-                out.append(p)
-        return tuple(out)
+            self._post = self.text.ids([*rest, cast(str, last) + self.answer_lead])
 
     def _choose_cut(self) -> int:
         """How many characters of SEP end the prefix (2, 1 or 0): the first cut for which every probe's

@@ -157,21 +157,6 @@ class SystemOnePrompter:
             lines.append(f"{label.text}: {(name if desc is None else desc).replace(chr(10), chr(10) + '   ')}")
         return "\n".join(lines)
 
-    def _ids(self, pieces: list[str | int]) -> tuple[int, ...]:
-        """Pieces → ids: control ids as they are, each run of text between two of them tokenized as text."""
-        out: list[int] = []
-        run = ""
-        for p in [*pieces, None]:
-            if isinstance(p, str):
-                run += p
-                continue
-            if run:
-                out.extend(self.text.encode([run])[0])
-            run = ""
-            if p is not None:
-                out.append(p)
-        return tuple(out)
-
     def _prefix(self, row: Row, layout: _Layout) -> tuple[tuple[int, ...], tuple[Any, ...]]:
         """The prefix ids and the images in them, in order: a message given as content parts has its text and
         each image's markup (ImageSlots) where the template renders the content. Raises ImageProblem."""
@@ -193,14 +178,14 @@ class SystemOnePrompter:
                 else:
                     pieces.extend(self.images.markup_ids(part))
                     images.append(part)
-        return self._ids(pieces), tuple(images)
+        return self.text.ids(pieces), tuple(images)
 
     def _suffix(self, q: QuestionSpec, layout: _Layout) -> tuple[int, ...]:
         key = (self.question_text(q), tuple(layout.tail))
         if key not in self._suffix_cache:
             if len(self._suffix_cache) > 100_000:
                 self._suffix_cache.clear()
-            self._suffix_cache[key] = self._ids([key[0], *layout.tail, ANSWER_LEAD])
+            self._suffix_cache[key] = self.text.ids([key[0], *layout.tail, ANSWER_LEAD])
         return self._suffix_cache[key]
 
     def build(self, row: Row) -> tuple[RowPrompt | None, tuple[Failed, ...]]:
