@@ -34,7 +34,8 @@ def test_keep_all_keeps_every_input_column(tiny_model, tmp_path):
             "--keep", "all", "--no-progress")  # fmt: skip
     assert r.returncode == 0, r.stderr
     df = pl.read_parquet(out)
-    assert df.columns[-6:] == ["error", "chosen", "order_spread", "channel", "n", "lang"] and "state" not in df.columns
+    assert df.columns[-7:] == ["error", "chosen", "order_spread", "answer_key", "channel", "n", "lang"]  # answer_key: issue 50
+    assert "state" not in df.columns
     got = df.unique("id", maintain_order=True).select("id", "channel", "n", "lang").rows()
     assert got == [("a", "mail", 3, None), ("b", None, None, "en")]
     assert "`all`: every input column" in cli("run", "--help").stdout
