@@ -117,7 +117,7 @@ def test_resume_with_reuse_equals_the_full_run(nights, tiny_model):
     p.communicate()
     r = cli(*args, "--resume")
     assert r.returncode == 0, r.stderr
-    assert "resumed chunks" in r.stderr and "reused 7 · computed 2" in r.stderr  # counted across the parts
+    assert "chunks resumed" in r.stderr and "reused 7 · computed 2" in r.stderr  # counted across the parts
     want = pl.read_parquet(d / "full.parquet")
     assert pl.read_parquet(out).select(ANSWERS).equals(want.select(ANSWERS))
 
