@@ -46,10 +46,6 @@ def run_job(
     """
     if cfg.output is None:
         raise ConfigError("an output path (-o) is needed; only --dry-run runs without one")
-    if ray is not None and cfg.reuse:
-        # the Ray runner stages and joins whole chunks by row position; a chunk with copied rows taken out
-        # is not one it can place yet. Its outputs carry answer keys: a local run can reuse them.
-        raise ConfigError("--reuse does not run on Ray yet: drop --ray (or --reuse) for this job")
     runner = for_job(backend, ray)  # the one choice of local or Ray (Ray's refusals before the input is read)
     if backend is None and needs_images_choice(cfg):
         # the engine starts for this job: multimodal when its input has images. A missing or unreadable input

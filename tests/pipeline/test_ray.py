@@ -116,6 +116,45 @@ def test_cli_ray_two_workers_writes_the_single_machine_file(job, tmp_path):
     assert not out.with_name(out.name + ".partial").exists()
 
 
+@pytest.fixture(scope="module")
+def last_night(job, hf_backend, tmp_path_factory):
+    """Last night's output (single machine, other chunking) of the input with r3 edited and r6 new tonight;
+    it carries the answer keys `--reuse` copies by."""
+    cfg, _ = job
+    d = tmp_path_factory.mktemp("last-night")
+    rows = [dict(r) if isinstance(r, dict) else r for r in ROWS]
+    rows[3]["state"] = "Please close my account."
+    del rows[6]
+    last = cfg.model_copy(update={"input": write_jsonl(d / "in.jsonl", rows), "output": d / "last.parquet",
+                                  "chunk_rows": 5})  # fmt: skip
+    run_job(last, backend=hf_backend)
+    return last.output
+
+
+def _answers(path) -> list[dict]:
+    """Every column but the token counts (how a row was batched: a copied row keeps last night's)."""
+    t = pq.read_table(path)
+    return t.drop_columns([c for c in t.column_names if c.endswith("_tokens")]).to_pylist()
+
+
+# tonight: r3 and r6 computed, and the 4 rows with a row error (never copied); the other 8 rows copied
+REUSED = 8
+
+
+def test_cli_ray_reuse_equals_a_full_recompute(job, last_night, tmp_path):
+    """`--reuse` on Ray: the loop takes the copied rows out of each chunk before the runner sees it (the
+    chunks have gaps), and merges them back in input order."""
+    cfg, _ = job
+    out = tmp_path / "out.parquet"
+    r = cli(
+        "run", cfg.input, "-o", out, "-m", cfg.model, "-b", "hf", "--device", "cpu", "--keep", "channel",
+        "--chunk-rows", "8", "--no-progress", "--ray", "--workers", "2", "--reuse", last_night,
+    )  # fmt: skip
+    assert r.returncode == 3, r.stderr  # the row errors, as without --reuse
+    assert f"reused {REUSED} · computed {14 - REUSED}" in r.stderr
+    assert _answers(out) == _answers(cfg.output)
+
+
 @pytest.mark.parametrize("grouping", ["blocks", "groupby"])
 def test_ray_equals_single_machine_and_keeps_prefixes_together(job, cluster, tmp_path, grouping):
     cfg, ref = job
@@ -175,6 +214,27 @@ def test_ray_interrupted_then_resumed_equals_uninterrupted(job, cluster, tmp_pat
     assert live.records_done == live.total_records == s.questions
     _same_file(out, cfg.output)
     assert not stage.parent.exists()
+
+
+def test_ray_reuse_interrupted_then_resumed_equals_a_full_recompute(job, last_night, cluster, tmp_path):
+    """An interrupted Ray job with `--reuse`, resumed: its staged rows are placed by position in chunks
+    with gaps, and the copied rows are neither run nor counted as resumed."""
+    cfg, _ = job
+    out = tmp_path / "ray.parquet"
+    rcfg = cfg.model_copy(update={"output": out, "reuse": (last_night,)})
+
+    def stop(branches: int, tokens: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_job_ray(rcfg, RayOptions(workers=2, bucket_rows=1), on_progress=stop)
+    staged = set(
+        read_stage(out.with_name(out.name + ".partial") / STAGE_DIR, ["_pos"]).column("_pos").to_pylist()
+    )
+    assert 0 < len(staged) < 14 - REUSED
+    s = run_job_ray(rcfg.model_copy(update={"resume": True}), RayOptions(workers=2, bucket_rows=1))
+    assert (s.reused_rows, s.resumed_rows, s.shipped_rows) == (REUSED, len(staged), 14 - REUSED - len(staged))
+    assert _answers(out) == _answers(cfg.output)
 
 
 def test_single_machine_path_does_not_import_ray():

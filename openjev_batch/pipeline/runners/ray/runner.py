@@ -61,8 +61,9 @@ class RaySummary(Summary):
 
     @property
     def resumed_rows(self) -> int:
-        """Rows taken from an earlier run (--resume): its finished chunks and the rows it staged."""
-        return self.rows - self.shipped_rows
+        """Rows taken from an earlier run (--resume): its finished chunks and the rows it staged (not the
+        rows --reuse copied from earlier outputs)."""
+        return self.rows - self.shipped_rows - (self.reused_rows or 0)
 
 
 @dataclass
@@ -172,10 +173,11 @@ class RayRunner:
         readout, opts, staged = self.readout, self.opts, self.staged
         expected = [readout.n_records(r) for r in rows]
         todo = [r for r, n in zip(rows, expected, strict=True) if r.pos >= len(staged) or staged[r.pos] != n]
-        lo, hi = np.searchsorted(self.old_pos, [rows[0].pos, rows[0].pos + len(rows)])
-        old = self.old.slice(lo, hi - lo)
-        if todo:  # a row an earlier run left short is scored again, whole
-            old = old.filter(pa.array(~np.isin(self.old_pos[lo:hi], [r.pos for r in todo])))
+        # `rows` may have gaps (--reuse: the loop took the copied rows out): the staged rows of exactly these
+        # positions, not of the range they span; a row an earlier run left short is scored again, whole
+        lo, hi = np.searchsorted(self.old_pos, [rows[0].pos, rows[-1].pos + 1])
+        done = {r.pos for r in rows}.difference(r.pos for r in todo)
+        old = self.old.slice(lo, hi - lo).filter(pa.array(np.isin(self.old_pos[lo:hi], list(done))))
         if progress is not None and len(todo) < len(rows):
             progress.resumed(len(rows) - len(todo), old.num_rows)
         if not todo:
