@@ -12,8 +12,11 @@ has run (the first batch takes one request, to measure).
 
 from __future__ import annotations
 
+import collections
 import math
 import queue
+import statistics
+import threading
 import time
 from typing import Any
 
@@ -42,7 +45,7 @@ class BatchBudget:
         self.ms = batch_ms or default_ms
         self.max_batch = max_batch
         self.s_per_token: float | None = None  # measured: None until a batch has run
-        self.s_per_request: float | None = None  # the engine time of a request, measured the same way
+        self._sizes: collections.deque[float] = collections.deque(maxlen=32)  # recent batches' mean request tokens
 
     def cut(self, sizes: list[int]) -> int:
         """How many of the requests queued (their input tokens, `sizes`, in queue order) the next batch takes:
@@ -65,21 +68,54 @@ class BatchBudget:
         if tokens <= 0 or seconds <= 0 or requests <= 0:
             return
         self.s_per_token = _smooth(self.s_per_token, seconds / tokens)
-        self.s_per_request = _smooth(self.s_per_request, seconds / requests)
+        self._sizes.append(tokens / requests)
 
-    def backlog_s(self, requests: int) -> float:
-        """The engine seconds `requests` requests of the measured size take (0 while nothing is measured)."""
-        return requests * (self.s_per_request or 0.0)
+    def typical_tokens(self) -> float:
+        """The input tokens of a typical request: the lower median of the recent batches' mean request size, so
+        one giant request (64 questions × 64 options: minutes) does not make every later one look as big."""
+        return statistics.median_low(self._sizes) if self._sizes else 0.0
 
-    def too_busy(self, requests: int, timeout_s: float) -> tuple[float, int] | None:
-        """None when `requests` requests (those in evaluation and one more) fit in ADMIT_SHARE of `timeout_s` at
-        the measured speed; else their engine seconds and the seconds after which to retry: a 504 foreseen, which
-        a 529 now answers better than a 504 after `timeout_s` of waiting with nothing computed."""
-        ahead, room = self.backlog_s(requests), timeout_s * ADMIT_SHARE
+    def too_busy(self, tokens_ahead: int, unsized: int, timeout_s: float) -> tuple[float, int] | None:
+        """None when the queue ahead (`tokens_ahead`: the tokenized requests in evaluation, the batch on the
+        engine included; `unsized`: those not yet tokenized and this one, each of the typical size) fits in
+        ADMIT_SHARE of `timeout_s` at the measured seconds per token; else its engine seconds and the seconds after
+        which to retry: a 504 foreseen, which a 529 now answers better than a 504 after `timeout_s` of waiting.
+        Nothing ahead (an idle server, or only this request) is never refused: the forecast is of a queue."""
+        if self.s_per_token is None or (tokens_ahead <= 0 and unsized <= 1):
+            return None
+        one = self.typical_tokens() * self.s_per_token
+        ahead, room = tokens_ahead * self.s_per_token + unsized * one, timeout_s * ADMIT_SHARE
         if ahead <= room:
             return None
-        # a slot frees about once a request's engine time
-        return ahead, max(math.ceil(ahead - room), math.ceil(self.backlog_s(1)))
+        # a slot frees about once a typical request's engine time
+        return ahead, max(math.ceil(ahead - room), math.ceil(one))
+
+
+class Ahead:
+    """The input tokens of the requests tokenized and not yet answered (the host thread adds, the engine's
+    thread removes, the event loop reads: a lock), by request position."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, pos: int, tokens: int) -> None:
+        with self._lock:
+            self._tokens[pos] = tokens
+
+    def remove(self, positions: list[int]) -> None:
+        with self._lock:
+            for pos in positions:
+                self._tokens.pop(pos, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tokens.clear()
+
+    def total(self) -> tuple[int, int]:
+        """(their tokens, how many)."""
+        with self._lock:
+            return sum(self._tokens.values()), len(self._tokens)
 
 
 def _smooth(old: float | None, new: float) -> float:

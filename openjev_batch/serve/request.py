@@ -7,6 +7,7 @@ its body by the seed's schema first (seed.py), then hands the same reader the ro
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from ..readouts.base import FieldError, RequestReader
@@ -51,10 +52,30 @@ def body_row(body: dict[str, Any], reader: RequestReader, limits: Limits, seed: 
         ) from None
 
 
+def loads(text: str | bytes) -> Any:
+    """JSON text as Python, stricter than json.loads: a key given twice is refused (which `role` would a message
+    have?), and so are NaN, Infinity and -Infinity (not JSON: RFC 8259 has no such number; json.loads takes them,
+    and a NaN echoed in a 422 made it a 500) and a number past the float range (1e999: inf). Both routes read
+    their bodies here. Raises json.JSONDecodeError, ValueError, RecursionError."""
+    return json.loads(text, object_pairs_hook=no_duplicate_keys, parse_constant=_no_constant,
+                      parse_float=_finite_float)  # fmt: skip
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is past the float range")
+    return value
+
+
 def parse_body(raw: bytes) -> dict[str, Any]:
     """The body as a JSON object, read as a JSONL line is. Raises HTTPError 422."""
     try:
-        body = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicate_keys)
+        body = loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise HTTPError(422, f"body: not valid UTF-8 (byte {e.start})") from None
     except json.JSONDecodeError as e:

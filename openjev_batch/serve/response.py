@@ -29,11 +29,14 @@ RETRY = (429, 503, 529)  # the seed sends Retry-After with these
 
 def json_response(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     """`content` as compact JSON (the seed's serializer writes no spaces); text a client sent that UTF-8
-    cannot encode (a lone surrogate quoted in a message) is escaped, never a 500."""
+    cannot encode (a lone surrogate quoted in a message) is escaped, and a NaN or ±inf (JSON has none) is
+    written as a string: never a 500."""
     try:
         data = json.dumps(content, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
     except UnicodeEncodeError:
         data = json.dumps(content, separators=(",", ":"), allow_nan=False).encode()
+    except ValueError:  # a non-finite float (the body parser refuses them: this is the last guard)
+        return json_response(_finite(content), status, headers)
     return Response(data, status_code=status, headers=headers, media_type="application/json")
 
 
@@ -100,6 +103,17 @@ def clean(v: Any) -> Any:
         return None
     if isinstance(v, list):
         return [clean(x) for x in v]
+    return v
+
+
+def _finite(v: Any) -> Any:
+    """`v` with every NaN and ±inf as its name, in dicts, lists and tuples."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite(x) for x in v]
     return v
 
 

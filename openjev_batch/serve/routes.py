@@ -199,7 +199,8 @@ class Endpoints:
             return JSONResponse({"status": "draining"}, status_code=503)
         svc = self.service
         return JSONResponse({"status": "ok", "model": self.facts.served, "in_flight": svc.in_flight,
-                             "batches": svc.batches, "dropped": svc.dropped})  # fmt: skip
+                             "batches": svc.batches, "dropped": svc.dropped,
+                             "queued_tokens": svc.ahead.total()[0]})  # fmt: skip
 
 
 async def _left(request: Request) -> None:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from ..values import no_duplicate_keys
+from .request import loads
 
 MAX_QUESTIONS, MAX_ANSWERS = 64, 64  # the seed's schema bounds (a server may lower them: /v1/limits)
 ALIAS = "jev-latest"  # the seed's compatibility alias; any `jev-*` name is one too
@@ -128,7 +128,7 @@ def parse(raw: bytes) -> SystemOneRequest:
     body: Any = None
     if raw:
         try:  # a key given twice is refused, as in a JSONL line: which `role` would a message have?
-            body = json.loads(raw, object_pairs_hook=no_duplicate_keys)
+            body = loads(raw)
         except json.JSONDecodeError as e:
             raise Invalid(422, [_json_error(e.pos, e.msg)]) from None
         except RecursionError:

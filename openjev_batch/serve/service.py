@@ -33,7 +33,7 @@ from ..errors import BackendError
 from ..pipeline.prefill import FailureTracker
 from ..pipeline.stages import Prompted, prompt_chunk, score_chunk
 from ..readouts.base import RequestReader
-from .batching import STOP, BatchBudget, gather, prefix_share, request_tokens
+from .batching import STOP, Ahead, BatchBudget, gather, prefix_share, request_tokens
 from .limits import HTTPError, Limits
 
 # An idle engine is asked whether it lives this often (`Backend.check_alive`: sglang's sees a failed engine
@@ -94,6 +94,7 @@ class Service:
         self._checked = time.perf_counter()
         self._ready: list[Pending] = []  # prompted, not yet in a batch: the queue, in the order requests came
         self.cut = BatchBudget(SPECS[self.backend.name].serve_batch_ms, limits.batch_ms, limits.max_batch)
+        self.ahead = Ahead()  # the tokens of the requests tokenized and not yet answered: the admission forecast's
         self.batches = 0  # batches scored (GET /health reports it)
         self._dropped = [0, 0]  # given up before the prompt stage, before the engine (each thread its own count)
         self.in_flight = 0  # requests admitted and not yet answered (`evaluate`, on the event loop's thread)
@@ -118,7 +119,8 @@ class Service:
         if self.in_flight >= lim.max_concurrent:
             raise HTTPError(529, f"{lim.max_concurrent} in evaluation, the most requests this server takes at "
                             "once: retry", headers={"Retry-After": str(lim.retry_after_s)})  # fmt: skip
-        if (busy := self.cut.too_busy(self.in_flight + 1, lim.timeout_s)) is not None:  # a 504 foreseen
+        tokens, sized = self.ahead.total()  # a 504 foreseen: the queue ahead, by its size
+        if (busy := self.cut.too_busy(tokens, max(self.in_flight - sized, 0) + 1, lim.timeout_s)) is not None:
             ahead, wait = busy
             raise HTTPError(529, f"the requests in evaluation hold about {ahead:.0f} s of engine time, past what "
                             f"this server's {lim.timeout_s:g} s timeout allows: retry",
@@ -183,6 +185,7 @@ class Service:
                     p.answer(HTTPError(422, err.message, err.field))
                     continue
                 p.prompt = rp
+                self.ahead.add(p.row.pos, request_tokens(rp))
                 ok.append(p)
             if ok:
                 self._score_q.put(ok)
@@ -223,6 +226,7 @@ class Service:
     def _drop_given_up(self) -> None:
         """Take the requests whose handler gave up (504, the client gone) out of the queue: never computed."""
         keep = [p for p in self._ready if not p.future.done()]
+        self.ahead.remove([p.row.pos for p in self._ready if p.future.done()])
         self._dropped[1] += len(self._ready) - len(keep)
         self._ready = keep
 
@@ -243,6 +247,8 @@ class Service:
             for p in batch:
                 p.answer(HTTPError(500, f"{type(e).__name__}: {e}"))
             return
+        finally:  # the batch leaves the queue ahead, answered or failed
+            self.ahead.remove([p.row.pos for p in batch])
         self.batches += 1
         self._checked = time.perf_counter()  # the engine just answered
         engine = self._checked - t0
@@ -259,6 +265,7 @@ class Service:
 
     def _fail_all(self, why: str) -> None:
         self.dead = why
+        self.ahead.clear()
         for p in self._ready:
             p.answer(HTTPError(503, f"the engine has stopped: {why}"))
         self._ready = []

@@ -42,19 +42,29 @@ def test_a_request_counts_its_prefix_once_and_every_suffix():
     assert request_tokens(rp) == 6
 
 
-def test_the_backlog_is_the_requests_at_their_measured_engine_time():
-    """What `serve` foresees before admitting a request: the queue ahead and the request itself at the engine's
-    measured seconds a request; past --timeout it answers 529 now rather than 504 after the timeout."""
-    b = BatchBudget(SPECS["hf"].serve_batch_ms)
-    assert b.backlog_s(50) == 0.0  # nothing measured: nothing foreseen, nothing refused
-    b.observe(tokens=900, seconds=6.0, requests=3)
-    assert b.s_per_request == 2.0 and b.backlog_s(61) == 122.0
-
-
 def test_a_queue_past_most_of_the_timeout_is_a_504_foreseen():
+    """What `serve` foresees before admitting a request: the queue ahead (tokenized requests by their tokens, the
+    others and this one at the typical request size) at the measured seconds a token; past 80 % of --timeout
+    it answers 529 now rather than 504 after the timeout."""
     b = BatchBudget(SPECS["hf"].serve_batch_ms)
-    assert b.too_busy(1000, 120.0) is None  # nothing measured: nothing refused
-    b.observe(tokens=500, seconds=5.0, requests=1)
-    assert b.too_busy(19, 120.0) is None  # 95 s: within 80 % of the timeout
-    assert b.too_busy(20, 120.0) == (100.0, 5)  # retry in a request's engine time (5 s), when a slot frees
-    assert b.too_busy(40, 120.0) == (200.0, 104)
+    assert b.too_busy(10**6, 1000, 120.0) is None  # nothing measured: nothing refused
+    b.observe(tokens=500, seconds=5.0, requests=1)  # 10 ms a token, 500 tokens a request: 5 s
+    assert b.typical_tokens() == 500
+    assert b.too_busy(0, 19, 120.0) is None  # 95 s: within 80 % of the timeout
+    assert b.too_busy(0, 20, 120.0) == (100.0, 5)  # retry in a typical request's engine time (5 s)
+    assert b.too_busy(5000, 10, 120.0) == (100.0, 5)  # 50 s tokenized + 10 × 5 s
+    assert b.too_busy(0, 40, 120.0) == (200.0, 104)
+
+
+def test_an_idle_server_admits_after_a_giant_request_and_small_ones_are_judged_by_their_size():
+    """Hostile trial item 1: one 64 × 64 request (100k tokens, ~700 s of CPU) made every later request, even one
+    alone on an idle server, a 529 for good: the forecast was requests × the giant's seconds a request."""
+    b = BatchBudget(SPECS["hf"].serve_batch_ms)
+    b.observe(tokens=100_000, seconds=700.0, requests=1)  # the giant: 7 ms a token
+    assert b.too_busy(0, 1, 120.0) is None  # nothing ahead: an idle server never refuses
+    assert b.too_busy(100_000, 1, 120.0) is not None  # behind the giant itself: a 504 foreseen
+    b.observe(tokens=300, seconds=2.1, requests=1)  # a small one ran
+    assert b.typical_tokens() == 300  # one giant does not make the typical request giant
+    assert b.too_busy(300, 2, 120.0) is None  # a small request behind a small one: 6.3 s, admitted
+    assert b.too_busy(0, 30, 120.0) is None  # 30 small requests untokenized: 63 s
+    assert b.too_busy(0, 60, 120.0) is not None  # 60 of them: 126 s, past 96 s

@@ -49,6 +49,7 @@ def test_a_burst_is_answered_batch_by_batch_each_answer_its_own(tiny_model, tmp_
                 assert all(math.isclose(x, y, abs_tol=1e-6) for x, y in zip(a["probs"], b["probs"], strict=True))
         h = health(s)
         assert h["batches"] - before == 12 and h["dropped"] == 0 and h["in_flight"] == 0, h
+        assert h["queued_tokens"] == 0, h  # every answered request left the admission forecast's queue
     finally:
         assert s.stop() == 143, s.log
 
@@ -90,5 +91,6 @@ def test_parsed_before_admission_and_a_request_given_up_is_never_computed(tiny_m
         while (h := health(s))["dropped"] < 3 and time.time() < deadline:
             time.sleep(0.5)
         assert h["dropped"] == 3 and h["batches"] == 0 and h["in_flight"] == 0, h
+        assert h["queued_tokens"] == 0, h  # a request dropped leaves the forecast's queue: no lasting 529
     finally:
         assert s.stop() == 143, s.log
