@@ -49,7 +49,9 @@ OWN_ROWS = [
 
 
 def assert_same(got: dict, want: dict) -> None:
-    """Every column `run` wrote, the numbers to 1e-6, the rest exactly."""
+    """Every column `run` wrote, the numbers to 1e-6, the rest exactly; but `answer_key`, the nightly --reuse key
+    of an output file's rows (issue 50), which a served answer has no file to be reused from."""
+    want = {k: v for k, v in want.items() if k != "answer_key"}
     assert set(got) == set(want), (sorted(got), sorted(want))
     for k, w in want.items():
         g = got[k]
