@@ -584,3 +584,12 @@ def test_no_test_module_imports_another():
             if any(n.split(".")[-1].startswith("test_") for n in names):
                 bad.append(f"{path.relative_to(tests)}:{node.lineno}")
     assert bad == []
+
+
+def test_no_two_test_modules_share_a_file_name():
+    """The tests have no __init__.py: two test modules of one file name stop pytest's collection ('import file
+    mismatch'), so the README's test command ran nothing (tests/test_images.py twice, then test_request.py)."""
+    from collections import Counter
+
+    names = Counter(p.name for p in (Path(__file__).parent).rglob("test_*.py"))
+    assert [n for n, c in names.items() if c > 1] == []
