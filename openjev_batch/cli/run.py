@@ -122,8 +122,9 @@ def _run_job(door: Door[Any]) -> None:
     finally:
         stack.close()
     _print_summary(name, readout, s, threads_note)
-    if job.baseline is not None and Path(s.output).is_file():  # what moved since the baseline
-        print_baseline(job.baseline, Path(s.output))
+    # what moved since the baseline (run's and classify's option: a new readout's command may not declare it)
+    if (baseline := getattr(job, "baseline", None)) is not None and Path(s.output).is_file():
+        print_baseline(baseline, Path(s.output))
     if s.errors:
         raise typer.Exit(EXIT_ROW_ERRORS)
 
