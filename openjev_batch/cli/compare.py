@@ -18,7 +18,7 @@ EXIT_DRIFT = 5  # a question's answers moved more than --max-drift (PSI)
 PSI_ALERT = 0.25  # pipeline/drift.PSI_ALERT (not imported here: the CLI loads the pipeline lazily)
 
 
-@app.command(short_help="What moved between two outputs: per question shares, drift, confidence, changed rows.")
+@app.command(short_help="What moved between two outputs: shares, drift, changed rows.")
 def compare(
     old: Path = typer.Argument(..., help="The earlier output (.parquet, .jsonl, .jsonl.gz, .csv, .tsv)."),
     new: Path = typer.Argument(..., help="The later output."),

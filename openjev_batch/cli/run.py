@@ -18,7 +18,6 @@ from ..interrupts import stop_on_signals
 from ..options import BACKENDS
 from ..readouts import build
 from .app import EXIT_FAILED, EXIT_ROW_ERRORS, _fail, _stopped, err, printable
-from .compare import print_baseline
 from .display import _print_plan, _print_summary, _progress
 from .door import ENGINE, JOB, READOUT, Door, command, own
 from .job_options import _readout_of, job_flag
@@ -124,6 +123,9 @@ def _run_job(door: Door[Any]) -> None:
     _print_summary(name, readout, s, threads_note)
     # what moved since the baseline (run's and classify's option: a new readout's command may not declare it)
     if (baseline := getattr(job, "baseline", None)) is not None and Path(s.output).is_file():
+        # imported here, not at the top: `-h` lists the commands in the job's order
+        from .compare import print_baseline
+
         print_baseline(baseline, Path(s.output))
     if s.errors:
         raise typer.Exit(EXIT_ROW_ERRORS)

@@ -27,6 +27,15 @@ import check_sglang_release as release_tool  # noqa: E402
 pytestmark = pytest.mark.heavy
 
 
+@pytest.fixture(autouse=True)
+def _not_the_cpu_engine(monkeypatch):
+    """sglang's GDN kernels module picks its path at import from SGLANG_USE_CPU_ENGINE: the sglang engine
+    fixtures set it in this process (tests/conftest.py), and with it set the import wants the CPU build's
+    `sgl_kernel.mamba`, which the test shim lacks (CI 2026-12-07: the three tests below failed only when they ran
+    after an engine test in the same xdist worker). The check reads names, not kernels: sglang's default path."""
+    monkeypatch.delenv("SGLANG_USE_CPU_ENGINE", raising=False)
+
+
 def test_the_override_module_imports_and_its_check_passes_under_the_installed_sglang():
     import importlib.metadata
 
