@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 
 from ...errors import ConfigError
-from ...values import no_symlink_loop, option_text_problem, text_bytes
+from ...values import no_symlink_loop, one_of, option_text_problem, text_bytes
 from ..base import ReadoutOptions
 from ..flags import Flag
 from .questions import MAX_QUESTION_BYTES, QuestionSpec, shared_questions
@@ -100,9 +100,7 @@ class LabelLogprobsOptions(ReadoutOptions):
     @field_validator("layout")
     @classmethod
     def _layout(cls, v: str) -> str:
-        if v not in LAYOUTS:
-            raise ValueError(f"unknown layout {v!r}; expected one of {', '.join(LAYOUTS)}")
-        return v
+        return one_of("layout", v, LAYOUTS)
 
     def files(self) -> list[tuple[Path, str]]:
         out = [(self.questions, "the questions file (-q)")] if isinstance(self.questions, Path) else []

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ...values import one_of
 from .leads import lead_problem
 
 MIN_OPTIONS, MAX_OPTIONS = 2, 64
@@ -59,9 +60,7 @@ class _Question(BaseModel):
     @field_validator("type")
     @classmethod
     def _known_type(cls, v: str) -> str:
-        if v not in QUESTION_TYPES:
-            raise ValueError(f"unknown question type {v!r}; expected one of {', '.join(QUESTION_TYPES)}")
-        return v
+        return one_of("question type", v, QUESTION_TYPES)
 
     @field_validator("instructions")
     @classmethod

@@ -13,8 +13,9 @@ of sglang's `alloc` runs unchanged.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
+
+from . import wrap_method
 
 
 class _PinnedIndex:
@@ -64,21 +65,18 @@ def apply_alloc() -> bool:
     cls = alloc_target()
     if cls is None:
         return False
-    stock = cls.alloc
-    if getattr(stock, "_openjev_alloc", False):
-        return True
 
-    @functools.wraps(stock)
-    def alloc(self, *args: Any, **kwargs: Any) -> Any:
-        own = self.__dict__
-        swapped = {n: own[n] for n in ALLOC_MAPPINGS if getattr(own.get(n), "is_cuda", False)}
-        for n, t in swapped.items():
-            own[n] = _PinnedIndex(t)
-        try:
-            return stock(self, *args, **kwargs)
-        finally:
-            own.update(swapped)
+    def make(stock: Any) -> Any:
+        def alloc(self: Any, *args: Any, **kwargs: Any) -> Any:
+            own = self.__dict__
+            swapped = {n: own[n] for n in ALLOC_MAPPINGS if getattr(own.get(n), "is_cuda", False)}
+            for n, t in swapped.items():
+                own[n] = _PinnedIndex(t)
+            try:
+                return stock(self, *args, **kwargs)
+            finally:
+                own.update(swapped)
 
-    alloc._openjev_alloc = True  # type: ignore[attr-defined]
-    cls.alloc = alloc
-    return True
+        return alloc
+
+    return wrap_method(cls, "alloc", "_openjev_alloc", make)

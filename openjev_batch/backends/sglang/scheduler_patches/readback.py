@@ -16,9 +16,10 @@ not yet (benchmarks/gpu.sh issue19b measures it against the stock readback in on
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
+
+from . import wrap_method
 
 log = logging.getLogger(__name__)
 
@@ -90,32 +91,30 @@ def apply_readback() -> bool:
     cls = readback_target()
     if cls is None:
         return False
-    stock = cls.copy_to_cpu
-    if getattr(stock, "_openjev_readback", False):
-        return True
     logged: set[str] = set()  # each message once per scheduler process
 
-    @functools.wraps(stock)
-    def copy_to_cpu(self, *args: Any, **kwargs: Any) -> Any:
-        out: Any = getattr(self, "logits_output", None)
-        try:
-            host = host_copy_token_ids_logprobs(getattr(out, "input_token_ids_logprobs_val", None))
-        except Exception as e:  # noqa: BLE001 - never the scheduler's end: sglang's own readback then
-            host = None
-            if "failed" not in logged:
-                logged.add("failed")
-                log.warning(
-                    "openjev-batch readback patch failed (%s: %s); sglang's own readback runs",
-                    type(e).__name__,
-                    e,
-                )
-        if host is not None:
-            out.input_token_ids_logprobs_val = host
-            if "active" not in logged:
-                logged.add("active")
-                log.info("openjev-batch: multi-item label logprobs copied to the host without blocking")
-        return stock(self, *args, **kwargs)  # records copy_done after the copy above
+    def make(stock: Any) -> Any:
+        def copy_to_cpu(self, *args: Any, **kwargs: Any) -> Any:
+            out: Any = getattr(self, "logits_output", None)
+            try:
+                host = host_copy_token_ids_logprobs(getattr(out, "input_token_ids_logprobs_val", None))
+            except Exception as e:  # noqa: BLE001 - never the scheduler's end: sglang's own readback then
+                host = None
+                if "failed" not in logged:
+                    logged.add("failed")
+                    log.warning(
+                        "openjev-batch readback patch failed (%s: %s); sglang's own readback runs",
+                        type(e).__name__,
+                        e,
+                    )
+            if host is not None:
+                out.input_token_ids_logprobs_val = host
+                if "active" not in logged:
+                    logged.add("active")
+                    log.info("openjev-batch: multi-item label logprobs copied to the host without blocking")
+            return stock(self, *args, **kwargs)  # records copy_done after the copy above
 
-    copy_to_cpu._openjev_readback = True  # type: ignore[attr-defined]
-    cls.copy_to_cpu = copy_to_cpu
-    return True
+        return copy_to_cpu
+
+    return wrap_method(cls, "copy_to_cpu", "_openjev_readback", make)
+
