@@ -60,6 +60,13 @@ def output_format(path: str | Path) -> str:
     return fmt
 
 
+def one_of(what: str, v: Any, known: Any) -> Any:
+    """`v` when it is one of `known`, else the ValueError "unknown WHAT 'v'; expected one of a, b" (a validator's)."""
+    if v not in known:
+        raise ValueError(f"unknown {what} {v!r}; expected one of {', '.join(known)}")
+    return v
+
+
 @dataclass(frozen=True)
 class EngineOption:
     """One engine option. `sglang`: an `sglang.Engine` argument of the same name, passed when set (not None,
@@ -89,7 +96,7 @@ class EngineOption:
         numbered = [c.removesuffix(":N") for c in self.choices if c.endswith(":N")]
         if isinstance(v, str) and any(re.fullmatch(re.escape(c) + r":\d+", v) for c in numbered):
             return v
-        raise ValueError(f"unknown {self.name} {v!r}; expected one of {', '.join(self.choices)}")
+        return one_of(self.name, v, self.choices)
 
     @property
     def cli_flag(self) -> str:

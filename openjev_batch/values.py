@@ -152,14 +152,6 @@ def value_problem(value: Any, ints: bool = False) -> str | None:
     return None
 
 
-def one_of(what: str, v: str, known: Any) -> str:
-    """`v` when it is one of `known`, else ValueError "unknown WHAT 'v'; expected one of a, b" (a validator's
-    message: pydantic names the field)."""
-    if v not in known:
-        raise ValueError(f"unknown {what} {v!r}; expected one of {', '.join(known)}")
-    return v
-
-
 def option_text_problem(v: str) -> str | None:
     """`value_problem` of an option's text (a path, --system-prompt, --template): on the command line a byte
     that is not UTF-8 arrives as a surrogate escape (U+DC80–U+DCFF: Python decodes argv with

@@ -123,8 +123,7 @@ def _run_job(door: Door[Any]) -> None:
     _print_summary(name, readout, s, threads_note)
     # what moved since the baseline (run's and classify's option: a new readout's command may not declare it)
     if (baseline := getattr(job, "baseline", None)) is not None and Path(s.output).is_file():
-        # imported here, not at the top: `-h` lists the commands in the job's order
-        from .compare import print_baseline
+        from .compare import print_baseline  # lazy: at the top it would list compare first in `-h`
 
         print_baseline(baseline, Path(s.output))
     if s.errors:

@@ -11,7 +11,8 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 
 from ...errors import ConfigError
-from ...values import no_symlink_loop, one_of, option_text_problem, text_bytes
+from ...options import one_of
+from ...values import no_symlink_loop, option_text_problem, text_bytes
 from ..base import ReadoutOptions
 from ..flags import Flag
 from .questions import MAX_QUESTION_BYTES, QuestionSpec, shared_questions

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ...values import one_of
+from ...options import one_of
 from .leads import lead_problem
 
 MIN_OPTIONS, MAX_OPTIONS = 2, 64
