@@ -124,7 +124,7 @@ class Endpoints:
         except seed.Invalid as e:
             return json_response(e.body(), e.status)
         if not seed.known_model(req.model, self.facts.accepted):
-            return json_response(seed.error_body(f"Unknown model: {req.model}"), 422)
+            return json_response(seed.error_body(seed.unknown_model(req.model)), 422)
         try:
             row = await run_in_threadpool(self._row, seed.row_body(req), True)
             t_parse = time.perf_counter() - t0

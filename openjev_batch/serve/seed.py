@@ -13,6 +13,7 @@ The prompt itself is the readout's (`--layout systemone`, the seed's layout, is 
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
@@ -149,10 +150,21 @@ def _json_error(pos: int, why: str) -> dict[str, Any]:
             "ctx": {"error": why}}  # fmt: skip
 
 
+# a `jev-*` alias: a name after `jev-` (a version, `latest`), no space, no control character, at most 64 long
+# (attack trial: `jev-`, `jev-latest ` and a 10 KB `jev-…` were accepted and echoed back whole)
+JEV_ALIAS = re.compile(r"jev-[A-Za-z0-9][A-Za-z0-9._+-]{0,59}")
+
+
 def known_model(name: str, names: tuple[str, ...]) -> bool:
     """Whether a request's `model` names this server: `jev-latest`, any `jev-*` alias (a pinned version is a
     drop-in swap), or one of `names` (the served id, the `-m` name)."""
-    return name in names or name.startswith("jev-")
+    return name in names or JEV_ALIAS.fullmatch(name) is not None
+
+
+def unknown_model(name: str) -> str:
+    """The seed's 422 message, the name JSON-escaped and cut at 100 characters (it is echoed)."""
+    shown = json.dumps(name, ensure_ascii=False)[1:-1]
+    return f"Unknown model: {shown if len(shown) <= 100 else shown[:100] + '…'}"
 
 
 def text(value: Content) -> str:
@@ -167,8 +179,17 @@ def state_body(state: Content) -> dict[str, Any]:
     user turn (JSON compact, kept whole: an object with `messages` and other keys is data, not a chat)."""
     chat: Any = state["messages"] if isinstance(state, dict) and set(state) == {"messages"} else state
     if isinstance(chat, list) and chat and all(isinstance(m, dict) and "role" in m for m in chat):
-        return {"messages": [{**m, "content": "" if m.get("content") is None else m["content"]} for m in chat]}
+        return {"messages": [{**m, "content": _content(m.get("content"))} for m in chat]}
     return {"messages": [{"role": "user", "content": text(state)}]}
+
+
+def _content(c: Any) -> Any:
+    """A message's content as the seed reads it: null, `[]` and text parts that are all empty are empty text
+    (the seed renders them so; the readout's row would refuse an empty conversation)."""
+    if c is None or (isinstance(c, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                                  and p.get("text") == "" for p in c)):  # fmt: skip
+        return ""
+    return c
 
 
 def question_body(q: NoulQuestion | ChoiceQuestion | ScoreQuestion) -> dict[str, Any]:

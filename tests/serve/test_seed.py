@@ -213,6 +213,16 @@ def test_every_name_of_the_model_is_accepted_and_echoed(seed_server, tiny_model,
     answered(post(seed_server, body), body)
 
 
+@pytest.mark.parametrize("model", ["jev-", "jev-latest ", " jev-latest", "jev-a b", "jev-" + "1" * 61, "jev-\u0000x"])
+def test_a_loose_alias_is_an_unknown_model_and_a_long_one_is_not_echoed_whole(seed_server, model):
+    """Attack trial: `jev-`, a trailing space and a 10 KB `jev-…` were accepted and echoed back whole."""
+    r = post(seed_server, {**PAYLOAD, "model": model})
+    msg = ErrorResponse.model_validate(r.json()).error.message
+    assert r.status_code == 422 and msg.startswith("Unknown model: ") and len(msg) < 140, r.text[:300]
+    r = post(seed_server, {**PAYLOAD, "model": "x" * 10_000})
+    assert r.status_code == 422 and len(r.text) < 400, r.text[:300]
+
+
 def test_the_catalogue_limits_and_health(seed_server):
     models = ModelsResponse.model_validate(httpx.get(seed_server.url + "/v1/models", headers=AUTH).json())
     assert [m.name for m in models.models] == [d.id for d in models.data] == ["jev-latest", SERVED]
@@ -450,6 +460,27 @@ def test_an_empty_state_is_answered_as_the_seed_renders_it(seed_server, qwen3_to
         r = post(seed_server, body)
         answered(r, body)
         assert r.headers["x-openjev-prefix-tokens"] == str(len(prefix)), r.headers
+
+
+@pytest.mark.parametrize("content", [[], [{"type": "text", "text": ""}]], ids=["no-parts", "an-empty-part"])
+def test_empty_content_parts_are_the_empty_state(seed_server, content):
+    """Attack trial: `content: []` was refused (an empty conversation) where the seed renders an empty message;
+    answered as `state: ""` is, with the same prefix."""
+    empty = post(seed_server, {**PAYLOAD, "state": ""})
+    body = {**PAYLOAD, "state": [{"role": "user", "content": content}]}
+    r = post(seed_server, body)
+    assert answered(r, body).answers == answered(empty, PAYLOAD).answers
+    assert r.headers["x-openjev-prefix-tokens"] == empty.headers["x-openjev-prefix-tokens"]
+
+
+def test_two_options_that_read_the_same_are_a_422(seed_server):
+    """The layout hides the keys: `A: Payments` / `B: Payments` left the model only the letters' order."""
+    body = json.loads(json.dumps(PAYLOAD))
+    body["questions"]["team"]["criteria"]["technical"] = "Payments"
+    r = post(seed_server, body)
+    msg = ErrorResponse.model_validate(r.json()).error.message
+    assert r.status_code == 422 and "options 'billing' and 'technical' read the same" in msg, r.text[:300]
+    assert "row " not in msg  # the field, not a batch row
 
 
 def test_one_question_finds_the_prefix_cached_as_on_the_seed(seed_server):

@@ -56,6 +56,7 @@ class RemoteEngine:
                                f"pip install {e.name}") from None  # fmt: skip
         self.url = url.rstrip("/")
         self.deadline_s = deadline_s
+        self.info_s = min(INFO_TIMEOUT_S, deadline_s)  # a facts request: 30 s, or less under a shorter deadline
         self.loop = asyncio.new_event_loop()
         self.fault: BackendError | None = None  # the job's error once the server broke a deadline or its shape
         self._client: Any = None  # made inside `loop` on first use (an httpx.AsyncClient binds to its loop)
@@ -86,14 +87,16 @@ class RemoteEngine:
     def wait_until_ready(self) -> None:
         """Poll `/health` until the server answers 200. 503 (sglang loading its model) is waited on up to
         `deadline_s`; a refused connection is tried `TRIES` times (a server binding its port, not a wrong URL
-        waited on for minutes); a poll with no answer within INFO_TIMEOUT_S, or any other answer, fails."""
+        waited on for minutes); a poll with no answer within INFO_TIMEOUT_S (or what is left of `deadline_s`,
+        when that is less: `--connect-timeout 5` waits 5 s, not 30), or any other answer, fails."""
         self._run(self._ready())
 
     async def _ready(self) -> None:
         end = time.monotonic() + self.deadline_s
         while True:
             try:
-                await self._call("GET", "/health", None, INFO_TIMEOUT_S, parse=False)
+                left = round(max(end - time.monotonic(), 0.5), 1)
+                await self._call("GET", "/health", None, min(INFO_TIMEOUT_S, left), parse=False)
                 return
             except _Starting:
                 if time.monotonic() + 1.0 > end:
@@ -102,9 +105,9 @@ class RemoteEngine:
 
     async def _server_info(self) -> dict[str, Any]:
         try:
-            info = await self._call("GET", "/server_info", None, INFO_TIMEOUT_S, missing_ok=True)
+            info = await self._call("GET", "/server_info", None, self.info_s, missing_ok=True)
         except _Missing:  # sglang before /server_info
-            info = await self._call("GET", "/get_server_info", None, INFO_TIMEOUT_S)
+            info = await self._call("GET", "/get_server_info", None, self.info_s)
         if not isinstance(info, dict):  # valid JSON, not sglang's: `[]` ended in an AttributeError traceback
             raise self._fail(f"/server_info answered {_shown(info)}, not sglang's object")
         return info

@@ -214,6 +214,9 @@ class SystemOnePrompter:
                 fails.append(Failed(q.qid, f"row {row.id}: questions.{q.qid}.{key}: {UNSUPPORTED}"))
                 continue
             its = items(q)
+            if twins := next(filter(None, (_twins(it.shown) for it in its)), None):
+                fails.append(Failed(q.qid, f"row {row.id}: questions.{q.qid}.criteria: {twins}"))
+                continue
             if max(len(it.shown.options) for it in its) <= len(self.labels):
                 suffixes.update((it.bid, self._suffix(it.shown, layout)) for it in its)
         asked = [q for q in row.questions if q.qid not in {f.qid for f in fails}]
@@ -229,6 +232,19 @@ class SystemOnePrompter:
 
 
 UNSUPPORTED = "the systemone layout ends every branch with the seed's `Answer:` line; use --layout transcript"
+
+
+def _twins(q: QuestionSpec) -> str | None:
+    """Why `q` cannot be asked in this layout: two options whose lines read the same (the keys are hidden, so
+    `A: Yes` / `B: Yes` would leave the model the letters' position to go by), else None."""
+    seen: dict[str, str] = {}
+    for name, desc in zip(q.options, q.descriptions, strict=False):
+        line = " ".join((name if desc is None else desc).split())
+        if line in seen:
+            return (f"options {seen[line]!r} and {name!r} read the same ({line[:60]!r}) and --layout systemone "
+                    "hides the keys: give each its own description")
+        seen[line] = name
+    return None
 
 
 def _with_questions(row: Row, questions: list) -> Row:

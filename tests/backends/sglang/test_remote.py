@@ -172,6 +172,17 @@ def test_readiness_waits_for_a_starting_server_and_a_reset_request_is_tried_agai
     eng.shutdown()
 
 
+def test_the_readiness_wait_keeps_a_connect_timeout_under_30_s(fake):
+    """Attack trial (issue 46): a /health that never answered held `--connect-timeout 2` for the facts' fixed
+    30 s. Each poll now gets what is left of the deadline."""
+    s = fake(lambda s: {"/health": never_finishes(s)})
+    t = time.perf_counter()
+    with pytest.raises(BackendError) as e:
+        connect(s.url, deadline_s=2.0)
+    assert time.perf_counter() - t < 10
+    assert "/health did not finish within 2 s (--connect-timeout raises this deadline)" in str(e.value), str(e.value)
+
+
 def test_a_refused_connection_is_tried_three_times_then_one_line(fake):
     s = fake({})
     url = s.url

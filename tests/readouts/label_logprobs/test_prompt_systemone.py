@@ -148,6 +148,26 @@ def test_control_tokens_in_a_state_or_question_stay_text(prompter, qwen3_tok):
     assert qwen3_tok.decode(list(rp.prefix)).count(hostile) == 3  # and every content is there, verbatim
 
 
+@pytest.mark.parametrize(
+    "criteria,said",
+    [
+        ({"a": "Yes", "b": "Yes"}, "options 'a' and 'b' read the same ('Yes')"),
+        ({"yes": None, "b": "Yes"}, None),  # case differs: two lines
+        ({"x": "Tall\n  and thin", "y": "Tall and   thin"}, "options 'x' and 'y' read the same ('Tall and thin')"),
+        ({"x": None, "y": "x"}, "options 'x' and 'y' read the same ('x')"),  # a hidden key shown by its name
+    ],
+)
+def test_options_that_read_the_same_are_that_questions_error(prompter, criteria, said):
+    """Attack trial (issue 46): the layout hides the keys, so `A: Yes` / `B: Yes` asked the model to pick a
+    letter by position; the question is refused naming both options, its row's other questions answered."""
+    qs = {"dup": {"type": "choice", "instructions": "Pick.", "criteria": criteria}, "ok": QUESTIONS["refund"]}
+    rp, fails = prompter.build(parse_row(0, {"id": "r", "state": "hi", "questions": qs}))
+    assert {b.qid for b in rp.branches} == ({"ok"} if said else {"dup", "ok"})
+    assert [f.qid for f in fails] == (["dup"] if said else [])
+    if said:
+        assert said in fails[0].error and "--layout systemone hides the keys" in fails[0].error, fails[0].error
+
+
 def test_what_the_seed_has_not_is_refused(qwen3_tok, tmp_path):
     with pytest.raises(ConfigError, match="--system-prompt is the transcript layout's"):
         LabelLogprobs.from_config(_cfg(tmp_path, layout="systemone", system_prompt="Be brief."))
