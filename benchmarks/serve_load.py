@@ -13,6 +13,9 @@ after each phase: on a busy 2-core machine the numbers move with the neighbours'
 
     nice -n 10 .venv/bin/python benchmarks/serve_load.py                      # smollm2-135m, hf, 64 rows
     nice -n 10 .venv/bin/python benchmarks/serve_load.py --rows 32 --clients 1 16
+    # the CPU sglang engine (the test engine: README "Development"; one engine each way, so half the KV each)
+    SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=tests/shims nice -n 10 .venv/bin/python benchmarks/serve_load.py \
+        --backend sglang --engine-arg max_total_tokens=65536 --out benchmarks/results/DATE-cpu-serve-load-sglang.json
 Results: benchmarks/results/<date>-cpu-serve-load.json (--out to change).
 """
 
@@ -71,13 +74,13 @@ def rows(n: int, tag: str) -> list[dict]:
     return [tagged(base[i % len(base)], f"{tag}{i:03d}] ") for i in range(n)]
 
 
-def run_jobs(model: str, backend: str, threads: int, n: int, layout: str) -> dict:
+def run_jobs(model: str, backend: str, threads: int, n: int, layout: str, engine_args: dict | None = None) -> dict:
     """`run` through the Python API on a held-open Classifier: a warm-up job, the N rows, the first 16."""
     import openjev_batch as ob
 
     q = str(EXAMPLES / "ticket_questions.yaml")
     t = time.perf_counter()
-    clf = ob.Classifier(model, backend, threads=threads, layout=layout)
+    clf = ob.Classifier(model, backend, threads=threads, layout=layout, **({"engine_args": engine_args} if engine_args else {}))
     out: dict = {"load_s": round(time.perf_counter() - t, 1)}
     try:
         clf.run(rows(4, "[warm "), q, output="arrow")
@@ -161,7 +164,8 @@ def serve_rounds(a, out: dict, save) -> None:
     port = free_port()
     cmd = [sys.executable, "-m", "openjev_batch", "serve", "-m", a.model, "-b", a.backend, "-q",
            str(EXAMPLES / "ticket_questions.yaml"), "--port", str(port), "--threads", str(a.threads),
-           "--max-concurrent", str(max(a.clients)), "--layout", a.layout, *a.serve_arg]  # fmt: skip
+           "--max-concurrent", str(max(a.clients)), "--layout", a.layout, *a.serve_arg,
+           *(x for kv in a.engine_arg for x in ("--engine-arg", kv))]  # fmt: skip
     out["serve_command"] = " ".join(cmd[1:])
     log = open(Path(a.out).with_suffix(".serve.log"), "w")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT, env=os.environ)
@@ -215,6 +219,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads, both ways (the machine is shared)")
     ap.add_argument("--layout", default="transcript", help="the prompt layout, both ways (serve's default differs)")
     ap.add_argument("--serve-arg", action="append", default=[], help="one more serve flag (repeat)")
+    ap.add_argument("--engine-arg", action="append", default=[], metavar="K=V",
+                    help="an sglang.Engine argument, both ways (run's engine_args, serve's --engine-arg)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results" / f"{time.strftime('%Y-%m-%d')}-cpu-serve-load.json"))
     ap.add_argument("--run-from", metavar="RESULTS", help="take run's jobs from an earlier results file")
     ap.add_argument("--verdict", metavar="RESULTS", help="recompute the comparison of a results file, no run")
@@ -225,7 +231,7 @@ def main() -> None:
         Path(a.verdict).write_text(json.dumps(out, indent=1) + "\n")
         return
     out: dict = {"what": "serve under load vs run, same rows (benchmarks/serve_load.py)", "model": a.model,
-                 "backend": a.backend, "layout": a.layout, "threads": a.threads, "rows": a.rows, "machine_before": machine(),
+                 "backend": a.backend, "engine_args": a.engine_arg, "layout": a.layout, "threads": a.threads, "rows": a.rows, "machine_before": machine(),
                  "serve": {}}  # fmt: skip
 
     def save() -> None:
@@ -234,7 +240,8 @@ def main() -> None:
     if a.run_from:  # `run`'s jobs from an earlier results file (the same rows, model and threads)
         out["run"] = {**json.loads(Path(a.run_from).read_text())["run"], "from": Path(a.run_from).name}
     else:
-        out["run"] = run_jobs(a.model, a.backend, a.threads, a.rows, a.layout)
+        args = {k: json.loads(v) if v[:1].isdigit() else v for k, _, v in (kv.partition("=") for kv in a.engine_arg)}
+        out["run"] = run_jobs(a.model, a.backend, a.threads, a.rows, a.layout, args)
     print(json.dumps(out["run"]), flush=True)
     save()
     serve_rounds(a, out, save)

@@ -29,11 +29,19 @@ pytestmark = pytest.mark.heavy
 
 @pytest.fixture(autouse=True)
 def _not_the_cpu_engine(monkeypatch):
-    """sglang's GDN kernels module picks its path at import from SGLANG_USE_CPU_ENGINE: the sglang engine
-    fixtures set it in this process (tests/conftest.py), and with it set the import wants the CPU build's
-    `sgl_kernel.mamba`, which the test shim lacks (CI 2026-12-07: the three tests below failed only when they ran
-    after an engine test in the same xdist worker). The check reads names, not kernels: sglang's default path."""
+    """sglang's GDN kernels module picks its path at import from `is_cpu()` (SGLANG_USE_CPU_ENGINE, read once:
+    lru_cache): the sglang engine fixtures set it in this process (tests/conftest.py), and with it set the import
+    wants the CPU build's `sgl_kernel.mamba`, which the test shim lacks, and binds the CPU kernels, whose
+    parameters the fork does not read (CI 2026-12-07: these tests failed only after an engine test in the same
+    xdist worker). The check reads the names of sglang's default path: the switch off, its cached answer dropped
+    (before and after, so later tests read the switch again)."""
+    from sglang.srt.utils import common
+
     monkeypatch.delenv("SGLANG_USE_CPU_ENGINE", raising=False)
+    common.is_cpu.cache_clear()
+    yield
+    monkeypatch.undo()
+    common.is_cpu.cache_clear()
 
 
 def test_the_override_module_imports_and_its_check_passes_under_the_installed_sglang():
