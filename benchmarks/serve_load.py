@@ -50,7 +50,14 @@ def machine() -> dict:
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor())  # fmt: skip
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    import importlib.metadata
+
+    try:
+        sglang = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        sglang = None
     return {"cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "torch": torch.__version__,
+            "sglang": sglang,
             "transformers": transformers.__version__, "commit": commit.stdout.strip(), "nice": os.nice(0),
             "load_avg_1_5_15": load_avg(), "uptime": subprocess.run(["uptime"], capture_output=True,
                                                                     text=True).stdout.strip()}  # fmt: skip
