@@ -150,9 +150,11 @@ def _json_error(pos: int, why: str) -> dict[str, Any]:
             "ctx": {"error": why}}  # fmt: skip
 
 
-# a `jev-*` alias: a name after `jev-` (a version, `latest`), no space, no control character, at most 64 long
-# (attack trial: `jev-`, `jev-latest ` and a 10 KB `jev-…` were accepted and echoed back whole)
-JEV_ALIAS = re.compile(r"jev-[A-Za-z0-9][A-Za-z0-9._+-]{0,59}")
+# a `jev-*` alias: a name after `jev-` (a version, `latest`), no space, no control character, at most 100 long
+# (the seed takes any name starting `jev-`; the attack trial sent `jev-`, `jev-latest ` and a 10 KB `jev-…`, each
+# accepted and echoed back whole. A seed peer's client checks a response's model the same way: `jev-`, letters,
+# digits, `-._`, ≤ 100)
+JEV_ALIAS = re.compile(r"jev-[A-Za-z0-9][A-Za-z0-9._+-]{0,95}")
 
 
 def known_model(name: str, names: tuple[str, ...]) -> bool:

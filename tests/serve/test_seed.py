@@ -207,13 +207,14 @@ def test_the_readme_request_answers_as_the_seed_counts(seed_server):
     assert dept.confidence == pytest.approx(records["department"]["confidence"])
 
 
-@pytest.mark.parametrize("model", ["jev-latest", "jev-1.13.0", "jev-anything", SERVED, "{tiny}"])
+@pytest.mark.parametrize("model", ["jev-latest", "jev-1.13.0", "jev-anything", "jev-2026.12_rc1", "jev-" + "9" * 96,
+                                   SERVED, "{tiny}"])
 def test_every_name_of_the_model_is_accepted_and_echoed(seed_server, tiny_model, model):
     body = {**PAYLOAD, "model": model.format(tiny=tiny_model)}
     answered(post(seed_server, body), body)
 
 
-@pytest.mark.parametrize("model", ["jev-", "jev-latest ", " jev-latest", "jev-a b", "jev-" + "1" * 61, "jev-\u0000x"])
+@pytest.mark.parametrize("model", ["jev-", "jev-latest ", " jev-latest", "jev-a b", "jev-" + "1" * 97, "jev-\u0000x"])
 def test_a_loose_alias_is_an_unknown_model_and_a_long_one_is_not_echoed_whole(seed_server, model):
     """Attack trial: `jev-`, a trailing space and a 10 KB `jev-…` were accepted and echoed back whole."""
     r = post(seed_server, {**PAYLOAD, "model": model})
