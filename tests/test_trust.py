@@ -88,7 +88,7 @@ def test_loader_options():
 
 
 def test_sglang_engine_loads_safetensors_only_unless_allowed():
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     from openjev_batch.backends.sglang.kwargs import engine_kwargs
 
     kw = engine_kwargs(BackendOptions(model="m", device="cpu"))
@@ -163,7 +163,7 @@ def test_sglang_refusal_names_allow_pickle(tiny_model, tmp_path):
 
 @pytest.mark.sglang
 def test_sglang_engine_refusal_names_allow_pickle(tiny_model, tmp_path, monkeypatch):
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     for k, v in sglang_cpu_env().items():
         monkeypatch.setenv(k, v)
     folder = tmp_path / "m"

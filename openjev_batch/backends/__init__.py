@@ -7,7 +7,6 @@ one `SPECS` line below, and its name in `options.BACKENDS`."""
 from __future__ import annotations
 
 import importlib
-import importlib.util
 
 from ..checkpoint.trust import check_model_trust
 from ..errors import BackendError
@@ -26,7 +25,9 @@ assert set(NAMES) == set(BACKENDS), "config.BACKENDS (the --backend choices) mus
 def default_backend() -> str:
     """`sglang` where it is installed and a GPU is present, else `hf` (sglang on a CPU needs a CPU build of
     sgl-kernel that PyPI does not ship; the tests use a shim, users pass `--backend sglang` explicitly)."""
-    if importlib.util.find_spec("sglang") is None:
+    from .sglang import installed  # lazy: the package resolves its backend lazily
+
+    if not installed():
         return "hf"
     import torch
 

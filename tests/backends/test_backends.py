@@ -154,7 +154,7 @@ def test_sglang_cpu_engine_does_not_spin_when_idle(sglang_backend):
 @pytest.mark.sglang
 def test_sync_free_logprob_gather_equals_sglangs(monkeypatch):
     """The scheduler-side gather (sglang#39642 workaround) returns what sglang's own function returns."""
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     from sglang.srt.layers import logprob_processor as lp
 
     from openjev_batch.backends.sglang import scheduler_patch as sglang_patches
@@ -306,7 +306,7 @@ def test_multi_item_choice(tiny_model, tmp_path, monkeypatch):
 
 def test_prefill_graph_args_are_server_args():
     """The prefill-graph switches exist in the installed sglang (0.5.17 kit and 0.5.19 alike)."""
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     import dataclasses
 
     from sglang.srt.server_args import ServerArgs
@@ -486,7 +486,7 @@ def test_cpu_engine_memory_is_sized_from_the_model(tiny_model, tmp_path):
     for > 0.11): the CPU share is sized from the float32 weights and a KV budget."""
     import json
 
-    pytest.importorskip("sglang")  # engine_kwargs reads sglang's ServerArgs (not in the plain install)
+    pytest.importorskip("sglang.srt")  # engine_kwargs reads sglang's ServerArgs (not in the plain install)
 
     from openjev_batch.backends import BackendOptions
     from openjev_batch.backends.sglang.kwargs import CPU_KV_TOKENS, cpu_mem_fraction, engine_kwargs

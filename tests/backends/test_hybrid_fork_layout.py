@@ -146,7 +146,7 @@ def test_the_per_layer_path_copies_no_token_row():
 def test_the_real_gdn_layer_subscripts_no_input_by_rows():
     """ForkingLinearAttention.forward (qwen3_5_mis.py, under the CI's sglang) hands its inputs to fork_layer whole:
     no `mixed_qkv[…]`, `a[…]`, `b[…]` and no subscripted assignment into an output."""
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     from openjev_batch.backends.sglang.hybrid import qwen3_5_mis as fork
 
     tree = ast.parse(textwrap.dedent(inspect.getsource(fork.ForkingLinearAttention.forward)))

@@ -103,7 +103,7 @@ def test_dry_run_names_the_request_pattern_asked_for(tmp_path, tiny_model):
     """Hostile trial: `--dry-run --request-pattern prefix-first` still printed the automatic pattern."""
     info = model_info(str(tiny_model))
     assert auto_pattern(info).startswith("first branch of each prefix")
-    pytest.importorskip("sglang")  # -b sglang: the option is refused by hf
+    pytest.importorskip("sglang.srt")  # -b sglang: the option is refused by hf
     r = cli("run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-m", tiny_model, "-b", "sglang", "--dry-run",
             "--request-pattern", "prefix-first")  # fmt: skip
     assert r.returncode == 0 and "prefix-only request per prefix" in r.stdout, r.stdout + r.stderr

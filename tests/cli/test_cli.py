@@ -287,7 +287,7 @@ def test_validate_keep_all_checks_every_other_column_as_run_keeps_them(tmp_path)
 
 @pytest.mark.sglang
 def test_sglang_backend_cli_matches_hf(tiny_model, tmp_path, monkeypatch):
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     for k, v in sglang_cpu_env().items():
         monkeypatch.setenv(k, v)
     args = [EXAMPLES / "tickets_inline.jsonl", "-m", tiny_model, "--no-progress"]
@@ -663,7 +663,15 @@ def test_a_run_leaves_no_torchinductor_folder_in_tmpdir(tiny_model, tmp_path):
                         EXAMPLES / "ticket_questions.yaml", "-m", tiny_model, "-b", "hf", "--dry-run"],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert list(tmp.iterdir()) == [] and (cache / "torchinductor").is_dir()
+    assert list(tmp.iterdir()) == []
+    # whether a run makes the folder at all depends on the transformers release (5.12 imports torch._dynamo on
+    # this path, 5.25 does not: CI's plain install); where torch makes it is asked of torch itself
+    where = subprocess.run([sys.executable, "-c", "import openjev_batch.cli\n"
+                            "from torch._inductor.runtime.cache_dir_utils import cache_dir; print(cache_dir())"],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)  # fmt: skip
+    assert where.returncode == 0, where.stderr
+    assert Path(where.stdout.strip()) == cache / "torchinductor" and (cache / "torchinductor").is_dir()
+    assert list(tmp.iterdir()) == []
     # issue 48.12: --dry-run said nothing until its table (51-157 s at load): its first line says what it does
     assert r.stderr.splitlines()[0].startswith(
         f"--dry-run: planning every row of {EXAMPLES / 'tickets.jsonl'} with the model's tokenizer alone (no "

@@ -546,7 +546,7 @@ def test_cli_classify(tiny_classifier, tiny_model, hf_cls, tmp_path):
 
 
 def test_engine_kwargs_for_qwen3_and_qwen3_5():
-    pytest.importorskip("sglang")  # ServerArgs validates the kwargs
+    pytest.importorskip("sglang.srt")  # ServerArgs validates the kwargs
     from openjev_batch.backends.sglang.classifier import engine_kwargs
 
     q3 = Checkpoint("m", LABELS, "Qwen3ForSequenceClassification", {})

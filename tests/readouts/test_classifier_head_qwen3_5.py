@@ -276,7 +276,7 @@ def test_head_classes_register_under_the_names_the_engine_is_told():
     ],
 )
 def test_engine_kwargs_are_text_only_with_the_multimodal_name(ckpts, name, told):
-    pytest.importorskip("sglang")  # ServerArgs validates the kwargs
+    pytest.importorskip("sglang.srt")  # ServerArgs validates the kwargs
     from openjev_batch.backends.sglang.classifier import engine_kwargs
 
     ck = read_checkpoint(str(ckpts[name]))
@@ -288,7 +288,7 @@ def test_engine_kwargs_are_text_only_with_the_multimodal_name(ckpts, name, told)
 
 
 def test_enable_multimodal_is_a_server_arg_and_only_qwen3_5_gets_it(tiny_classifier):
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     import dataclasses
 
     from sglang.srt.server_args import ServerArgs
@@ -364,7 +364,7 @@ def test_sglang_start_gets_past_the_image_processor(ckpts, kind, multimodal, tmp
     in the tokenizer manager loading an image processor when multimodal is on (`--engine-arg
     enable_multimodal=true` forces it back); with the product's default (off) the start gets past it, as far as
     this CPU goes: the scheduler's model class, whose Gated DeltaNet kernels have no CPU build."""
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     from conftest import sglang_cpu_env
 
     monkeypatch.setenv("PYTHONPATH", sglang_cpu_env()["PYTHONPATH"])

@@ -364,7 +364,7 @@ def test_port_0_names_the_port_the_system_gave(tiny_model, tmp_path):
 def test_sglang_engine_behind_the_server_and_its_death(tiny_model, tmp_path):
     """The CPU sglang engine behind the server answers as the hf backend does; when its scheduler is killed,
     the server stops by itself with exit 4 and one `error:` line (an orchestrator restarts it)."""
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     psutil = pytest.importorskip("psutil")
     want = run_rows(tiny_model, tmp_path, tickets(3), "-q", QUESTIONS)
     s = Server(tmp_path, "-m", str(tiny_model), "-b", "sglang", "--device", "cpu", "-q", str(QUESTIONS),

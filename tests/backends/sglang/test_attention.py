@@ -41,7 +41,7 @@ def test_engine_kwargs_set_it_unless_the_user_chose(tiny_model, monkeypatch):
     """On a (pretended) Hopper card without FA3 the engine is started with flashinfer and the run summary's
     words; the user's --attention-backend or --engine-arg attention_backend wins; a card with FA3 is left to
     sglang."""
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -27,7 +27,7 @@ def _rows(n, long_row=None):
 
 @pytest.fixture
 def sg_env(monkeypatch):
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     for k, v in sglang_cpu_env().items():
         monkeypatch.setenv(k, v)
     return {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -42,7 +42,7 @@ def test_merged_dir_keeps_sglangs_files_and_adds_ours(tmp_path):
 
 
 def test_config_dir_for_the_installed_sglang(tmp_path, monkeypatch):
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     root = moe_configs.sglang_config_root()
     if root is None:
         pytest.skip("this sglang keeps no fused-MoE config folder")

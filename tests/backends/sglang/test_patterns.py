@@ -41,7 +41,7 @@ def test_dry_run_asks_the_same_resolver(tiny_model, tmp_path):
     """The config's options decide multi-item as the start-up would: a dense model on a CUDA device gets
     multi-item scoring (the GPU run's default), on the CPU first-branch; a pattern the engine would refuse is
     named with the refusal; the hf backend never runs multi-item."""
-    pytest.importorskip("sglang")  # the start-up's choice reads sglang's version
+    pytest.importorskip("sglang.srt")  # the start-up's choice reads sglang's version
     from openjev_batch.config import build_config
 
     info = model_info(str(tiny_model))
@@ -60,7 +60,7 @@ def test_dry_run_asks_the_same_resolver(tiny_model, tmp_path):
 
 
 def test_dry_run_cli_names_multi_item_for_a_gpu_run(tiny_model):
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     r = cli(
         "run", EXAMPLES / "tickets.jsonl", "-q", EXAMPLES / "ticket_questions.yaml", "-m", tiny_model,
         "-b", "sglang", "--device", "cuda", "--dry-run",

@@ -304,7 +304,7 @@ def test_the_same_patterns_through_a_remote_engine_and_the_cpu_engine(sglang_bac
 @pytest.fixture(scope="module")
 def sglang_server(tiny_model, tmp_path_factory):
     """A real sglang HTTP server on the CPU, started as a user would (its CPU settings as the product's)."""
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     from openjev_batch.backends.sglang.kwargs import CPU_KV_TOKENS, cpu_mem_fraction
 
     port = free_port()

@@ -65,7 +65,7 @@ def unwrapped(cls):
 @pytest.mark.sglang
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_host_copy_reads_back_sglangs_values(dtype):
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     vals, idxs = mis_outputs(dtype)
     assert [tuple(v.shape) if torch.is_tensor(v) else v for v in vals] == [(2, 3), [], (3, 2), [], (4, 4)]
     stock = read_back(vals, idxs)
@@ -92,7 +92,7 @@ def test_copy_to_cpu_starts_the_readback_and_never_fails(monkeypatch):
     """The installed `GenerationBatchResult.copy_to_cpu` replaces the multi-item logprobs with their host
     copy and then runs sglang's own (which records `copy_done`); an error in the copy leaves sglang's own
     readback in place instead of ending the scheduler."""
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.managers import utils
 
@@ -141,7 +141,7 @@ def test_copy_to_cpu_starts_the_readback_and_never_fails(monkeypatch):
 
 @pytest.mark.sglang
 def test_patches_decline_where_sglang_differs_and_are_chosen_per_engine(monkeypatch):
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     import sys
 
     from sglang.srt.managers import utils
@@ -205,7 +205,7 @@ def test_idle_tree_check_runs_at_most_once_per_interval(monkeypatch):
     """The idle radix-tree sanity check (20 % of the scheduler's samples on the H200 W3 run) is wrapped on
     sglang's real SchedulerInvariantChecker: the check itself still runs, once per interval, with its
     arguments; and the patch is in the product's default set."""
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     from sglang.srt.managers.scheduler_components import invariant_checker as ic
 
     calls = []

@@ -346,7 +346,7 @@ def test_a_qwen3_5_classifier_engine_starts_text_only_unless_the_job_has_images(
     """classify on sglang (issue 41): the Qwen3.5 classifier's engine arguments are text only
     (`enable_multimodal=False`, no image processor loaded) unless it is to take images, then sglang's own
     multimodal start with the `architectures` override kept beside the deepstack one."""
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt")
     from openjev_batch.backends.sglang.classifier import engine_kwargs
     from openjev_batch.checkpoint.classifier import Checkpoint
 

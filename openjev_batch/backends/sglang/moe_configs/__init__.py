@@ -41,7 +41,7 @@ def sglang_config_root() -> Path | None:
     import importlib.util
 
     spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.origin:
+    if spec is None or not spec.origin:  # not installed, or a folder named sglang (no origin)
         return None
     root = Path(spec.origin).parent / "srt" / "layers" / "moe" / "moe_runner" / "triton_utils"
     return root if (root / "configs").is_dir() else None

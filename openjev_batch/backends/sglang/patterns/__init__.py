@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ....checkpoint.info import load_config
 from ....errors import BackendError, ConfigError
-from .. import mis
+from .. import installed, mis
 from ..fork_releases import fork_release
 from ..kwargs import choose_multi_item
 from ..remote import MULTI_ITEM_OFF
@@ -117,11 +117,10 @@ def engine_multi_item(opts: Any) -> tuple[bool, str | None]:
     decides it at start-up (kwargs.choose_multi_item) but without starting one: (on, why not). Raises
     BackendError where the start would refuse it (asked for where it cannot run)."""
     import importlib.metadata
-    import importlib.util
 
     if opts.sglang.connect:  # the server's own engine, driven over HTTP: no multi-item there
         return False, MULTI_ITEM_OFF
-    if importlib.util.find_spec("sglang") is None:
+    if not installed():
         return False, "sglang is not installed"
 
     device = opts.device

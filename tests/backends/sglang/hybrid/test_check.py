@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-pytest.importorskip("sglang")
+pytest.importorskip("sglang.srt")
 
 from openjev_batch.backends.sglang import fork_releases, mis  # noqa: E402
 from openjev_batch.backends.sglang.hybrid import check  # noqa: E402
