@@ -1000,3 +1000,29 @@ def test_an_output_on_a_named_pipe_or_in_dev_is_refused(tmp_path):
     r = cli("run", src, "-q", "x.json", "-m", "M", "-b", "hf", "-o", dev, timeout=60)
     _one_line_error(r, f"{dev}: /dev is a system folder (devices, kernel files), not a place for files")
     assert not os.path.exists(dev)
+
+
+def test_a_cut_config_json_is_one_line_from_run_and_the_api(tiny_model, tmp_path):
+    """The hostile trial: a model folder whose config.json was cut short ended `run` (and `serve`, and the
+    Python API) in a 176-line JSONDecodeError traceback with exit 1."""
+    import shutil
+
+    from conftest import EXAMPLES
+
+    import openjev_batch as ob
+    from openjev_batch.errors import BackendError
+
+    broken = tmp_path / "model"
+    shutil.copytree(tiny_model, broken)
+    (broken / "config.json").write_text('{"model_type": "qwen3",\n')
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "state": "hi"}])
+    out = tmp_path / "o.parquet"
+    r = cli("run", inp, "-q", EXAMPLES / "ticket_questions.yaml", "-m", broken, "-b", "hf", "-o", out, "--no-progress")
+    assert r.returncode == 4, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"error: cannot load model: {broken / 'config.json'} is not valid JSON "
+        "(Expecting property name enclosed in double quotes: line 2 column 1 (char 24))"
+    )
+    assert "Traceback" not in r.stderr and not out.exists()
+    with pytest.raises(BackendError, match="config.json is not valid JSON"):
+        ob.Classifier(str(broken), backend="hf")

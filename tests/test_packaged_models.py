@@ -34,8 +34,15 @@ def test_cache_dir_follows_env(tmp_cache):
 
 def test_resolve_model_passes_other_names_through(tmp_cache, no_client, tmp_path):
     (tmp_path / "my-model").mkdir()
-    for arg in ("Qwen/Qwen3-0.6B", str(tmp_path / "my-model")):
+    (tmp_path / "my-model" / "config.json").write_text("{}")
+    (tmp_path / "my-tokenizer").mkdir()  # a tokenizer-only folder (--dry-run, --show-prompt)
+    (tmp_path / "my-tokenizer" / "tokenizer.json").write_text("{}")
+    for arg in ("Qwen/Qwen3-0.6B", str(tmp_path / "my-model"), str(tmp_path / "my-tokenizer")):
         assert resolve_model(arg) == arg
+    # a folder with no model in it: one line, not transformers' five blaming sentencepiece (hostile trial)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"the folder holds no model \(none of config.json, tokenizer.json"):
+        resolve_model(str(tmp_path / "empty"))
     # a missing local folder and a near-miss of a packaged name are refused, not passed to a loader
     for arg, says in (
         (str(tmp_path / "missing"), "no such folder"),

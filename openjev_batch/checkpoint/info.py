@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import BackendError
+
 # Layer types that carry a per-sequence recurrent state instead of (or beside) a KV cache.
 RECURRENT_LAYER_TYPES = frozenset({"linear_attention", "mamba", "mamba2", "ssm", "recurrent", "conv"})
 # Architectures sglang runs with its hybrid (mamba radix) cache, for configs without `layer_types`.
@@ -191,18 +193,30 @@ def _state_bytes(t: dict[str, Any], recurrent_layers: int) -> int | None:
 
 
 def load_config(model: str) -> dict[str, Any] | None:
-    """config.json of a local model folder or of a hub id in the local Hugging Face cache; None if neither."""
+    """config.json of a local model folder or of a hub id in the local Hugging Face cache; None if neither.
+    A config.json that is not a JSON object is a BackendError naming the file (the hostile trial: a cut file sent
+    `run`, `serve` and the API out through a JSONDecodeError traceback, exit 1)."""
     p = Path(model)
     if p.is_dir():
         f = p / "config.json"
-        return json.loads(f.read_text()) if f.is_file() else None
+        return _read_config(f) if f.is_file() else None
     try:
         from huggingface_hub import try_to_load_from_cache
 
         cached = try_to_load_from_cache(model, "config.json")
     except Exception:  # not a valid repo id
         return None
-    return json.loads(Path(cached).read_text()) if isinstance(cached, str) else None
+    return _read_config(Path(cached)) if isinstance(cached, str) else None
+
+
+def _read_config(f: Path) -> dict[str, Any]:
+    try:
+        cfg = json.loads(f.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BackendError(f"cannot load model: {f} is not valid JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise BackendError(f"cannot load model: {f} is not a JSON object (it holds a {type(cfg).__name__})")
+    return cfg
 
 
 def model_info(model: str) -> ModelInfo:

@@ -177,11 +177,21 @@ def resolve_model(name_or_path: str, tokenizer_only: bool = True) -> str:
     return check_model_name(name_or_path)
 
 
+# A folder a model or its tokenizer loads from has one of these (a tokenizer-only folder serves --dry-run)
+MODEL_FOLDER_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
+
+
 def check_model_name(name: str) -> str:
     """See resolve_model: the checks on a name that is not a packaged model. Returns it unchanged."""
     import difflib
 
     p = Path(name).expanduser()
+    if p.is_dir() and not any((p / f).is_file() for f in MODEL_FOLDER_FILES):
+        # transformers' answer for such a folder blamed a missing sentencepiece in five lines (hostile trial)
+        raise ConfigError(
+            f"model {name}: the folder holds no model (none of {', '.join(MODEL_FOLDER_FILES)}); "
+            f"give a model folder, a hub id (org/name) or a packaged name ({', '.join(KNOWN_MODELS)})"
+        )
     if p.exists():
         return name
     packaged = ", ".join(KNOWN_MODELS)

@@ -10,7 +10,8 @@ import pytest
 from conftest import EXAMPLES, cli
 
 from openjev_batch.backends.sglang.patterns import resolve, words
-from openjev_batch.checkpoint.info import UNKNOWN, from_config, model_info
+from openjev_batch.checkpoint.info import UNKNOWN, from_config, load_config, model_info
+from openjev_batch.errors import BackendError
 
 
 def auto_pattern(info) -> str:
@@ -123,3 +124,22 @@ def test_the_recurrent_state_of_a_sequence_matches_sglangs_pool():
     assert half.state_bytes < 0.52 * info.state_bytes  # the SSM part halves, the conv state stays
     dense = from_config({"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 4})
     assert dense.state_bytes is None and "MiB" not in words("prefix-first", dense)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"model_type": "llama",\n', r"config.json is not valid JSON \(Expecting property name"),
+        (b'{"model_type": "llama"}\0', r"config.json is not valid JSON \(Extra data"),
+        (b'{"model_type": "ll\xffama"}', r"config.json is not valid JSON \('utf-8' codec can't decode"),
+        (b"[1, 2]", r"config.json is not a JSON object \(it holds a list\)"),
+    ],
+)
+def test_a_broken_config_json_is_one_backend_error(tmp_path, body, says):
+    """The hostile trial: a cut config.json sent run, serve and the API out through a JSONDecodeError traceback
+    (exit 1); it is a BackendError naming the file (exit 4), from model_info as from load_config."""
+    (tmp_path / "config.json").write_bytes(body)
+    with pytest.raises(BackendError, match=says):
+        load_config(str(tmp_path))
+    with pytest.raises(BackendError, match=says):
+        model_info(str(tmp_path))

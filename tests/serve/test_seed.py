@@ -463,6 +463,21 @@ def test_an_empty_state_is_answered_as_the_seed_renders_it(seed_server, qwen3_to
         assert r.headers["x-openjev-prefix-tokens"] == str(len(prefix)), r.headers
 
 
+@pytest.mark.parametrize("blank", [" ", "\n\t "])
+def test_a_blank_state_is_answered_as_the_seed_renders_it(seed_server, qwen3_tok, blank):
+    """Hostile trial: `state: " "` was a 422 (an empty conversation) where `""` was answered; the seed renders
+    the blank text as its user message, and so does serve (the prefix holds the blank)."""
+    marker = "QUESTION_MARKER_7f3a"
+    msgs = [{"role": "user", "content": blank}, {"role": "user", "content": f"{PREAMBLE}\n\n{marker}"}]
+    text = qwen3_tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    prefix = qwen3_tok(text.split(marker)[0], add_special_tokens=False)["input_ids"]
+    for state in (blank, [{"role": "user", "content": blank}]):
+        body = {**PAYLOAD, "state": state}
+        r = post(seed_server, body)
+        answered(r, body)
+        assert r.headers["x-openjev-prefix-tokens"] == str(len(prefix)), r.headers
+
+
 @pytest.mark.parametrize("content", [[], [{"type": "text", "text": ""}]], ids=["no-parts", "an-empty-part"])
 def test_empty_content_parts_are_the_empty_state(seed_server, content):
     """Attack trial: `content: []` was refused (an empty conversation) where the seed renders an empty message;

@@ -34,10 +34,8 @@ def import_sglang():
             '(Python: backend="hf"), or run scripts/install.sh'
         ) from e
     if getattr(sglang, "__file__", None) is None:  # a folder named sglang on sys.path, not the package
-        raise BackendError(
-            f"the sglang backend needs sglang installed; 'sglang' here is the folder {list(sglang.__path__)[0]}, "
-            "not the package (run from another folder, or use --backend hf)"
-        )
+        where = f"'sglang' here is the folder {list(sglang.__path__)[0]}, not the package"
+        raise BackendError(f"the sglang backend needs sglang installed; {where} (run elsewhere, or use --backend hf)")
     return sglang
 
 

@@ -93,11 +93,13 @@ class LabelRequest(RequestReader):
         """`row`'s, and a conversation whose every text is empty read as the seed reads it: the seed's `state: ""`
         (or null contents) is one empty user message, answered, where a batch row with no text is an error. The
         row is read with a stand-in text, so every other check still applies, then its texts set back."""
-        msgs = body.get("messages")
-        if not (isinstance(msgs, list) and msgs and all(isinstance(m, dict) and m.get("content") == "" for m in msgs)):
+        msgs = body.get("messages")  # blank: "" or only whitespace (" " is text to the seed too: hostile trial)
+        if not (isinstance(msgs, list) and msgs and all(isinstance(m, dict) and isinstance(m.get("content"), str)
+                                                        and not m["content"].strip() for m in msgs)):  # fmt: skip
             return self.row(body, limits)
         row = self.row({**body, "messages": [{**m, "content": _STAND_IN} for m in msgs]}, limits)
-        return replace(row, messages=tuple(replace(m, content="") for m in row.messages))
+        blanks = [m["content"] for m in msgs]  # one row message a request message
+        return replace(row, messages=tuple(replace(r, content=b) for r, b in zip(row.messages, blanks, strict=True)))
 
     def _questions(self, body: dict, rec: dict, limits: Mapping[str, int]) -> Any:
         """The readout that parses this request's questions: `readout` with the body's map in `rec`, or
