@@ -230,6 +230,15 @@ def test_a_run_deletes_and_overwrites_only_files_it_created(hf_backend, tmp_path
     assert sorted(p.name for p in partial.iterdir()) == ["notes.txt"]  # its own files gone, the user's kept
 
 
+def _not_a_model(tmp_path):
+    """A model folder that passes the name check (it has a config.json) but has no weights or tokenizer:
+    loading it would fail with another error, so a refusal naming the input came before the model loaded."""
+    model = tmp_path / "not-a-model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen3"}')
+    return model
+
+
 # -- 9. an empty input is refused before the model loads ---------------------------------------------------
 @pytest.mark.parametrize("kind", ["blank.jsonl", "zero.parquet"])
 def test_an_input_without_rows_is_refused_before_the_model_loads(tmp_path, kind):
@@ -238,8 +247,7 @@ def test_an_input_without_rows_is_refused_before_the_model_loads(tmp_path, kind)
         inp.write_text("\n  \n\n")
     else:
         pq.write_table(pa.table({"id": pa.array([], pa.string()), "state": pa.array([], pa.string())}), inp)
-    model = tmp_path / "not-a-model"  # a folder with no weights: loading it would fail with another error
-    model.mkdir()
+    model = _not_a_model(tmp_path)
     r = cli("run", inp, "-m", model, "-b", "hf", "-o", tmp_path / "o.parquet", "--no-progress")
     assert r.returncode == 4 and f"{inp}: no rows" in r.stderr, r.stderr  # refused before the model loads
     assert not (tmp_path / "o.parquet.partial").exists()
@@ -256,8 +264,7 @@ def _input(path, rows):
 def test_an_input_without_questions_is_refused_before_the_model_loads(tmp_path, kind):
     """Issue 34.4: rows without `questions` and no -q loaded the model and wrote a file of errors (exit 3)."""
     inp = _input(tmp_path / kind, [{"id": f"r{i}", "state": f"ticket {i}"} for i in range(3)])
-    model = tmp_path / "not-a-model"  # loading it would fail with another error
-    model.mkdir()
+    model = _not_a_model(tmp_path)
     r = cli("run", inp, "-m", model, "-b", "hf", "-o", tmp_path / "o.parquet", "--no-progress")
     assert r.returncode == 4 and "no questions" in r.stderr and "--questions" in r.stderr, r.stderr
     assert not (tmp_path / "o.parquet").exists() and not (tmp_path / "o.parquet.partial").exists()
@@ -271,8 +278,7 @@ def test_an_input_without_a_state_column_is_refused_naming_its_columns(tmp_path,
     errors (exit 3). Refused before the model loads, naming the columns the rows have."""
     inp = _input(tmp_path / kind, [{"id": f"r{i}", "body": f"ticket {i}"} for i in range(3)])
     (tmp_path / "q.yaml").write_text("u:\n  type: noul\n  instructions: Is it urgent?\n")
-    model = tmp_path / "not-a-model"  # loading it would fail with another error
-    model.mkdir()
+    model = _not_a_model(tmp_path)
     for r in (cli("run", inp, "-q", tmp_path / "q.yaml", "-m", model, "-b", "hf", "-o", tmp_path / "o.parquet"),
               cli("validate", inp, "-q", tmp_path / "q.yaml")):  # fmt: skip
         assert r.returncode == 4 and "no state: no row has a `state` field (the rows have: id, body)" in r.stderr
